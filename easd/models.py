@@ -1,0 +1,229 @@
+"""Loading a draft/target pair and checking that the two can be compared token by token.
+
+A model reference is a local Hugging Face folder, a `.gguf` file, or a hub id. Hub ids are
+tried offline first (the local hub cache), and the hub is only contacted after a quick
+reachability probe, so a machine without network fails in seconds instead of retrying for
+half a minute. `trust_remote_code` is never enabled.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from .errors import ModelLoadError
+
+DTYPES = ("auto", "float32", "bfloat16")
+HUB_PROBE_SECONDS = 3.0  # long enough for a real connection, short enough to fail fast offline
+
+
+@dataclass
+class ModelPair:
+    """A draft and a target that share a tokenizer; read-only once loaded."""
+
+    draft: PreTrainedModel
+    target: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    draft_name: str
+    target_name: str
+    vocab_size: int  # logits of both models are cut to this shared size
+    eos_ids: frozenset[int]
+    context_length: int  # the shorter of the two models' position limits
+    note: str = ""  # shown to users, e.g. that the tiny random pair writes gibberish
+    info: dict = field(default_factory=dict)  # revisions, dtype and device, for trace headers
+
+    @property
+    def device(self) -> torch.device:
+        return self.target.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.target.dtype
+
+    def describe(self) -> str:
+        dtype = str(self.dtype).removeprefix("torch.")
+        return f"draft {self.draft_name} → target {self.target_name} ({dtype}, {self.device})"
+
+
+# --- the machine --------------------------------------------------------------------------------
+
+
+def configure_threads() -> int:
+    """Use every core this process may run on (containers often report the host's count),
+    unless the user set OMP_NUM_THREADS. One inter-op thread: batch-1 decoding has no
+    independent operators to overlap, and extra threads only contend on 2 cores."""
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(len(os.sched_getaffinity(0)))
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already set, or parallel work already started: keep what is there
+        pass
+    return torch.get_num_threads()
+
+
+def resolve_dtype(name: str, device: str = "cpu") -> torch.dtype:
+    """auto → bfloat16 where the hardware does it natively (CUDA, or CPUs with AVX512-BF16/AMX), else float32."""
+    if name not in DTYPES:
+        raise ModelLoadError(f"--dtype: must be one of {', '.join(DTYPES)} (got {name!r})")
+    if name != "auto":
+        return getattr(torch, name)
+    return torch.bfloat16 if _native_bf16(device) else torch.float32
+
+
+def _native_bf16(device: str) -> bool:
+    if device.startswith("cuda"):
+        return torch.cuda.is_bf16_supported()
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+# --- loading ------------------------------------------------------------------------------------
+
+
+def load_pair(draft_ref: str, target_ref: str, dtype: str = "auto", device: str | None = None) -> ModelPair:
+    """Load two models by reference and check that they can be paired."""
+    configure_threads()
+    device = device or default_device()
+    torch_dtype = resolve_dtype(dtype, device)
+    draft, draft_tokenizer = load_model(draft_ref, torch_dtype, device, role="--draft")
+    target, target_tokenizer = load_model(target_ref, torch_dtype, device, role="--target")
+    return make_pair(draft, target, draft_tokenizer, target_tokenizer, _short_name(draft_ref), _short_name(target_ref))
+
+
+def make_pair(draft, target, draft_tokenizer, target_tokenizer, draft_name: str, target_name: str, note: str = "") -> ModelPair:
+    """Pair two loaded models after checking their tokenizers agree."""
+    check_same_tokenizer(draft_tokenizer, target_tokenizer)
+    vocab_size = min(draft.get_input_embeddings().num_embeddings, target.get_input_embeddings().num_embeddings)
+    return ModelPair(
+        draft=draft.eval(),
+        target=target.eval(),
+        tokenizer=target_tokenizer,
+        draft_name=draft_name,
+        target_name=target_name,
+        vocab_size=vocab_size,
+        eos_ids=_eos_ids(target, target_tokenizer),
+        context_length=min(_context_length(draft), _context_length(target)),
+        note=note,
+        info={"draft_revision": _revision(draft), "target_revision": _revision(target), "dtype": str(target.dtype)},
+    )
+
+
+def load_model(ref: str, dtype: torch.dtype, device: str, role: str):
+    """(model, tokenizer) from a local folder, a .gguf file or a hub id."""
+    path = Path(ref).expanduser()
+    if _looks_like_path(ref):
+        if not path.exists():
+            raise ModelLoadError(f"{role}: {ref} does not exist; give a model folder, a .gguf file or a hub id")
+        return _load_local(path, dtype, device, role)
+    return _load_hub(ref, dtype, device, role)
+
+
+def _looks_like_path(ref: str) -> bool:
+    """Hub ids look like `owner/name` (or a bare `name`); anything else is a file or folder."""
+    return Path(ref).expanduser().exists() or ref.startswith((".", "/", "~")) or ref.count("/") > 1 or ref.endswith(".gguf")
+
+
+def _load_local(path: Path, dtype: torch.dtype, device: str, role: str):
+    folder, gguf = (path.parent, {"gguf_file": path.name}) if path.is_file() else (path, {})
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False, **gguf)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, trust_remote_code=False, **gguf)
+    except (OSError, ValueError, KeyError) as err:
+        raise ModelLoadError(f"{role}: could not load {path}: {_first_line(err)}") from None
+    return model.to(device), tokenizer
+
+
+def _load_hub(repo_id: str, dtype: torch.dtype, device: str, role: str):
+    """Try the local hub cache first; contact the hub only if it answers within seconds."""
+    try:
+        return _from_hub(repo_id, dtype, device, local_files_only=True)
+    except OSError:
+        pass
+    if not hub_reachable():
+        raise ModelLoadError(
+            f"{role}: {repo_id} is not in the local cache and the Hugging Face hub cannot be reached "
+            "(no network?); use the offline pair `--pair qwen-coder`, or `--pair tiny-random` for a quick test"
+        )
+    try:
+        return _from_hub(repo_id, dtype, device, local_files_only=False)
+    except (OSError, ValueError) as err:
+        raise ModelLoadError(f"{role}: could not load {repo_id} from the hub: {_first_line(err)}") from None
+
+
+def _from_hub(repo_id: str, dtype: torch.dtype, device: str, local_files_only: bool):
+    common = {"trust_remote_code": False, "local_files_only": local_files_only}
+    tokenizer = AutoTokenizer.from_pretrained(repo_id, **common)
+    model = AutoModelForCausalLM.from_pretrained(repo_id, dtype=dtype, **common)
+    return model.to(device), tokenizer
+
+
+def hub_reachable(timeout: float = HUB_PROBE_SECONDS) -> bool:
+    """A TCP connection to the hub's host within `timeout` seconds (DNS failure returns at once)."""
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        return False
+    from huggingface_hub import constants
+
+    url = urlsplit(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+# --- pairing checks -----------------------------------------------------------------------------
+
+
+def check_same_tokenizer(draft_tokenizer, target_tokenizer) -> None:
+    """Refuse a pair whose tokenizers map some string to different ids, naming the first one."""
+    draft_vocab, target_vocab = draft_tokenizer.get_vocab(), target_tokenizer.get_vocab()
+    for token, token_id in sorted(target_vocab.items(), key=lambda item: item[1]):
+        if draft_vocab.get(token) != token_id:
+            where = "is missing" if token not in draft_vocab else f"is id {draft_vocab[token]}"
+            raise ModelLoadError(
+                f"the tokenizers differ: {token!r} is id {token_id} in the target but {where} in the draft; "
+                "speculative decoding needs a draft and target with the same tokenizer (e.g. one model family)"
+            )
+    extra = sorted(set(draft_vocab) - set(target_vocab), key=draft_vocab.get)
+    if extra:
+        raise ModelLoadError(
+            f"the tokenizers differ: {extra[0]!r} (id {draft_vocab[extra[0]]}) exists in the draft but not in the target; "
+            "speculative decoding needs a draft and target with the same tokenizer"
+        )
+
+
+def _eos_ids(model, tokenizer) -> frozenset[int]:
+    ids = model.generation_config.eos_token_id if model.generation_config is not None else None
+    ids = [ids] if isinstance(ids, int) else list(ids or [])
+    if tokenizer.eos_token_id is not None:
+        ids.append(tokenizer.eos_token_id)
+    return frozenset(ids)
+
+
+def _context_length(model) -> int:
+    return int(getattr(model.config, "max_position_embeddings", None) or 2048)
+
+
+def _revision(model) -> str:
+    return str(getattr(model.config, "_commit_hash", None) or "")
+
+
+def _short_name(ref: str) -> str:
+    return Path(ref).name if _looks_like_path(ref) else ref
+
+
+def _first_line(err: Exception) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]

@@ -1,0 +1,114 @@
+"""The settings of one generation run, with their defaults and allowed ranges.
+
+Every field has a default taken from the paper (DESIGN.md §2) or from what runs well on a
+2-core CPU. `validate()` checks them all and names the command-line flag of the first bad one,
+so the CLI, the app and the evaluation report range errors the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+from .errors import SettingsError
+
+METHODS = ("target", "draft", "sd", "easd")
+RULES = ("full", "no_overlap", "no_draft_entropy", "target_entropy_only")
+MAX_K = 64  # more drafted tokens than this only wastes draft passes: acceptance decays geometrically
+MAX_TOP_N = 100  # top-n lists are stored per token in the trace; 100 columns is already a lot
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    method: str = "easd"  # target | draft | sd | easd
+    rule: str = "full"  # which EASD trigger rule (DESIGN.md §2); SD runs still record it
+    k: int = 4  # draft tokens per block: the paper's default and a good fit for a 3x size gap
+    tau_h: float = 1.0  # entropy threshold in nats, applied to draft and target alike
+    tau_o: float = 0.8  # top-n overlap threshold: 0.8 with n=5 means at least 4 of 5 shared
+    top_n: int = 5  # size of the top-n candidate sets compared by the overlap test
+    temperature: float = 0.0  # 0 means greedy, which makes SD exactly equal to the target
+    top_p: float = 1.0  # nucleus sampling mass; 1 keeps the whole distribution
+    max_new_tokens: int = 128  # long enough for a short answer, short enough for a CPU demo
+    seed: int = 0  # one seed per run: SD and EASD with the same seed agree until the first penalty
+    record_top: int = 0  # top candidates kept per token in the trace; 0 means max(top_n, 5)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    @property
+    def trace_top(self) -> int:
+        """How many top candidates each trace row keeps (DESIGN.md §3: at least max(n, 5))."""
+        return max(self.record_top, self.top_n, 5)
+
+    def validate(self) -> DecodeSettings:
+        """Raise SettingsError naming the flag of the first setting out of range; else return self."""
+        for check in _CHECKS:
+            check(self)
+        return self
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> DecodeSettings:
+        """Build settings from a dict that may hold extra keys (a trace header, a CSV row)."""
+        known = {f.name: f.type for f in fields(cls)}
+        return cls(**{name: _coerce(cls, name, values[name]) for name in known if name in values})
+
+
+def overlap_needed(tau_o: float, top_n: int) -> int:
+    """The integer count of shared top-n tokens that τ_O asks for: ceil(τ_O·n), robust to 0.8·5=4.000…01."""
+    return math.ceil(tau_o * top_n - 1e-9)
+
+
+def flag(name: str) -> str:
+    """The command-line flag of a settings field, e.g. tau_h → --tau-h."""
+    return "--" + name.replace("_", "-")
+
+
+def _coerce(cls: type, name: str, value):
+    default = getattr(cls, name)
+    if isinstance(default, bool) or value is None:
+        return value
+    if isinstance(default, int):
+        return int(float(value))
+    if isinstance(default, float):
+        return float(value)
+    return str(value)
+
+
+def _require(condition: bool, name: str, allowed: str, value) -> None:
+    if not condition:
+        raise SettingsError(flag(name), f"must be {allowed} (got {value!r})")
+
+
+def _check_choices(s: DecodeSettings) -> None:
+    _require(s.method in METHODS, "method", "one of " + ", ".join(METHODS), s.method)
+    _require(s.rule in RULES, "rule", "one of " + ", ".join(RULES), s.rule)
+
+
+def _check_counts(s: DecodeSettings) -> None:
+    _require(_is_int(s.k) and 1 <= s.k <= MAX_K, "k", f"an integer from 1 to {MAX_K}", s.k)
+    _require(_is_int(s.top_n) and 1 <= s.top_n <= MAX_TOP_N, "top_n", f"an integer from 1 to {MAX_TOP_N}", s.top_n)
+    _require(_is_int(s.max_new_tokens) and s.max_new_tokens >= 1, "max_new_tokens", "an integer ≥ 1", s.max_new_tokens)
+    _require(_is_int(s.seed) and s.seed >= 0, "seed", "an integer ≥ 0", s.seed)
+    _require(_is_int(s.record_top) and 0 <= s.record_top <= MAX_TOP_N, "record_top", f"from 0 to {MAX_TOP_N}", s.record_top)
+
+
+def _check_thresholds(s: DecodeSettings) -> None:
+    _require(_is_real(s.tau_h) and s.tau_h >= 0, "tau_h", "a number of nats ≥ 0", s.tau_h)
+    _require(_is_real(s.tau_o) and 0 <= s.tau_o <= 1, "tau_o", "a number in [0, 1]", s.tau_o)
+    _require(_is_real(s.temperature) and s.temperature >= 0, "temperature", "a number ≥ 0 (0 = greedy)", s.temperature)
+    _require(_is_real(s.top_p) and 0 < s.top_p <= 1, "top_p", "a number in (0, 1]", s.top_p)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_real(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+_CHECKS = (_check_choices, _check_counts, _check_thresholds)

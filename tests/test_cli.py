@@ -1,0 +1,138 @@
+"""The command line: every bad input gets one line naming the flag, exit status 2, no traceback."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from easd import trace as trace_io
+from easd.cli import build_parser, main
+
+TINY = ["generate", "--pair", "tiny-random"]
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(args))
+    except SystemExit as exit_:  # argparse's own errors
+        code = exit_.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(
+    "args, flag, allowed",
+    [
+        (["--prompt", "  "], "--prompt", "empty"),
+        (["--prompt", "x", "--k", "0"], "--k", "from 1 to 64"),
+        (["--prompt", "x", "--top-n", "0"], "--top-n", "from 1 to 100"),
+        (["--prompt", "x", "--tau-o", "1.5"], "--tau-o", "in [0, 1]"),
+        (["--prompt", "x", "--tau-o", "-0.1"], "--tau-o", "in [0, 1]"),
+        (["--prompt", "x", "--tau-h", "-1"], "--tau-h", "≥ 0"),
+        (["--prompt", "x", "--temperature", "-0.5"], "--temperature", "≥ 0"),
+        (["--prompt", "x", "--top-p", "0"], "--top-p", "in (0, 1]"),
+        (["--prompt", "x", "--top-p", "1.5"], "--top-p", "in (0, 1]"),
+        (["--prompt", "x", "--max-new-tokens", "0"], "--max-new-tokens", "≥ 1"),
+        (["--prompt-file", "/no/such/prompt.txt"], "--prompt-file", "no such file"),
+        (["--prompt", "x", "--trace", "/no/such/dir/t.csv"], "--trace", "does not exist"),
+        (["--prompt", "apples " * 600], "--prompt", "context is 512 tokens"),
+        (["--prompt", "x", "--k", "abc"], "--k", "invalid int value"),
+        (["--prompt", "x", "--method", "beam"], "--method", "invalid choice"),
+    ],
+)
+def test_bad_input_is_one_line_with_exit_2(capsys, args, flag, allowed):
+    code, out, err = run_cli(capsys, *TINY, *args)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert lines[-1].count(flag) >= 1 and allowed in lines[-1], err
+    assert "Traceback" not in err and not [line for line in lines if line.startswith("error") and line != lines[-1]]
+
+
+def test_empty_prompt_file(capsys, tmp_path):
+    (tmp_path / "p.txt").write_text("\n\n")
+    code, _, err = run_cli(capsys, *TINY, "--prompt-file", str(tmp_path / "p.txt"))
+    assert code == 2 and "--prompt-file: is empty" in err
+
+
+def test_missing_model_folder(capsys):
+    code, _, err = run_cli(capsys, "generate", "--draft", "./no-such-model", "--target", "./also-not", "--prompt", "x")
+    assert code == 2 and "--draft: ./no-such-model does not exist" in err
+
+
+def test_draft_without_target(capsys):
+    code, _, err = run_cli(capsys, "generate", "--draft", "./a", "--prompt", "x")
+    assert code == 2 and "--target: is needed too" in err
+
+
+def test_unreachable_hub_fails_fast_and_suggests_the_offline_pair(capsys, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # a closed port: like a machine without network
+    started = time.monotonic()
+    code, _, err = run_cli(capsys, "generate", "--draft", "Qwen/not-cached-a", "--target", "Qwen/not-cached-b", "--prompt", "x")
+    assert code == 2 and time.monotonic() - started < 10
+    assert "cannot be reached" in err and "--pair qwen-coder" in err
+
+
+def test_generate_prints_text_then_summary_and_writes_traces(capsys, tmp_path):
+    code, out, err = run_cli(
+        capsys,
+        *TINY,
+        "--prompt",
+        "Tom has 3 apples.",
+        "--method",
+        "easd",
+        "--max-new-tokens",
+        "24",
+        "--trace",
+        str(tmp_path / "t.csv"),
+        "--json",
+        str(tmp_path / "t.json"),
+    )
+    assert code == 0, err
+    summary = out.rstrip("\n").splitlines()[-1]
+    assert summary.startswith("24 tokens |") and "tokens/s" in summary and "acceptance" in summary and "penalized" in summary
+    assert "gibberish" in err
+    (from_csv,), (from_json,) = trace_io.load(tmp_path / "t.csv"), trace_io.load(tmp_path / "t.json")
+    assert from_csv.records == from_json.records and len(from_csv.records) == 24
+    assert out.startswith(from_csv.text)
+
+
+def test_help_documents_every_flag():
+    parser = build_parser()
+    generate_help = parser._subparsers._group_actions[0].choices["generate"].format_help()
+    for option in [
+        "--pair",
+        "--draft",
+        "--target",
+        "--method",
+        "--rule",
+        "--prompt",
+        "--prompt-file",
+        "--k",
+        "--tau-h",
+        "--tau-o",
+        "--top-n",
+        "--temperature",
+        "--top-p",
+        "--max-new-tokens",
+        "--seed",
+        "--dtype",
+        "--no-chat",
+        "--trace",
+        "--json",
+    ]:
+        assert option in generate_help
+    assert "bench" in parser.format_help() and "generate" in parser.format_help()
+
+
+def test_module_entry_point_runs():
+    result = subprocess.run(
+        [sys.executable, "-m", "easd", *TINY, "--prompt", "hi", "--max-new-tokens", "5", "--no-chat"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1].startswith("5 tokens |")

@@ -1,0 +1,171 @@
+"""The decoding invariants of DESIGN.md §2, on the tiny random pair (float32)."""
+
+import dataclasses
+import threading
+from collections import Counter
+
+import pytest
+from conftest import PROMPTS
+
+from easd.decoding import Generation
+from easd.errors import SettingsError
+from easd.settings import DecodeSettings
+
+SAMPLING = dict(temperature=1.0, top_p=0.95)
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_greedy_sd_equals_greedy_target(run, prompt, k):
+    target = run(prompt, method="target", max_new_tokens=40)
+    sd = run(prompt, method="sd", k=k, max_new_tokens=40)
+    assert sd.token_ids == target.token_ids
+    assert sd.summary()["acceptance_rate"] < 1  # the draft was wrong sometimes: equality was earned
+
+
+def test_draft_alone_differs_from_target(run):
+    assert run(method="draft", max_new_tokens=40).token_ids != run(method="target", max_new_tokens=40).token_ids
+
+
+@pytest.mark.parametrize("sampling", [{}, SAMPLING])
+def test_easd_that_never_fires_equals_sd(run, sampling):
+    for seed in range(3):
+        sd = run(method="sd", seed=seed, max_new_tokens=40, **sampling)
+        easd = run(method="easd", tau_h=1e9, seed=seed, max_new_tokens=40, **sampling)
+        assert easd.token_ids == sd.token_ids
+        assert [r.origin for r in easd.records] == [r.origin for r in sd.records]
+
+
+@pytest.mark.parametrize("sampling", [{}, SAMPLING])
+def test_sd_and_easd_agree_up_to_the_first_penalty(run, sampling):
+    forks = 0
+    for seed in range(4):
+        sd = run(method="sd", seed=seed, max_new_tokens=48, **sampling)
+        easd = run(method="easd", seed=seed, max_new_tokens=48, **sampling)
+        first = easd.summary()["first_penalty_position"]
+        if first is None:
+            assert easd.token_ids == sd.token_ids
+            continue
+        forks += 1
+        assert easd.token_ids[:first] == sd.token_ids[:first]
+        assert first_difference(easd.token_ids, sd.token_ids) == first
+        # SD kept that very draft, and recorded that the rule fired there
+        assert sd.records[first].origin == "draft_accepted" and sd.records[first].triggered
+    assert forks >= 2  # penalties happen in these runs, so the test can fail
+
+
+@pytest.mark.parametrize("sampling", [{}, SAMPLING])
+def test_penalized_position_never_emits_its_draft_token(run, sampling):
+    penalties = [
+        r
+        for seed in range(4)
+        for r in run(method="easd", seed=seed, max_new_tokens=48, **sampling).records
+        if r.origin == "easd_penalty"
+    ]
+    assert len(penalties) >= 3
+    for record in penalties:
+        assert record.token_id != record.draft_token_id
+        assert record.triggered and record.accept_prob > 0
+
+
+def test_greedy_penalty_emits_best_other_target_token(run):
+    penalties = [r for r in run(method="easd", max_new_tokens=64).records if r.origin == "easd_penalty"]
+    assert penalties
+    for record in penalties:
+        best_other = next(token for token, _, _ in record.target_top if token != record.draft_token_id)
+        assert record.token_id == best_other
+
+
+@pytest.mark.parametrize(
+    "method, sampling", [("sd", {}), ("easd", {}), ("sd", SAMPLING), ("easd", SAMPLING), ("target", SAMPLING)]
+)
+def test_cached_loop_equals_recomputation_from_scratch(run, method, sampling):
+    cached = run(method=method, seed=3, max_new_tokens=40, **sampling)
+    scratch = run(method=method, seed=3, max_new_tokens=40, use_cache=False, **sampling)
+    assert cached.token_ids == scratch.token_ids
+    for a, b in zip(cached.records, scratch.records):
+        assert a.origin == b.origin
+        assert a.h_target == pytest.approx(b.h_target, abs=1e-4)
+
+
+def test_every_origin_occurs_in_ordinary_runs(run):
+    origins = Counter(r.origin for seed in range(3) for r in run(method="easd", seed=seed, max_new_tokens=48, **SAMPLING).records)
+    assert {"draft_accepted", "target_resample", "easd_penalty", "bonus"} <= set(origins)
+
+
+def test_trace_fields_exist_exactly_where_they_should(run):
+    for record in run(method="easd", max_new_tokens=48).records:
+        assert record.h_target is not None and len(record.target_top) == 5
+        if record.origin == "bonus":
+            assert record.draft_token_id is None and record.h_draft is None and record.triggered is None and not record.draft_top
+        else:
+            assert record.draft_token_id is not None and 0 <= record.overlap <= 1 and len(record.draft_top) == 5
+            assert (record.origin == "draft_accepted") == (record.token_id == record.draft_token_id)
+    for record in run(method="target", max_new_tokens=8).records:
+        assert record.origin == "target" and record.draft_token_id is None and record.h_draft is None and record.h_target > 0
+
+
+def test_max_new_tokens_is_exact_even_mid_block(run):
+    for max_new in (1, 2, 7):
+        trace = run(method="sd", k=4, max_new_tokens=max_new)
+        assert len(trace.records) == max_new and trace.stats.stop_reason == "max_new_tokens"
+        assert [r.position for r in trace.records] == list(range(max_new))
+
+
+def test_one_target_call_per_block(run):
+    trace = run(method="sd", k=4, max_new_tokens=40)
+    assert trace.stats.target_calls == len({r.block for r in trace.records})
+
+
+def test_stops_at_eos(tiny_pair, run):
+    tokens = run(method="sd", max_new_tokens=30).token_ids
+    pretend_eos = tokens[10]
+    trace = run(method="sd", max_new_tokens=30, pair=dataclasses.replace(tiny_pair, eos_ids=frozenset({pretend_eos})))
+    assert trace.token_ids == tokens[: tokens.index(pretend_eos) + 1]
+    assert trace.stats.stop_reason == "eos"
+
+
+def test_leaving_the_stream_keeps_what_was_emitted(tiny_pair):
+    generation = Generation(tiny_pair, PROMPTS[0], DecodeSettings(method="sd", max_new_tokens=100))
+    seen = []
+    for block in generation:
+        seen.extend(block.records)
+        if len(seen) >= 5:
+            break
+    assert generation.trace.records == seen and generation.trace.stats.stop_reason == "stopped"
+
+
+def test_stop_from_another_thread(tiny_pair):
+    generation = Generation(tiny_pair, PROMPTS[0], DecodeSettings(method="easd", max_new_tokens=400))
+    blocks = iter(generation)
+    next(blocks)
+    threading.Thread(target=generation.stop).start()
+    rest = list(blocks)
+    assert generation.trace.stats.stop_reason == "stopped" and len(generation.trace.records) < 400
+    assert len(rest) <= 1
+
+
+def test_prompt_longer_than_the_context_is_refused(tiny_pair):
+    with pytest.raises(SettingsError, match="--prompt.*context is 512 tokens"):
+        Generation(tiny_pair, "apples " * 600, DecodeSettings())
+
+
+def test_generation_stops_at_the_context_limit(tiny_pair):
+    trace = Generation(tiny_pair, "apples " * 250, DecodeSettings(method="sd", max_new_tokens=500), chat=False).run()
+    assert trace.stats.prompt_tokens + len(trace.records) == 512 and trace.stats.stop_reason == "context"
+
+
+def test_empty_prompt_is_refused(tiny_pair):
+    with pytest.raises(SettingsError, match="--prompt"):
+        Generation(tiny_pair, "   \n", DecodeSettings())
+
+
+def test_chat_template_is_used_unless_raw(tiny_pair):
+    chat = Generation(tiny_pair, "hi", DecodeSettings())
+    raw = Generation(tiny_pair, "hi", DecodeSettings(), chat=False)
+    assert tiny_pair.tokenizer.decode(chat.prompt_ids).startswith("<|im_start|>user\nhi<|im_end|>")
+    assert tiny_pair.tokenizer.decode(raw.prompt_ids) == "hi"
