@@ -29,12 +29,19 @@ RULE_CONDITIONS: dict[str, tuple[str, ...]] = {
 # --- signals ----------------------------------------------------------------------------------
 
 
-def entropy(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy in nats of softmax(logits) at temperature 1, in float32.  [B, V] -> [B]
+def raw_probs(logits: torch.Tensor) -> torch.Tensor:
+    """softmax(logits) at temperature 1 in float32: the distribution every signal is measured on.  [B, V] -> [B, V]"""
+    return torch.softmax(logits.float(), dim=-1)
 
-    `entr` treats 0·log 0 as 0, so logits of -inf (masked tokens) are safe.
-    """
-    return torch.special.entr(torch.softmax(logits.float(), dim=-1)).sum(dim=-1)
+
+def entropy_of_probs(probs: torch.Tensor) -> torch.Tensor:
+    """Entropy in nats.  [B, V] -> [B]   (`entr` treats 0·log 0 as 0, so masked tokens are safe.)"""
+    return torch.special.entr(probs).sum(dim=-1)
+
+
+def entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy in nats of softmax(logits) at temperature 1, in float32.  [B, V] -> [B]"""
+    return entropy_of_probs(raw_probs(logits))
 
 
 def overlap_count(draft_logits: torch.Tensor, target_logits: torch.Tensor, top_n: int) -> torch.Tensor:
@@ -140,10 +147,13 @@ def penalty_probs(target_logits: torch.Tensor, refused: torch.Tensor, temperatur
     return torch.where(mass > 0, masked / mass.clamp(min=1e-30), fallback)
 
 
-def draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+def draw(probs: torch.Tensor, generator: torch.Generator | None, greedy: bool = False) -> torch.Tensor:
     """One token per row from a distribution.  [B, V] -> [B]
 
-    A one-hot row (greedy) always yields its token; multinomial still consumes random numbers
-    identically for SD and EASD, which keeps their streams in step until the first penalty.
+    Greedy rows are one-hot, so argmax yields the same token without a multinomial over the
+    whole vocabulary (about 4 ms per call at 152k tokens on a CPU). Sampling draws consume
+    random numbers identically in SD and EASD, keeping them in step until the first penalty.
     """
+    if greedy:
+        return probs.argmax(dim=-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)

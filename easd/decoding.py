@@ -27,7 +27,7 @@ from . import acceptance as acc
 from .errors import SettingsError
 from .models import ModelPair
 from .settings import DecodeSettings
-from .trace import RunStats, TokenRecord, Trace, software_versions
+from .trace import BlockInfo, RunStats, TokenRecord, Trace, software_versions
 
 MAX_PROMPT_CHARS_PER_TOKEN = 32  # a prompt longer than this × context cannot fit; refuse before tokenizing
 
@@ -91,6 +91,8 @@ class Verdict:
     token: int
     origin: str  # target_resample | easd_penalty | bonus
     accept_prob: torch.Tensor  # [k]
+    q_probs: torch.Tensor  # [k, V] q at temperature 1 (for the trace)
+    p_probs: torch.Tensor  # [k+1, V] p at temperature 1
     h_draft: torch.Tensor  # [k]
     h_target: torch.Tensor  # [k+1]
     overlap: torch.Tensor  # [k] integer counts
@@ -112,7 +114,8 @@ def judge_block(
     uniforms = torch.rand(k, generator=generator, device=drafted.device)
     accepted = acc.standard_accept(accept_prob, uniforms)  # [k]
 
-    h_draft, h_target = acc.entropy(draft_logits), acc.entropy(target_logits)
+    q_probs, p_probs = acc.raw_probs(draft_logits), acc.raw_probs(target_logits)  # signals use temperature 1
+    h_draft, h_target = acc.entropy_of_probs(q_probs), acc.entropy_of_probs(p_probs)
     overlap = acc.overlap_count(draft_logits, target_logits[:k], settings.top_n)
     triggered = acc.rule_fires(
         settings.rule, h_draft, h_target[:k], overlap, tau_h=settings.tau_h, tau_o=settings.tau_o, top_n=settings.top_n
@@ -127,8 +130,8 @@ def judge_block(
         probs, origin = acc.residual_probs(p_tilde[n : n + 1], q_tilde[n : n + 1]), "target_resample"
     else:
         probs, origin = acc.penalty_probs(target_logits[n : n + 1], drafted[n : n + 1], T, top_p), "easd_penalty"
-    token = int(acc.draw(probs, generator))
-    return Verdict(n, token, origin, accept_prob, h_draft, h_target, overlap, triggered)
+    token = int(acc.draw(probs, generator, settings.greedy))
+    return Verdict(n, token, origin, accept_prob, q_probs, p_probs, h_draft, h_target, overlap, triggered)
 
 
 # --- the loops --------------------------------------------------------------------------------------
@@ -142,7 +145,7 @@ def draft_tokens(
     for _ in range(k):
         step_logits = draft.logits(sequence, last=1)  # [1, V]
         probs = acc.sampling_probs(step_logits, settings.temperature, settings.top_p)
-        sequence.append(int(acc.draw(probs, generator)))
+        sequence.append(int(acc.draw(probs, generator, settings.greedy)))
         logits.append(step_logits)
     if not logits:  # k = 0: the block is just the target's token (the run's last one)
         return [], torch.empty(0, draft.vocab_size, device=draft.model.device)
@@ -159,7 +162,7 @@ def speculative_blocks(gen: Generation) -> Iterator[Block]:
         drafted, q_logits = draft_tokens(gen.draft, tokens, k, settings, gen.generator)
         p_logits = gen.target.logits(tokens + drafted, last=k + 1)  # [k+1, V]: the one target call
         verdict = judge_block(q_logits, p_logits, torch.tensor(drafted, device=p_logits.device), settings, gen.generator)
-        records = gen.recorder.block_records(index, len(tokens) - gen.prompt_length, drafted, verdict, q_logits, p_logits)
+        records = gen.recorder.block_records(index, len(tokens) - gen.prompt_length, drafted, verdict)
         tokens.extend(r.token_id for r in records)
         gen.target.rollback(len(tokens) - 1)
         gen.draft.rollback(len(tokens) - 1)
@@ -174,7 +177,7 @@ def single_model_blocks(gen: Generation) -> Iterator[Block]:
         if gen.room() < 1:
             return
         logits = model.logits(tokens, last=1)  # [1, V]
-        token = int(acc.draw(acc.sampling_probs(logits, settings.temperature, settings.top_p), gen.generator))
+        token = int(acc.draw(acc.sampling_probs(logits, settings.temperature, settings.top_p), gen.generator, settings.greedy))
         record = gen.recorder.single_record(index, len(tokens) - gen.prompt_length, token, logits)
         tokens.append(token)
         yield Block(index, [], [record], "single")
@@ -196,20 +199,18 @@ class Recorder:
             self.texts[token_id] = self.tokenizer.decode([token_id], skip_special_tokens=False)
         return self.texts[token_id]
 
-    def top(self, logits: torch.Tensor) -> list[list[tuple[int, str, float]]]:
-        """Top candidates per row at temperature 1.  [B, V] -> B lists of (id, text, prob)"""
-        probs, ids = torch.softmax(logits.float(), dim=-1).topk(self.settings.trace_top, dim=-1)
+    def top(self, probs: torch.Tensor) -> list[list[tuple[int, str, float]]]:
+        """Top candidates per row.  [B, V] -> B lists of (id, text, prob)"""
+        probs, ids = probs.topk(self.settings.trace_top, dim=-1)
         return [
             [(i, self.text(i), p) for i, p in zip(row_ids, row_probs)] for row_ids, row_probs in zip(ids.tolist(), probs.tolist())
         ]
 
-    def block_records(
-        self, block: int, start: int, drafted: list[int], verdict: Verdict, q_logits, p_logits
-    ) -> list[TokenRecord]:
+    def block_records(self, block: int, start: int, drafted: list[int], verdict: Verdict) -> list[TokenRecord]:
         """Records of one SD/EASD block: n accepted drafts, then the verdict's token."""
         n, k = verdict.n_accepted, len(drafted)
         emitted = drafted[:n] + [verdict.token]
-        p_top = self.top(p_logits[: n + 1])
+        p_top = self.top(verdict.p_probs[: n + 1])
         records = [
             TokenRecord(
                 start + i,
@@ -223,10 +224,10 @@ class Recorder:
             for i, token in enumerate(emitted)
         ]
         examined = min(n + 1, k)  # drafted positions the test looked at; a bonus token has none
-        drafts = torch.tensor(drafted[:examined], device=q_logits.device)[:, None]  # [m, 1]
-        p_draft = torch.softmax(q_logits[:examined], -1).gather(-1, drafts).squeeze(-1).tolist()
-        p_target = torch.softmax(p_logits[:examined], -1).gather(-1, drafts).squeeze(-1).tolist()
-        q_top = self.top(q_logits[:examined])
+        drafts = torch.tensor(drafted[:examined], device=verdict.q_probs.device)[:, None]  # [m, 1]
+        p_draft = verdict.q_probs[:examined].gather(-1, drafts).squeeze(-1).tolist()
+        p_target = verdict.p_probs[:examined].gather(-1, drafts).squeeze(-1).tolist()
+        q_top = self.top(verdict.q_probs[:examined])
         accept_prob, h_draft, overlap, triggered = (
             t[:examined].tolist() for t in (verdict.accept_prob, verdict.h_draft, verdict.overlap, verdict.triggered)
         )
@@ -242,8 +243,9 @@ class Recorder:
         method = self.settings.method
         record = TokenRecord(position, block, token, self.text(token), method)
         # a target run fills the target's columns (h_target, target_top), a draft run the draft's
-        setattr(record, f"h_{method}", float(acc.entropy(logits)[0]))
-        setattr(record, f"{method}_top", self.top(logits)[0])
+        probs = acc.raw_probs(logits)
+        setattr(record, f"h_{method}", float(acc.entropy_of_probs(probs)[0]))
+        setattr(record, f"{method}_top", self.top(probs)[0])
         return record
 
 
@@ -307,6 +309,9 @@ class Generation:
                     return
                 block.records = self._cut_at_eos(block.records)
                 self.trace.records.extend(block.records)
+                if self.settings.method in ("sd", "easd"):
+                    drafted = [(token, self.recorder.text(token)) for token in block.drafted]
+                    self.trace.blocks.append(BlockInfo(block.index, drafted, block.end))
                 yield block
                 if self.trace.records and self.trace.records[-1].token_id in self.pair.eos_ids:
                     stats.stop_reason = "eos"

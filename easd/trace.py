@@ -45,6 +45,15 @@ class TokenRecord:
 
 
 @dataclass
+class BlockInfo:
+    """One SD/EASD block as drafted: the rows show drafts up to the first refusal, this shows all k."""
+
+    index: int
+    drafted: list[tuple[int, str]]  # (id, text) of c_1..c_k
+    end: str  # rejected | penalty | bonus
+
+
+@dataclass
 class RunStats:
     prompt_tokens: int | None = None
     seconds: float | None = None  # wall time of the whole run, prefill included
@@ -62,6 +71,7 @@ class Trace:
     prompt: str = ""
     stats: RunStats = field(default_factory=RunStats)
     info: dict = field(default_factory=dict)  # versions and model revisions
+    blocks: list[BlockInfo] = field(default_factory=list)  # JSON only: CSV rows cannot hold it
 
     @property
     def token_ids(self) -> list[int]:
@@ -254,6 +264,7 @@ def _run_to_json(trace: Trace) -> dict:
         "info": trace.info,
         "stats": asdict(trace.stats),
         "summary": trace.summary(),
+        "blocks": [asdict(b) for b in trace.blocks],
         "rows": [_flatten(r) for r in trace.records],
     }
 
@@ -282,6 +293,7 @@ def _run_from_json(run: dict, path) -> Trace:
             prompt=run.get("prompt", ""),
             stats=RunStats(**run.get("stats", {})),
             info=run.get("info", {}),
+            blocks=[BlockInfo(b["index"], [tuple(d) for d in b["drafted"]], b["end"]) for b in run.get("blocks", [])],
         )
     except (KeyError, TypeError, ValueError) as err:
         raise EasdError(f"{path}: malformed trace run ({err!r})") from None

@@ -1,0 +1,70 @@
+"""What EASD would have done under other settings, read off a finished trace: no model call.
+
+An SD trace records both entropies and both top-candidate lists at every drafted position, so
+the rule can be re-evaluated there for any τ_H, τ_O, rule, and any n up to the number of
+candidates the trace kept. The rule itself is `acceptance.rule_fires`, the very function the
+decoding loop uses, so the what-if and the real run cannot disagree on what "fires" means.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .acceptance import rule_fires
+from .trace import TokenRecord, Trace
+
+
+def record_overlap(record: TokenRecord, top_n: int) -> int | None:
+    """|top-n(q) ∩ top-n(p)| from one row's kept candidates; None if either list is shorter than n."""
+    if len(record.draft_top) < top_n or len(record.target_top) < top_n:
+        return None
+    draft_ids = {token for token, _, _ in record.draft_top[:top_n]}
+    return sum(token in draft_ids for token, _, _ in record.target_top[:top_n])
+
+
+def overlap_counts(trace: Trace, top_n: int) -> np.ndarray:
+    """record_overlap for every row, NaN where unknown."""
+    counts = [record_overlap(record, top_n) for record in trace.records]
+    return np.array([np.nan if c is None else c for c in counts], dtype=float)
+
+
+def would_fire(trace: Trace, rule: str, tau_h: float, tau_o: float, top_n: int) -> np.ndarray:
+    """Whether the rule fires at each row (False where nothing was drafted or n exceeds what was kept)."""
+    h_draft, h_target = signal_column(trace, "h_draft"), signal_column(trace, "h_target")
+    fires = rule_fires(rule, h_draft, h_target, overlap_counts(trace, top_n), tau_h=tau_h, tau_o=tau_o, top_n=top_n)
+    return np.asarray(fires) & drafted_positions(trace)  # never at bonus tokens, as in the loop
+
+
+def would_penalize(trace: Trace, rule: str, tau_h: float, tau_o: float, top_n: int) -> np.ndarray:
+    """Rows of an SD trace that EASD with these settings would refuse: kept drafts where the rule fires.
+
+    Exact for the first one; after it the EASD text diverges, so later marks say "here too,
+    had the text stayed the same".
+    """
+    kept = np.array([r.origin == "draft_accepted" for r in trace.records], dtype=bool)
+    return kept & would_fire(trace, rule, tau_h, tau_o, top_n)
+
+
+def drafted_positions(trace: Trace) -> np.ndarray:
+    return np.array([r.draft_token_id is not None for r in trace.records], dtype=bool)
+
+
+def fire_share_grid(trace: Trace, rule: str, tau_hs, tau_os, top_n: int) -> np.ndarray:
+    """Share of drafted positions where the rule fires, for every (τ_H, τ_O).  -> [len(tau_hs), len(tau_os)]
+
+    The paper's sensitivity figure, computed from one finished trace.
+    """
+    drafted = drafted_positions(trace)
+    grid = np.full((len(tau_hs), len(tau_os)), np.nan)
+    if not drafted.any():
+        return grid
+    h_draft, h_target, overlap = signal_column(trace, "h_draft"), signal_column(trace, "h_target"), overlap_counts(trace, top_n)
+    for i, tau_h in enumerate(tau_hs):
+        for j, tau_o in enumerate(tau_os):
+            fires = rule_fires(rule, h_draft, h_target, overlap, tau_h=tau_h, tau_o=tau_o, top_n=top_n)
+            grid[i, j] = fires[drafted].mean()
+    return grid
+
+
+def signal_column(trace: Trace, name: str) -> np.ndarray:
+    return np.array([np.nan if getattr(r, name) is None else getattr(r, name) for r in trace.records], dtype=float)
