@@ -1,22 +1,26 @@
 """`python -m easd bench`: tokens/s of every way to decode greedily, in one process, on the same prompts.
 
 Rows: our target-only loop, transformers' assisted generation (its defaults, and a constant
-k with its confidence cut-off disabled), our SD and our EASD. Every method runs each prompt
-once untimed first, so one-off costs (allocator growth, first-call kernels) do not land on
-whichever method happens to run first; with --repeats R the fastest timed pass counts.
+k with its confidence cut-off disabled), our SD and our EASD (one row per τ_H asked for).
+
+Fairness: every method runs a short untimed warm-up first, so one-off costs do not land on
+whichever runs first. Then, prompt by prompt, all methods run back to back in an order that
+rotates from prompt to prompt, so slow drifts of a shared machine's speed (we saw ±15% between
+identical runs) spread evenly over the methods instead of favouring whichever ran early.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from .decoding import Generation, encode_prompt
 from .models import ModelPair
 from .settings import DecodeSettings
+from .trace import Trace
 
 PROMPTS = [
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether in April and May?",
@@ -35,57 +39,75 @@ PROMPTS = [
 @dataclass
 class Row:
     name: str
-    tokens: int = 0
     seconds: float = 0.0
-    texts: list[list[int]] | None = None
+    outputs: list[list[int]] = field(default_factory=list)  # token ids per prompt
+    traces: list[Trace] = field(default_factory=list)  # ours only
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(ids) for ids in self.outputs)
 
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds if self.seconds else 0.0
 
+    def rates(self) -> str:
+        """Acceptance, mean accepted length and penalized-token rate over all prompts (our runs only)."""
+        records = [r for t in self.traces for r in t.records]
+        examined = sum(r.draft_token_id is not None for r in records)
+        if not examined:
+            return ""
+        accepted = sum(r.origin == "draft_accepted" for r in records)
+        blocks = sum(len({r.block for r in t.records}) for t in self.traces)
+        penalized = sum(r.origin == "easd_penalty" for r in records)
+        return f"acceptance {accepted / examined:.3f}  accepted/block {accepted / blocks:.2f}  penalized {penalized / len(records):.3f}"
 
-def run_benchmark(pair: ModelPair, n_prompts: int, max_new_tokens: int, k: int, tau_h: float, repeats: int = 1) -> int:
+
+def run_benchmark(pair: ModelPair, n_prompts: int, max_new_tokens: int, k: int, tau_hs: list[float], repeats: int = 1) -> int:
     prompts = PROMPTS[:n_prompts]
-    base = DecodeSettings(method="sd", k=k, tau_h=tau_h, max_new_tokens=max_new_tokens)
+    sd = DecodeSettings(method="sd", k=k, max_new_tokens=max_new_tokens)
     methods = {
-        "target-only": lambda p: _ours(pair, p, replace(base, method="target")),
+        "target-only": lambda p: _ours(pair, p, replace(sd, method="target")),
         "transformers assisted (defaults)": lambda p: _assisted(pair, p, max_new_tokens, constant_k=None),
         f"transformers assisted (k={k})": lambda p: _assisted(pair, p, max_new_tokens, constant_k=k),
-        f"SD (k={k})": lambda p: _ours(pair, p, base),
-        f"EASD (k={k}, τ_H={tau_h:g})": lambda p: _ours(pair, p, replace(base, method="easd")),
+        f"SD (k={k})": lambda p: _ours(pair, p, sd),
     }
+    for tau_h in tau_hs:
+        methods[f"EASD (k={k}, τ_H={tau_h:g})"] = lambda p, tau_h=tau_h: _ours(pair, p, replace(sd, method="easd", tau_h=tau_h))
     print(
-        f"bench: {pair.describe()}, {n_prompts} prompts, {max_new_tokens} new tokens, greedy, {torch.get_num_threads()} threads",
-        flush=True,
+        f"bench: {pair.describe()}, {n_prompts} prompts × {repeats}, {max_new_tokens} new tokens, greedy, {torch.get_num_threads()} threads"
     )
-    rows: dict[str, Row] = {}
-    for name, decode in methods.items():
+    rows = [Row(name) for name in methods]
+    decoders = list(methods.values())
+    for decode in decoders:
         decode(prompts[0][:40])  # untimed warm-up on a short prompt
-        rows[name] = _best_of(name, decode, prompts, repeats)
-        print(
-            f"  {name:<36} {rows[name].tokens:>6} tokens {rows[name].seconds:>8.2f} s {rows[name].tokens_per_s:>8.2f} tokens/s",
-            flush=True,
-        )
-    _print_ratios(list(rows.values()))
-    return _print_equality(rows[f"SD (k={k})"], rows["target-only"], prompts)
+    for turn, prompt in enumerate(prompts * repeats):
+        for i in _rotated(len(rows), turn):
+            _time_one(rows[i], decoders[i], prompt)
+        print(f"  prompt {turn + 1}/{len(prompts) * repeats} done", flush=True)
+    for row in rows:
+        print(f"  {row.name:<34} {row.tokens:>6} tokens {row.seconds:>8.2f} s {row.tokens_per_s:>7.2f} tokens/s  {row.rates()}")
+    _print_ratios(rows)
+    _print_equality(rows[3], rows[0])
+    return 0
 
 
-def _best_of(name: str, decode, prompts: list[str], repeats: int) -> Row:
-    best = None
-    for _ in range(repeats):
-        row = Row(name, texts=[])
-        for prompt in prompts:
-            started = time.perf_counter()
-            ids = decode(prompt)
-            row.seconds += time.perf_counter() - started
-            row.tokens += len(ids)
-            row.texts.append(ids)
-        best = row if best is None or row.seconds < best.seconds else best
-    return best
+def _rotated(n: int, turn: int) -> list[int]:
+    return [(turn + i) % n for i in range(n)]
 
 
-def _ours(pair: ModelPair, prompt: str, settings: DecodeSettings) -> list[int]:
-    return Generation(pair, prompt, settings).run().token_ids
+def _time_one(row: Row, decode, prompt: str) -> None:
+    started = time.perf_counter()
+    result = decode(prompt)
+    row.seconds += time.perf_counter() - started
+    if isinstance(result, Trace):
+        row.traces.append(result)
+        result = result.token_ids
+    row.outputs.append(result)
+
+
+def _ours(pair: ModelPair, prompt: str, settings: DecodeSettings) -> Trace:
+    return Generation(pair, prompt, settings).run()
 
 
 @torch.inference_mode()
@@ -102,36 +124,32 @@ def _assisted(pair: ModelPair, prompt: str, max_new_tokens: int, constant_k: int
 def _assistant_settings(draft, constant_k: int | None):
     """Constant k: exactly k drafts per round, without the confidence cut-off that ends drafts early."""
     config = draft.generation_config
-    saved = (config.num_assistant_tokens, config.num_assistant_tokens_schedule, config.assistant_confidence_threshold)
+    names = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+    saved = {name: getattr(config, name) for name in names}
     if constant_k is not None:
-        config.num_assistant_tokens, config.num_assistant_tokens_schedule, config.assistant_confidence_threshold = (
-            constant_k,
-            "constant",
-            0.0,
+        config.update(
+            num_assistant_tokens=constant_k, num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0
         )
     try:
         yield
     finally:
-        config.num_assistant_tokens, config.num_assistant_tokens_schedule, config.assistant_confidence_threshold = saved
+        config.update(**saved)
 
 
 def _print_ratios(rows: list[Row]) -> None:
-    target, _, assisted_k, sd, easd = rows
+    target, _, assisted_k, sd, *easds = rows
     print("ratios:")
-    for label, a, b in (
-        ("SD ÷ transformers assisted (same k)", sd, assisted_k),
-        ("EASD ÷ SD", easd, sd),
-        ("SD ÷ target-only", sd, target),
-    ):
-        print(f"  {label:<36} {a.tokens_per_s / b.tokens_per_s:.3f}×")
+    pairs = [("SD ÷ transformers assisted (same k)", sd, assisted_k), ("SD ÷ target-only", sd, target)]
+    pairs += [(f"{easd.name} ÷ SD", easd, sd) for easd in easds]
+    for label, a, b in pairs:
+        print(f"  {label:<44} {a.tokens_per_s / b.tokens_per_s:.3f}×")
 
 
-def _print_equality(sd: Row, target: Row, prompts: list[str]) -> int:
-    """Greedy SD must reproduce target-only. Exact in float32; reduced precision may flip near-ties."""
-    same = sum(a == b for a, b in zip(sd.texts, target.texts))
-    print(f"greedy SD text equals target-only on {same} of {len(prompts)} prompts")
-    for i, (a, b) in enumerate(zip(sd.texts, target.texts)):
+def _print_equality(sd: Row, target: Row) -> None:
+    """Greedy SD must reproduce target-only: exactly in float32; bfloat16 may flip near-ties."""
+    same = sum(a == b for a, b in zip(sd.outputs, target.outputs))
+    print(f"greedy SD text equals target-only on {same} of {len(sd.outputs)} prompts")
+    for i, (a, b) in enumerate(zip(sd.outputs, target.outputs)):
         if a != b:
             first = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
             print(f"  prompt {i + 1}: first difference at token {first}")
-    return 0

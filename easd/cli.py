@@ -54,9 +54,16 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--k", type=int, default=4, help="draft tokens per block, for SD, EASD and constant-k assisted generation (1 to 64)"
     )
-    bench.add_argument("--tau-h", type=float, default=1.0, help="EASD entropy threshold in nats (≥ 0)")
-    bench.add_argument("--repeats", type=int, default=1, help="timed passes over the prompts; the fastest pass counts")
+    bench.add_argument(
+        "--tau-h",
+        default="1.0",
+        help="EASD entropy threshold(s) in nats (≥ 0): one EASD row per comma-separated value, e.g. 0.5,1,1.5,2",
+    )
+    bench.add_argument("--repeats", type=int, default=1, help="passes over the prompts; all of them count")
     bench.set_defaults(run=run_bench)
+
+    listing = commands.add_parser("pairs", help="list the named model pairs, their size, memory and availability here")
+    listing.set_defaults(run=run_pairs)
     return parser
 
 
@@ -71,7 +78,15 @@ def _add_model_flags(parser: argparse.ArgumentParser, pairs: dict) -> None:
         "--dtype",
         default="auto",
         choices=("auto", "float32", "bfloat16"),
-        help="weights' dtype; auto = bfloat16 where the hardware supports it",
+        help="weights' dtype; auto = bfloat16 where the hardware supports it (CUDA, or CPUs with AVX512-BF16/AMX), else float32",
+    )
+    group.add_argument(
+        "--int8",
+        default="none",
+        choices=("none", "draft", "target", "both"),
+        help="dynamic int8 weights, CPU only. 'draft' is faster and keeps SD lossless (the output is still exactly the "
+        "target's; only the acceptance rate changes); 'target' or 'both' change the target itself, so the output is no "
+        "longer the unquantized target's",
     )
 
 
@@ -113,9 +128,9 @@ def load_models(args: argparse.Namespace):
     if args.draft is not None:
         from .models import load_pair
 
-        pair = load_pair(args.draft, args.target, args.dtype)
+        pair = load_pair(args.draft, args.target, args.dtype, int8=args.int8)
     else:
-        pair = load_named_pair(args.pair or default_pair_name(), args.dtype)
+        pair = load_named_pair(args.pair or default_pair_name(), args.dtype, args.int8)
     print(f"models: {pair.describe()}", file=sys.stderr)
     if pair.note:
         print(f"note: {pair.note}", file=sys.stderr)
@@ -195,9 +210,33 @@ def run_bench(args: argparse.Namespace) -> int:
         raise SettingsError("--prompts", f"must be from 1 to 10 (got {args.prompts})")
     if args.repeats < 1:
         raise SettingsError("--repeats", f"must be ≥ 1 (got {args.repeats})")
-    DecodeSettings(k=args.k, tau_h=args.tau_h, max_new_tokens=args.max_new_tokens).validate()
+    tau_hs = _numbers("--tau-h", args.tau_h)
+    for tau_h in tau_hs:
+        DecodeSettings(k=args.k, tau_h=tau_h, max_new_tokens=args.max_new_tokens).validate()
     pair = load_models(args)
-    return run_benchmark(pair, args.prompts, args.max_new_tokens, args.k, args.tau_h, args.repeats)
+    return run_benchmark(pair, args.prompts, args.max_new_tokens, args.k, tau_hs, args.repeats)
+
+
+def _numbers(option: str, text: str) -> list[float]:
+    try:
+        values = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        values = []
+    if not values:
+        raise SettingsError(option, f"must be one or more numbers separated by commas (got {text!r})")
+    return values
+
+
+def run_pairs(args: argparse.Namespace) -> int:
+    from .pairs import default_pair_name, pairs_table
+
+    default = default_pair_name()
+    for row in pairs_table():
+        mark = " (default)" if row["pair"] == default else ""
+        print(f"{row['pair']}{mark}: {row['draft → target']}")
+        print(f"    {row['about']}")
+        print(f"    size: {row['size']} | memory: {row['memory']} | available here: {row['available']} ({row['why']})")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,8 +8,10 @@ half a minute. `trust_remote_code` is never enabled.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -20,6 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from .errors import ModelLoadError
 
 DTYPES = ("auto", "float32", "bfloat16")
+INT8 = ("none", "draft", "target", "both")
 HUB_PROBE_SECONDS = 3.0  # long enough for a real connection, short enough to fail fast offline
 
 
@@ -93,14 +96,15 @@ def default_device() -> str:
 # --- loading ------------------------------------------------------------------------------------
 
 
-def load_pair(draft_ref: str, target_ref: str, dtype: str = "auto", device: str | None = None) -> ModelPair:
+def load_pair(draft_ref: str, target_ref: str, dtype: str = "auto", device: str | None = None, int8: str = "none") -> ModelPair:
     """Load two models by reference and check that they can be paired."""
     configure_threads()
     device = device or default_device()
     torch_dtype = resolve_dtype(dtype, device)
     draft, draft_tokenizer = load_model(draft_ref, torch_dtype, device, role="--draft")
     target, target_tokenizer = load_model(target_ref, torch_dtype, device, role="--target")
-    return make_pair(draft, target, draft_tokenizer, target_tokenizer, _short_name(draft_ref), _short_name(target_ref))
+    pair = make_pair(draft, target, draft_tokenizer, target_tokenizer, _short_name(draft_ref), _short_name(target_ref))
+    return with_int8(pair, int8)
 
 
 def make_pair(draft, target, draft_tokenizer, target_tokenizer, draft_name: str, target_name: str, note: str = "") -> ModelPair:
@@ -182,6 +186,38 @@ def hub_reachable(timeout: float = HUB_PROBE_SECONDS) -> bool:
         return True
     except OSError:
         return False
+
+
+# --- int8 ---------------------------------------------------------------------------------------
+
+
+def with_int8(pair: ModelPair, which: str) -> ModelPair:
+    """Quantize the draft, the target or both to dynamic int8 (CPU only).
+
+    A quantized draft only changes which tokens get proposed: SD still emits exactly the
+    target's distribution, just with a different acceptance rate. A quantized target *is* a
+    different model, so its outputs differ from the unquantized target's.
+    """
+    if which not in INT8:
+        raise ModelLoadError(f"--int8: must be one of {', '.join(INT8)} (got {which!r})")
+    if which == "none":
+        return pair
+    if pair.device.type != "cpu":
+        raise ModelLoadError("--int8: dynamic int8 quantization runs on the CPU only; drop --int8 on a GPU")
+    draft = _int8(pair.draft) if which in ("draft", "both") else pair.draft
+    target = _int8(pair.target) if which in ("target", "both") else pair.target
+    names = {
+        "draft_name": pair.draft_name + (" [int8]" if draft is not pair.draft else ""),
+        "target_name": pair.target_name + (" [int8]" if target is not pair.target else ""),
+    }
+    return dataclasses.replace(pair, draft=draft, target=target, info={**pair.info, "int8": which}, **names)
+
+
+def _int8(model):
+    """Every Linear layer to int8 weights with float32 activations (what quantize_dynamic supports)."""
+    with warnings.catch_warnings():  # torch warns that the quantized tensor API will move; it works in 2.13
+        warnings.simplefilter("ignore")
+        return torch.ao.quantization.quantize_dynamic(model.float(), {torch.nn.Linear}, dtype=torch.qint8)
 
 
 # --- pairing checks -----------------------------------------------------------------------------

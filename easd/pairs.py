@@ -1,12 +1,15 @@
-"""Named model pairs: what `--pair NAME` means, and which pair is the default."""
+"""Named model pairs: what `--pair NAME` means, which is the default, and which can load here."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
+
 from .errors import ModelLoadError
-from .models import ModelPair, load_pair, resolve_dtype
+from .models import ModelPair, hub_reachable, load_pair, resolve_dtype, with_int8
 
 
 @dataclass(frozen=True)
@@ -15,8 +18,13 @@ class PairSpec:
     draft: str
     target: str
     about: str  # one line for `pairs` and --help
+    size: str  # what the weights weigh on disk or over the network
+    memory: str  # what a normal start needs (measured where we could, see README)
     load: Callable[[str], ModelPair]  # dtype name -> the loaded pair
-    available: Callable[[], bool]  # can it load on this machine right now?
+    available: Callable[[], tuple[bool, str]]  # can it load on this machine now, and why (not)
+
+
+# --- the loaders --------------------------------------------------------------------------------
 
 
 def _tiny(dtype: str) -> ModelPair:
@@ -25,20 +33,110 @@ def _tiny(dtype: str) -> ModelPair:
     return load_tiny_pair(resolve_dtype("float32" if dtype == "auto" else dtype))
 
 
+def _qwen_coder(dtype: str) -> ModelPair:
+    from .packaged import DRAFT, TARGET, converted_folder
+
+    pair = load_pair(str(converted_folder(DRAFT)), str(converted_folder(TARGET)), dtype)
+    # Upstream Qwen stops at <|im_end|> and at <|endoftext|>; the GGUF records only the first,
+    # and raw-text (--no-chat) prompts end with the second.
+    end_of_text = pair.tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    return dataclasses.replace(pair, draft_name=DRAFT.name, target_name=TARGET.name, eos_ids=pair.eos_ids | {end_of_text})
+
+
 def _hub(draft: str, target: str) -> Callable[[str], ModelPair]:
     return lambda dtype: load_pair(draft, target, dtype)
 
+
+# --- availability -------------------------------------------------------------------------------
+
+
+def _always() -> tuple[bool, str]:
+    return True, "built locally"
+
+
+def _packaged() -> tuple[bool, str]:
+    from .packaged import DRAFT, TARGET, cache_root, installed
+
+    if not (installed(DRAFT) and installed(TARGET)):
+        return False, "part packages not installed: pip install -r requirements.txt"
+    converted = all((cache_root() / name.removesuffix(".gguf")).is_dir() for name in (DRAFT.gguf_name, TARGET.gguf_name))
+    return True, f"installed; {'converted in ' + str(cache_root()) if converted else 'the first start converts it (about 3 min)'}"
+
+
+def _on_hub(draft: str, target: str, gpu: bool) -> Callable[[], tuple[bool, str]]:
+    def check() -> tuple[bool, str]:
+        if gpu and not torch.cuda.is_available():
+            return False, "needs a GPU"
+        if _hub_cached(draft) and _hub_cached(target):
+            return True, "in the local hub cache"
+        return (True, "downloads from the hub") if hub_reachable() else (False, "not cached, and the hub cannot be reached")
+
+    return check
+
+
+def _hub_cached(repo_id: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+
+
+# --- the registry -------------------------------------------------------------------------------
+
+_QWEN_05, _QWEN_15, _QWEN_7 = "Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-7B-Instruct"
+_R1_15, _R1_7 = "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"
 
 PAIRS: dict[str, PairSpec] = {
     spec.name: spec
     for spec in (
         PairSpec(
+            "qwen-coder",
+            "Qwen2.5-Coder-0.5B-Instruct",
+            "Qwen2.5-Coder-1.5B-Instruct",
+            "the embedded default: 4-bit GGUF files from PyPI part packages, offline, CPU",
+            "1.6 GB of packages; 4.6 GB converted cache (bfloat16)",
+            "4.6 GB RAM peak (bfloat16, measured); 5.7 GB during the first conversion",
+            _qwen_coder,
+            _packaged,
+        ),
+        PairSpec(
             "tiny-random",
             "tiny-random-draft",
             "tiny-random-target",
-            "two tiny random Qwen2 models built locally in a second; gibberish text, for tests and demos",
+            "two tiny random Qwen2 models built in a second; gibberish text, for tests and demos",
+            "none",
+            "under 0.5 GB RAM",
             _tiny,
-            lambda: True,
+            _always,
+        ),
+        PairSpec(
+            "qwen2.5",
+            _QWEN_05,
+            _QWEN_15,
+            "Qwen2.5 instruct models from the hub, CPU",
+            "4 GB download",
+            "about 5 GB RAM (bfloat16)",
+            _hub(_QWEN_05, _QWEN_15),
+            _on_hub(_QWEN_05, _QWEN_15, gpu=False),
+        ),
+        PairSpec(
+            "qwen2.5-7b",
+            _QWEN_15,
+            _QWEN_7,
+            "Qwen2.5 1.5B → 7B from the hub, GPU",
+            "18 GB download",
+            "about 19 GB GPU memory (bfloat16)",
+            _hub(_QWEN_15, _QWEN_7),
+            _on_hub(_QWEN_15, _QWEN_7, gpu=True),
+        ),
+        PairSpec(
+            "r1-distill",
+            _R1_15,
+            _R1_7,
+            "DeepSeek-R1-Distill-Qwen 1.5B → 7B from the hub, GPU",
+            "19 GB download",
+            "about 19 GB GPU memory (bfloat16)",
+            _hub(_R1_15, _R1_7),
+            _on_hub(_R1_15, _R1_7, gpu=True),
         ),
     )
 }
@@ -46,10 +144,29 @@ PAIRS: dict[str, PairSpec] = {
 
 def default_pair_name() -> str:
     """The embedded real pair when its packages are installed, else the tiny random pair."""
-    return next((name for name in ("qwen-coder",) if name in PAIRS and PAIRS[name].available()), "tiny-random")
+    return "qwen-coder" if PAIRS["qwen-coder"].available()[0] else "tiny-random"
 
 
-def load_named_pair(name: str, dtype: str = "auto") -> ModelPair:
+def load_named_pair(name: str, dtype: str = "auto", int8: str = "none") -> ModelPair:
     if name not in PAIRS:
         raise ModelLoadError(f"--pair: unknown pair {name!r}; choose one of {', '.join(PAIRS)} (see `python -m easd pairs`)")
-    return PAIRS[name].load(dtype)
+    return with_int8(PAIRS[name].load(dtype), int8)
+
+
+def pairs_table() -> list[dict]:
+    """Every named pair with its size, memory and whether it can load here now."""
+    rows = []
+    for spec in PAIRS.values():
+        ok, why = spec.available()
+        rows.append(
+            {
+                "pair": spec.name,
+                "draft → target": f"{spec.draft} → {spec.target}",
+                "size": spec.size,
+                "memory": spec.memory,
+                "available": "yes" if ok else "no",
+                "why": why,
+                "about": spec.about,
+            }
+        )
+    return rows

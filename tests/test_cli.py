@@ -136,3 +136,11 @@ def test_module_entry_point_runs():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1].startswith("5 tokens |")
+
+
+def test_pairs_lists_every_named_pair(capsys):
+    code, out, _ = run_cli(capsys, "pairs")
+    assert code == 0
+    for name in ("qwen-coder", "tiny-random", "qwen2.5", "qwen2.5-7b", "r1-distill"):
+        assert f"\n{name}" in "\n" + out
+    assert out.count("available here:") == 5 and "memory:" in out

@@ -1,0 +1,43 @@
+"""Smoke test on the embedded real pair (Qwen2.5-Coder 0.5B → 1.5B from the PyPI part packages).
+
+It converts the GGUF parts on first use (a few minutes on 2 cores, cached afterwards), so it is
+the slowest test; it is skipped only when the part packages are not installed.
+"""
+
+import pytest
+
+from easd.decoding import Generation
+from easd.packaged import DRAFT, TARGET, installed
+from easd.settings import DecodeSettings
+
+pytestmark = pytest.mark.skipif(not (installed(DRAFT) and installed(TARGET)), reason="qwen-coder part packages not installed")
+
+QUESTION = (
+    "Betty is saving money for a new wallet which costs $100. Betty has only half of the money she needs. "
+    "Her parents decided to give her $15 for that purpose, and her grandparents twice as much as her parents. "
+    "How much more money does Betty need to buy the wallet?"
+)
+
+
+@pytest.fixture(scope="module")
+def qwen_pair():
+    from easd.pairs import load_named_pair
+
+    return load_named_pair("qwen-coder", "float32")  # the invariant is exact in float32; bfloat16 may flip near-ties
+
+
+def test_greedy_sd_on_a_real_pair_is_fluent_and_equals_the_target(qwen_pair):
+    settings = DecodeSettings(method="sd", max_new_tokens=48)
+    sd = Generation(qwen_pair, QUESTION, settings).run()
+    target = Generation(qwen_pair, QUESTION, DecodeSettings(method="target", max_new_tokens=48)).run()
+    assert sd.token_ids == target.token_ids
+    assert sd.summary()["acceptance_rate"] > 0.5
+    words = sd.text.split()
+    assert len(words) >= 20 and ("money" in sd.text.lower() or "wallet" in sd.text.lower()), sd.text
+    assert sum(w.isascii() for w in words) / len(words) > 0.9, sd.text  # English prose, not byte soup
+
+
+def test_the_pair_shares_one_tokenizer_and_vocabulary(qwen_pair):
+    assert qwen_pair.vocab_size == 151936
+    assert qwen_pair.tokenizer.convert_tokens_to_ids("<|im_end|>") in qwen_pair.eos_ids
+    assert qwen_pair.tokenizer.convert_tokens_to_ids("<|endoftext|>") in qwen_pair.eos_ids
