@@ -22,3 +22,38 @@ def run(tiny_pair):
         return Generation(pair or tiny_pair, prompt, DecodeSettings(**settings), chat=chat, use_cache=use_cache).run()
 
     return _run
+
+
+@pytest.fixture(scope="session")
+def app_url():
+    """The web app on the tiny random pair, served on a free local port for the session."""
+    import json
+    import socket
+    import time
+    from pathlib import Path
+
+    from components.backend import ModelHost
+    from components.layout import build_app
+    from easd.tiny import load_tiny_pair
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    host = ModelHost({"tiny-random": load_tiny_pair}, "tiny-random", max_new_tokens_cap=400, concurrency=1)
+    host.ensure_loading("tiny-random")
+    while host.pair("tiny-random") is None:
+        time.sleep(0.05)
+    assets = Path(__file__).resolve().parent.parent / "assets"
+    demo = build_app(host, json.loads((assets / "examples.json").read_text()))
+    demo.queue(default_concurrency_limit=1)
+    _, url, _ = demo.launch(
+        server_name="127.0.0.1",
+        server_port=port,
+        prevent_thread_lock=True,
+        quiet=True,
+        ssr_mode=False,
+        css_paths=[str(assets / "style.css")],
+        max_file_size="60mb",
+    )
+    yield url
+    demo.close()

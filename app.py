@@ -1,0 +1,126 @@
+"""EASD Lab web app: SD and EASD streamed side by side, with the reasons for every token.
+
+    python app.py                          # the embedded default pair (qwen-coder when installed)
+    python app.py --pair tiny-random       # seconds to start; gibberish text, every mechanism visible
+    python app.py --pair none              # no model: view trace files only
+    python app.py --draft ./small --target ./large --allow-pairs tiny-random
+
+Every flag can also come from the environment (EASD_PAIR, EASD_ALLOW_PAIRS, EASD_DRAFT, EASD_TARGET,
+EASD_DTYPE, EASD_INT8, EASD_HOST, EASD_PORT, EASD_MAX_NEW_TOKENS_CAP, EASD_CONCURRENCY), which is
+how a Hugging Face Space sets them. The browser can only choose among the pairs allowed here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from components.backend import ModelHost
+from components.layout import build_app
+from easd.models import load_pair
+from easd.pairs import PAIRS, default_pair_name, load_named_pair
+
+ASSETS = Path(__file__).resolve().parent / "assets"
+MAX_UPLOAD = "60mb"  # a little above easd.trace.MAX_TRACE_BYTES, so the app's own message explains the limit
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    env = os.environ.get
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument(
+        "--pair",
+        default=env("EASD_PAIR"),
+        help="pair loaded at start: a name from `python -m easd pairs`, or 'none' to only view traces (default: qwen-coder when installed, else tiny-random)",
+    )
+    parser.add_argument(
+        "--allow-pairs",
+        default=env("EASD_ALLOW_PAIRS", ""),
+        help="more named pairs the browser may switch to, comma-separated; each loads on first use",
+    )
+    parser.add_argument(
+        "--draft", default=env("EASD_DRAFT"), help="the operator's own draft: a folder, .gguf file or hub id (with --target)"
+    )
+    parser.add_argument("--target", default=env("EASD_TARGET"), help="the operator's own target (with --draft)")
+    parser.add_argument("--dtype", default=env("EASD_DTYPE", "auto"), choices=("auto", "float32", "bfloat16"))
+    parser.add_argument(
+        "--int8",
+        default=env("EASD_INT8", "none"),
+        choices=("none", "draft", "target", "both"),
+        help="int8 draft keeps SD lossless and is faster on CPU",
+    )
+    parser.add_argument(
+        "--host",
+        default=env("EASD_HOST", env("GRADIO_SERVER_NAME", "127.0.0.1")),
+        help="address to listen on (0.0.0.0 for every interface)",
+    )
+    parser.add_argument("--port", type=int, default=int(env("EASD_PORT", env("GRADIO_SERVER_PORT", "7860"))))
+    parser.add_argument(
+        "--max-new-tokens-cap",
+        type=int,
+        default=int(env("EASD_MAX_NEW_TOKENS_CAP", "256")),
+        help="the most tokens a browser may ask for per run",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=int(env("EASD_CONCURRENCY", "1")),
+        help="generations running at once; more wait in a queue",
+    )
+    return parser.parse_args(argv)
+
+
+def make_host(args: argparse.Namespace) -> ModelHost:
+    """The pairs the operator allows, by name; nothing the browser sends can add to them."""
+    if args.max_new_tokens_cap < 1 or args.concurrency < 1:
+        sys.exit("error: --max-new-tokens-cap and --concurrency must be at least 1")
+    allowed = {}
+    if args.draft or args.target:
+        if not (args.draft and args.target):
+            sys.exit("error: give --draft and --target together")
+        allowed["custom"] = lambda: load_pair(args.draft, args.target, args.dtype, int8=args.int8)
+    elif (args.pair or default_pair_name()) != "none":
+        allowed[args.pair or default_pair_name()] = None
+    for name in [n.strip() for n in args.allow_pairs.split(",") if n.strip()]:
+        allowed.setdefault(name, None)
+    unknown = [name for name in allowed if name != "custom" and name not in PAIRS]
+    if unknown:
+        sys.exit(f"error: unknown pair(s) {', '.join(unknown)}; choose from {', '.join(PAIRS)} or 'none'")
+    loaders = {
+        name: loader or (lambda name=name: load_named_pair(name, args.dtype, args.int8)) for name, loader in allowed.items()
+    }
+    default = next(iter(loaders), None)
+    return ModelHost(loaders, default, max_new_tokens_cap=args.max_new_tokens_cap, concurrency=args.concurrency)
+
+
+def gpu_decorator():
+    """spaces.GPU on a Hugging Face ZeroGPU Space; elsewhere, leave functions as they are."""
+    try:
+        import spaces
+    except ImportError:
+        return lambda fn: fn
+    return spaces.GPU
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    host = make_host(args)
+    if host.default is not None:
+        host.ensure_loading(host.default)  # start now, so the first visitor finds it loading or ready
+    examples = json.loads((ASSETS / "examples.json").read_text(encoding="utf-8"))
+    demo = build_app(host, examples, gpu=gpu_decorator())
+    demo.queue(default_concurrency_limit=args.concurrency, max_size=64)
+    demo.launch(
+        server_name=args.host,
+        server_port=args.port,
+        css_paths=[str(ASSETS / "style.css")],
+        max_file_size=MAX_UPLOAD,
+        ssr_mode=False,
+        show_error=True,
+    )
+
+
+if __name__ == "__main__":
+    main()

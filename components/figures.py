@@ -1,0 +1,163 @@
+"""The Plotly figures: signal timeline, top-5 heatmaps, and the what-if map.
+
+All three read a finished (or growing) trace; the what-if map re-evaluates the rule with
+`easd.whatif`, the same rule function the decoding loop runs. Token text shown inside a figure
+is escaped too: Plotly interprets a small set of HTML tags in text.
+"""
+
+from __future__ import annotations
+
+import html
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from easd import whatif
+from easd.trace import Trace
+
+from .lanes import visible_text
+
+PENALTY_COLOUR = "#D55E00"  # Okabe–Ito vermillion, as in the lanes
+DRAFT_COLOUR, TARGET_COLOUR = "#0072B2", "#E69F00"
+TAU_H_GRID = np.round(np.arange(0, 4.0001, 0.1), 2)
+TAU_O_GRID = np.round(np.arange(0, 1.0001, 0.05), 2)
+HEATMAP_WINDOW = 24  # positions shown around the selected token
+
+
+def empty_figure(message: str = "") -> go.Figure:
+    """A placeholder that makes the page load Plotly up front (so the first real figure is instant)."""
+    figure = go.Figure()
+    figure.update_layout(height=260, margin=dict(l=40, r=20, t=30, b=30), xaxis_visible=False, yaxis_visible=False)
+    if message:
+        figure.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    return figure
+
+
+def signal_timeline(trace: Trace | None, tau_h: float, tau_o: float, top_n: int, selected: int | None = None) -> go.Figure:
+    """H_draft, H_target and overlap per position, the τ lines, and penalized positions."""
+    if trace is None or not trace.records:
+        return empty_figure("signals appear here as tokens are generated")
+    positions = [r.position for r in trace.records]
+    h_draft, h_target = whatif.signal_column(trace, "h_draft"), whatif.signal_column(trace, "h_target")
+    overlap = whatif.overlap_counts(trace, top_n) / top_n
+    figure = make_subplots(specs=[[{"secondary_y": True}]])
+    figure.add_trace(
+        go.Scatter(x=positions, y=h_draft, name="H draft", mode="lines+markers", line_color=DRAFT_COLOUR, marker_size=4)
+    )
+    figure.add_trace(
+        go.Scatter(x=positions, y=h_target, name="H target", mode="lines+markers", line_color=TARGET_COLOUR, marker_size=4)
+    )
+    figure.add_trace(
+        go.Scatter(
+            x=positions,
+            y=overlap,
+            name=f"overlap (n={top_n})",
+            mode="markers",
+            marker=dict(symbol="diamond", size=5, color="#009E73"),
+        ),
+        secondary_y=True,
+    )
+    penalized = [r.position for r in trace.records if r.origin == "easd_penalty"]
+    if penalized:
+        figure.add_trace(
+            go.Scatter(
+                x=penalized,
+                y=[h_target[positions.index(p)] for p in penalized],
+                name="penalized",
+                mode="markers",
+                marker=dict(symbol="x", size=11, color=PENALTY_COLOUR),
+            )
+        )
+    figure.add_hline(y=tau_h, line_dash="dash", line_color="#555", annotation_text=f"τ_H = {tau_h:g}")
+    figure.add_hline(y=tau_o, line_dash="dot", line_color="#009E73", annotation_text=f"τ_O = {tau_o:g}", secondary_y=True)
+    if selected is not None:
+        figure.add_vline(x=selected, line_color="#000", line_width=1)
+    figure.update_layout(
+        height=300, margin=dict(l=50, r=50, t=30, b=40), legend=dict(orientation="h", y=1.15), hovermode="x unified"
+    )
+    figure.update_yaxes(title_text="entropy (nats)", secondary_y=False)
+    figure.update_yaxes(title_text="overlap", range=[0, 1.05], secondary_y=True)
+    figure.update_xaxes(title_text="position")
+    return figure
+
+
+def topk_heatmap(trace: Trace | None, selected: int | None = None, ranks: int = 5) -> go.Figure:
+    """Rank × position for the draft and the target around the selected token (or the latest ones):
+    colour is probability, the cell holds the token. Only a window is drawn, since thousands of
+    text cells make the browser crawl."""
+    if trace is None or not trace.records:
+        return empty_figure("top-5 candidates appear here")
+    centre = selected if selected is not None else trace.records[-1].position
+    first = max(0, min(centre - HEATMAP_WINDOW // 2, len(trace.records) - HEATMAP_WINDOW))
+    window = trace.records[first : first + HEATMAP_WINDOW]
+    positions = [r.position for r in window]
+    figure = make_subplots(
+        rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, subplot_titles=("draft top-5", "target top-5")
+    )
+    for row, side in enumerate(("draft_top", "target_top"), start=1):
+        probs = np.full((ranks, len(window)), np.nan)
+        texts = [[""] * len(window) for _ in range(ranks)]
+        for j, record in enumerate(window):
+            for rank, (_, text, prob) in enumerate(getattr(record, side)[:ranks]):
+                probs[rank, j], texts[rank][j] = prob, html.escape(visible_text(text), quote=False)
+        figure.add_trace(
+            go.Heatmap(
+                z=probs,
+                x=positions,
+                y=list(range(1, ranks + 1)),
+                text=texts,
+                texttemplate="%{text}",
+                textfont_size=10,
+                colorscale="Blues",
+                zmin=0,
+                zmax=1,
+                showscale=row == 1,
+                hovertemplate="pos %{x}, rank %{y}: %{text} p=%{z:.3f}<extra></extra>",
+            ),
+            row=row,
+            col=1,
+        )
+        figure.update_yaxes(autorange="reversed", title_text="rank", row=row, col=1)
+    for record in window:
+        outline = dict(line_color="#000", line_width=2) if record.position == selected else None
+        if record.origin == "easd_penalty":
+            outline = dict(line_color=PENALTY_COLOUR, line_width=3)
+        if outline:
+            for row in (1, 2):
+                figure.add_vrect(x0=record.position - 0.5, x1=record.position + 0.5, row=row, col=1, **outline)
+    figure.update_xaxes(title_text="position", dtick=2, row=2, col=1)
+    figure.update_layout(height=380, margin=dict(l=50, r=20, t=40, b=40))
+    return figure
+
+
+def whatif_map(sd_trace: Trace | None, rule: str, top_n: int, tau_h: float, tau_o: float) -> go.Figure:
+    """Share of the SD trace's drafted positions where the rule would fire, over τ_H × τ_O."""
+    if sd_trace is None or not whatif.drafted_positions(sd_trace).any():
+        return empty_figure("the what-if map needs a finished SD run")
+    grid = whatif.fire_share_grid(sd_trace, rule, TAU_H_GRID, TAU_O_GRID, top_n)
+    figure = go.Figure(
+        go.Heatmap(
+            z=grid,
+            x=TAU_O_GRID,
+            y=TAU_H_GRID,
+            colorscale="Oranges",
+            zmin=0,
+            zmax=1,
+            colorbar_title="fires",
+            hovertemplate="τ_O %{x}, τ_H %{y}: %{z:.1%}<extra></extra>",
+        )
+    )
+    figure.add_trace(
+        go.Scatter(
+            x=[tau_o], y=[tau_h], mode="markers", marker=dict(symbol="x", size=14, color="#000"), name="current", showlegend=False
+        )
+    )
+    figure.update_layout(
+        height=320,
+        margin=dict(l=50, r=20, t=30, b=40),
+        title=f"rule {rule}, n={top_n}: share of drafted positions where it fires",
+    )
+    figure.update_xaxes(title_text="τ_O")
+    figure.update_yaxes(title_text="τ_H (nats)")
+    return figure

@@ -1,0 +1,146 @@
+"""The web app in a real browser (Debian's headless Chromium), on the tiny random pair."""
+
+import os
+import shutil
+
+import pytest
+
+webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+from test_app_render import NASTY, nasty_trace  # noqa: E402
+
+from easd import trace as trace_io  # noqa: E402
+
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+if os.environ.get("EASD_REQUIRE_BROWSER") and not (CHROMIUM and CHROMEDRIVER):
+    raise RuntimeError(
+        "EASD_REQUIRE_BROWSER is set but chromium/chromedriver are missing: apt-get install chromium chromium-driver"
+    )
+pytestmark = pytest.mark.skipif(
+    not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver (.ci/run installs them)"
+)
+
+
+@pytest.fixture(scope="module")
+def browser(app_url):
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--window-size=1400,2200",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.get(app_url)
+    wait(driver).until(lambda d: d.find_element(By.ID, "generate").is_enabled())
+    yield driver
+    driver.quit()
+
+
+def wait(driver, seconds: float = 60):
+    return WebDriverWait(driver, seconds, poll_frequency=0.2)
+
+
+def text_of(driver, element_id: str) -> str:
+    return driver.find_element(By.ID, element_id).text
+
+
+def generate(driver, prompt: str) -> None:
+    box = driver.find_element(By.CSS_SELECTOR, "#prompt textarea")
+    box.clear()
+    box.send_keys(prompt)
+    driver.find_element(By.ID, "generate").click()
+
+
+def tokens(driver, lane: str, extra: str = "") -> list:
+    return driver.find_elements(By.CSS_SELECTOR, f"#lane_{lane} span.tok{extra}")
+
+
+def test_both_lanes_stream_and_fork_at_the_first_penalty(browser):
+    generate(browser, "Tom has 3 apples and buys 5 more.")
+    wait(browser).until(lambda d: "Comparison" in text_of(d, "comparison"))
+    assert len(tokens(browser, "sd")) == len(tokens(browser, "easd")) == 128
+    penalized = tokens(browser, "easd", ".o-easd_penalty")
+    forks = tokens(browser, "easd", ".fork")
+    assert penalized and len(forks) == 1 and forks[0].get_attribute("data-pos") == penalized[0].get_attribute("data-pos")
+    assert tokens(browser, "sd", ".o-draft_accepted") and tokens(browser, "sd", ".o-target_resample")
+    assert "tokens/s" in text_of(browser, "stats_sd") and "penalties" in text_of(browser, "stats_easd")
+    assert tokens(browser, "sd", ".whatif")  # where EASD would refuse SD's tokens at the current sliders
+
+
+def test_clicking_a_token_fills_the_inspector(browser):
+    penalized = tokens(browser, "easd", ".o-easd_penalty")[0]
+    penalized.click()
+    wait(browser).until(lambda d: "refused" in text_of(d, "inspector"))
+    assert f"Token #{penalized.get_attribute('data-pos')} in EASD" in text_of(browser, "inspector")
+    assert tokens(browser, "easd", ".sel")
+    tip = penalized.get_attribute("title")
+    assert "EASD penalty" in tip and "H_t " in tip and "target top-5:" in tip
+
+
+def test_step_through_walks_blocks(browser):
+    browser.find_element(By.ID, "step_next").click()
+    wait(browser).until(lambda d: "block 2 of" in text_of(d, "stepper"))
+    assert "Why it ended" in text_of(browser, "stepper")
+
+
+def test_moving_tau_h_remarks_sd_without_regenerating(browser):
+    before = len(tokens(browser, "sd", ".whatif"))
+    field = browser.find_element(By.CSS_SELECTOR, "#tau_h input[type=number]")
+    field.send_keys(Keys.CONTROL, "a")
+    field.send_keys("4", Keys.ENTER)
+    wait(browser, 20).until(lambda d: len(tokens(d, "sd", ".whatif")) != before)
+    assert len(tokens(browser, "sd", ".whatif")) < before
+    assert len(tokens(browser, "sd")) == 128  # nothing was regenerated
+    field.send_keys(Keys.CONTROL, "a")
+    field.send_keys("1", Keys.ENTER)
+    wait(browser, 20).until(lambda d: len(tokens(d, "sd", ".whatif")) == before)
+
+
+def test_downloads_are_offered_after_a_run(browser):
+    for button in ("download_csv", "download_json"):
+        assert browser.find_element(By.ID, button).is_enabled()
+
+
+def test_empty_prompt_gets_a_message(browser):
+    generate(browser, "   ")
+    wait(browser).until(lambda d: "is empty" in text_of(d, "message"))
+
+
+def test_stop_keeps_what_was_produced_and_frees_the_worker(browser):
+    browser.find_element(By.CSS_SELECTOR, "#sampling .label-wrap").click()
+    slider = wait(browser).until(lambda d: d.find_element(By.CSS_SELECTOR, "#max_new_tokens input[type=number]"))
+    slider.send_keys(Keys.CONTROL, "a")
+    slider.send_keys("400", Keys.ENTER)
+    generate(browser, "A long story about apples.")
+    wait(browser).until(lambda d: len(tokens(d, "easd")) > 0)
+    browser.find_element(By.ID, "stop").click()
+    wait(browser).until(lambda d: text_of(d, "message").startswith("Stopped"))
+    generate(browser, "Tom has 3 apples.")
+    wait(browser).until(lambda d: text_of(d, "message").startswith("Done"))
+
+
+def test_loading_a_trace_file_shows_it_escaped(browser, tmp_path):
+    trace_io.write_json([nasty_trace()], tmp_path / "nasty.json")
+    browser.find_element(By.CSS_SELECTOR, "#upload input[type=file], input[type=file]").send_keys(str(tmp_path / "nasty.json"))
+    wait(browser).until(lambda d: "Loaded 1 run(s) from nasty.json" in text_of(d, "message"))
+    shown = [span.text for span in tokens(browser, "easd")]
+    assert shown == NASTY
+    assert browser.execute_script("return window.__xss === undefined")
+
+
+def test_a_bad_trace_file_gets_a_message_and_the_app_keeps_running(browser, tmp_path):
+    (tmp_path / "bad.csv").write_text("not,a,trace\n1,2,3\n")
+    browser.find_element(By.CSS_SELECTOR, "input[type=file]").send_keys(str(tmp_path / "bad.csv"))
+    wait(browser).until(lambda d: "Could not load that file" in text_of(d, "message"))
+    assert "missing columns" in text_of(browser, "message")

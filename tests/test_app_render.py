@@ -1,0 +1,105 @@
+"""The app's rendering of traces: escaping, lanes, inspector, figures and the step-through."""
+
+import pytest
+
+from components import figures
+from components.inspector import inspector_html
+from components.lanes import lane_html, tooltip
+from components.session import Session
+from components.stepper import block_views, stepper_html
+from easd import trace as trace_io
+from easd.settings import DecodeSettings
+from easd.trace import TokenRecord, Trace
+
+NASTY = ['<img src=x onerror="window.__xss=1">', '"><script>window.__xss=2</script>', "${window.__xss=3}", "{{value}}", "a&b"]
+
+
+def nasty_trace() -> Trace:
+    records = []
+    for i, text in enumerate(NASTY):
+        top = [(i, text, 0.5), (9, NASTY[-1 - i], 0.2)] + [(10 + j, "x", 0.05) for j in range(3)]
+        records.append(TokenRecord(i, i, i, text, "easd_penalty", 99, text, 0.3, 0.4, 1.0, 1.5, 1.6, 0.8, True, top, top))
+    return Trace(DecodeSettings(method="easd"), "d", "t", records)
+
+
+def test_token_text_is_escaped_in_lanes_and_tooltips():
+    html = lane_html("easd", nasty_trace())
+    for raw in ("<img", "<script", 'onerror="'):
+        assert raw not in html
+    assert "&lt;img src=x onerror=&quot;window.__xss=1&quot;&gt;" in html
+    assert html.count('class="tok ') == len(NASTY)
+
+
+def test_inspector_and_stepper_escape_too():
+    trace = nasty_trace()
+    for record in trace.records:
+        html = inspector_html("easd", record, "full", 1.0, 0.8, 5)
+        assert "<img" not in html and "<script" not in html
+    stepper = stepper_html("EASD", block_views(trace), 0)
+    assert "<img" not in stepper and "<script" not in stepper
+
+
+def test_invisible_characters_are_shown():
+    record = TokenRecord(0, 0, 1, "a\tb\x16\n", "target")
+    html = lane_html("sd", Trace(DecodeSettings(method="target"), records=[record]))
+    assert "⇥" in html and "\\x16" in html and "↵" in html
+    assert "\n" in tooltip(record)
+
+
+def test_lanes_mark_selection_fork_penalties_and_what_if(run):
+    sd, easd = run(method="sd", max_new_tokens=40, record_top=20), run(method="easd", max_new_tokens=40, record_top=20)
+    session = Session(traces={"sd": sd, "easd": easd})
+    fork = session.fork
+    assert fork is not None and fork == easd.summary()["first_penalty_position"]
+    html = lane_html("easd", easd, selected=3, fork=fork)
+    assert f'class="tok o-easd_penalty fork" data-lane="easd" data-pos="{fork}"' in html
+    assert 'data-pos="3"' in html and " sel" in html
+
+
+@pytest.mark.parametrize("origin", ["draft_accepted", "target_resample", "easd_penalty", "bonus"])
+def test_inspector_explains_every_origin(run, origin):
+    records = [
+        r for seed in range(3) for r in run(method="easd", seed=seed, max_new_tokens=48, temperature=1.0, record_top=20).records
+    ]
+    record = next(r for r in records if r.origin == origin)
+    html = inspector_html("easd", record, "full", 1.0, 0.8, 5)
+    assert f"Token #{record.position}" in html and "rank" in html
+    if origin == "easd_penalty":
+        assert "refused" in html and "Rule <code>full</code> at these settings: <b>fires</b>" in html
+    if origin == "bonus":
+        assert "bonus" in html and "Rule" not in html
+
+
+def test_figures_build_from_live_and_loaded_traces(run, tmp_path):
+    sd, easd = run(method="sd", max_new_tokens=30, record_top=20), run(method="easd", max_new_tokens=30, record_top=20)
+    trace_io.write_csv([sd, easd], tmp_path / "t.csv")
+    for trace in (easd, trace_io.load(tmp_path / "t.csv")[1]):
+        assert len(figures.signal_timeline(trace, 1.0, 0.8, 5, selected=4).data) >= 3
+        assert len(figures.topk_heatmap(trace, selected=4).data) == 2
+    grid = figures.whatif_map(sd, "full", 5, 1.0, 0.8)
+    assert grid.data[0].z.shape == (len(figures.TAU_H_GRID), len(figures.TAU_O_GRID))
+    assert figures.whatif_map(None, "full", 5, 1.0, 0.8).data == ()
+
+
+def test_stepper_shows_every_draft_from_json_and_the_examined_ones_from_csv(run, tmp_path):
+    easd = run(method="easd", max_new_tokens=40)
+    trace_io.save([easd], tmp_path / "t.json")
+    trace_io.save([easd], tmp_path / "t.csv")
+    from_json, from_csv = trace_io.load(tmp_path / "t.json")[0], trace_io.load(tmp_path / "t.csv")[0]
+    json_views, csv_views = block_views(from_json), block_views(from_csv)
+    assert len(json_views) == len(csv_views) == len({r.block for r in easd.records})
+    rejected = next(i for i, v in enumerate(json_views) if v.end in ("rejected", "penalty") and len(v.records) < len(v.drafted))
+    assert len(json_views[0].drafted) == 4 and all(len(v.records) <= len(v.drafted) + 1 for v in json_views)
+    assert len(csv_views[rejected].drafted) == len(csv_views[rejected].records)
+    assert "never examined" in stepper_html("EASD", json_views, rejected)
+    assert "not kept in CSV traces" in stepper_html("EASD", csv_views, rejected)
+
+
+def test_session_places_loaded_runs_in_their_lanes(run):
+    session = Session()
+    easd, sd = run(method="easd", max_new_tokens=5), run(method="sd", max_new_tokens=5)
+    note = session.load_traces([easd, sd], "both.json")
+    assert session.traces == {"sd": sd, "easd": easd} and "Loaded 2 run(s)" in note
+    target = run(method="target", max_new_tokens=5)
+    session.load_traces([target], "t.csv")
+    assert session.traces["sd"] is target and session.traces["easd"] is None
