@@ -64,7 +64,86 @@ def build_parser() -> argparse.ArgumentParser:
 
     listing = commands.add_parser("pairs", help="list the named model pairs, their size, memory and availability here")
     listing.set_defaults(run=run_pairs)
+    _add_evaluation_commands(commands, formatter, PAIRS)
     return parser
+
+
+def _add_evaluation_commands(commands, formatter, pairs: dict) -> None:
+    evaluate = commands.add_parser(
+        "eval", help="accuracy, speed and intervention rate of methods on reasoning problems", formatter_class=formatter
+    )
+    _add_model_flags(evaluate, pairs)
+    _add_data_flags(evaluate, limit=None)
+    _add_decode_flags(
+        evaluate, max_new_tokens=512, include=("k", "tau_h", "tau_o", "top_n", "temperature", "top_p", "max_new_tokens", "seed")
+    )
+    evaluate.add_argument(
+        "--methods",
+        default="sd,easd",
+        help="comma-separated: target, draft, sd, easd, easd:RULE (RULE: no_overlap, no_draft_entropy, target_entropy_only)",
+    )
+    evaluate.add_argument(
+        "--samples",
+        type=int,
+        default=1,
+        help="runs per problem with seeds seed, seed+1, …; with a temperature > 0 the summary adds mean ± std and majority-vote accuracy",
+    )
+    evaluate.add_argument(
+        "--out", type=Path, required=True, help="output folder: results.csv, summary.csv, paired.csv, report.html"
+    )
+    evaluate.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the results in --out, skipping every (problem, method, sample) already done",
+    )
+    evaluate.add_argument("--traces", action="store_true", help="also save every run's trace as JSON under --out/traces")
+    evaluate.set_defaults(run=run_eval)
+
+    calibration = commands.add_parser(
+        "calibrate", help="choose τ_H from the models' greedy entropies (the paper's procedure)", formatter_class=formatter
+    )
+    _add_model_flags(calibration, pairs)
+    _add_data_flags(calibration, limit=20)
+    calibration.add_argument("--max-new-tokens", type=int, default=512, help="most tokens per greedy generation (≥ 1)")
+    calibration.add_argument(
+        "--out", type=Path, default=Path("runs/calibration"), help="folder for calibration.json and calibration.html"
+    )
+    calibration.set_defaults(run=run_calibrate)
+
+    sweep = commands.add_parser(
+        "sweep", help="EASD accuracy and penalty frequency over a τ_H × τ_O grid", formatter_class=formatter
+    )
+    _add_model_flags(sweep, pairs)
+    _add_data_flags(sweep, limit=40)
+    _add_decode_flags(sweep, max_new_tokens=512, include=("k", "top_n", "temperature", "top_p", "max_new_tokens", "seed"))
+    sweep.add_argument("--tau-hs", default="1,1.5,2", help="τ_H values of the grid, comma-separated")
+    sweep.add_argument("--tau-os", default="0.2,0.4,0.6,0.8,1.0", help="τ_O values of the grid, comma-separated")
+    sweep.add_argument(
+        "--with-target", action="store_true", help="also run target-only as a reference (greedy SD already equals it)"
+    )
+    sweep.add_argument("--out", type=Path, required=True, help="output folder: results.csv, sweep.csv, sweep.html")
+    sweep.add_argument("--resume", action="store_true", help="continue the results in --out")
+    sweep.set_defaults(run=run_sweep)
+
+
+def _add_data_flags(parser: argparse.ArgumentParser, limit: int | None) -> None:
+    group = parser.add_argument_group("data")
+    group.add_argument("--data", type=Path, required=True, help="a JSONL file of problems")
+    group.add_argument(
+        "--format",
+        default="gsm8k",
+        choices=("gsm8k", "math", "choice"),
+        help="gsm8k: question/answer '#### N'; math: problem + solution/answer with \\boxed{}; choice: question, options, answer letter",
+    )
+    group.add_argument("--limit", type=int, default=limit, help="how many problems (after --shuffle and --offset)")
+    group.add_argument("--offset", type=int, default=0, help="skip this many problems first")
+    group.add_argument(
+        "--shuffle",
+        type=int,
+        default=None,
+        metavar="SEED",
+        help="take problems in a fixed order shuffled with this seed (a reproducible sample)",
+    )
 
 
 def _add_model_flags(parser: argparse.ArgumentParser, pairs: dict) -> None:
@@ -90,9 +169,11 @@ def _add_model_flags(parser: argparse.ArgumentParser, pairs: dict) -> None:
     )
 
 
-def _add_decode_flags(parser: argparse.ArgumentParser) -> None:
+def _add_decode_flags(
+    parser: argparse.ArgumentParser, max_new_tokens: int | None = None, include: tuple[str, ...] | None = None
+) -> None:
     d = DecodeSettings()
-    group = parser.add_argument_group("decoding")
+    group = _Only(parser.add_argument_group("decoding"), include)
     group.add_argument(
         "--method", default=d.method, choices=METHODS, help="target-only, draft-only, speculative decoding or EASD"
     )
@@ -105,10 +186,23 @@ def _add_decode_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--top-n", type=int, default=d.top_n, help="n, the size of the top-n sets compared (1 to 100)")
     group.add_argument("--temperature", type=float, default=d.temperature, help="sampling temperature (≥ 0; 0 = greedy)")
     group.add_argument("--top-p", type=float, default=d.top_p, help="nucleus sampling mass in (0, 1]")
-    group.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help="most tokens to generate (≥ 1)")
+    group.add_argument(
+        "--max-new-tokens", type=int, default=max_new_tokens or d.max_new_tokens, help="most tokens to generate (≥ 1)"
+    )
     group.add_argument(
         "--seed", type=int, default=d.seed, help="random seed (≥ 0); SD and EASD with one seed agree until the first penalty"
     )
+
+
+class _Only:
+    """An argument group that adds only the flags in `include` (all when None), so commands share one definition."""
+
+    def __init__(self, group, include: tuple[str, ...] | None):
+        self.group, self.include = group, include
+
+    def add_argument(self, flag: str, **kwargs):
+        if self.include is None or flag.removeprefix("--").replace("-", "_") in self.include:
+            self.group.add_argument(flag, **kwargs)
 
 
 def settings_from_args(args: argparse.Namespace) -> DecodeSettings:
@@ -236,6 +330,112 @@ def run_pairs(args: argparse.Namespace) -> int:
         print(f"{row['pair']}{mark}: {row['draft → target']}")
         print(f"    {row['about']}")
         print(f"    size: {row['size']} | memory: {row['memory']} | available here: {row['available']} ({row['why']})")
+    return 0
+
+
+# --- evaluation ---------------------------------------------------------------------------------
+
+
+def _problems(args: argparse.Namespace):
+    from .problems import load_problems
+
+    for option in ("limit", "offset"):
+        value = getattr(args, option)
+        if value is not None and value < (1 if option == "limit" else 0):
+            raise SettingsError(f"--{option}", f"must be {'≥ 1' if option == 'limit' else '≥ 0'} (got {value})")
+    return load_problems(args.data, args.format, args.limit, args.offset, args.shuffle)
+
+
+def _config(args: argparse.Namespace, pair, base: DecodeSettings, samples: int) -> dict:
+    settings = {k: v for k, v in base.as_dict().items() if k not in ("method", "rule")}
+    return {
+        "pair": pair.describe(),
+        "data": str(args.data.resolve()),
+        "format": args.format,
+        "shuffle": args.shuffle,
+        "samples": samples,
+        "settings": settings,
+        "command": " ".join(sys.argv),
+    }
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    import time
+
+    from .evaluate import parse_methods, run_evaluation
+    from .report import write_reports
+
+    base = settings_from_args(args)
+    variants = parse_methods(args.methods, base)
+    if args.samples < 1:
+        raise SettingsError("--samples", f"must be ≥ 1 (got {args.samples})")
+    problems = _problems(args)
+    pair = load_models(args)
+    started = time.perf_counter()
+    try:
+        run_evaluation(
+            pair, problems, variants, args.samples, args.out, _config(args, pair, base, args.samples), args.resume, args.traces
+        )
+    except KeyboardInterrupt:
+        print(
+            f"\ninterrupted: every finished problem is in {args.out / 'results.csv'}; rerun with --resume to continue",
+            file=sys.stderr,
+        )
+        return 130
+    summary, paired = write_reports(args.out, args.format)
+    _print_tables(summary, paired)
+    print(f"wall time {time.perf_counter() - started:.0f} s; tables and report.html in {args.out}")
+    return 0
+
+
+def _print_tables(*tables) -> None:
+    import pandas as pd
+
+    with pd.option_context("display.width", 200, "display.max_columns", 30, "display.float_format", "{:.4f}".format):
+        for table in tables:
+            print(table.to_string(index=False), end="\n\n")
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    from .calibrate import calibrate, collect_entropies, write_calibration
+
+    if args.max_new_tokens < 1:
+        raise SettingsError("--max-new-tokens", f"must be ≥ 1 (got {args.max_new_tokens})")
+    problems = _problems(args)
+    pair = load_models(args)
+    entropies = collect_entropies(pair, problems, DecodeSettings(max_new_tokens=args.max_new_tokens))
+    results = calibrate(entropies)
+    write_calibration(args.out, results, entropies)
+    for result in results:
+        print(
+            f"{result.model}: mean entropy of the top 5% of {result.tokens} greedy tokens = {result.raw:.3f} nats → τ_H = {result.tau_h:g}"
+        )
+    print(f"histograms: {args.out / 'calibration.html'}")
+    return 0
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from .evaluate import Variant, grid_variants, run_evaluation
+    from .report import write_sweep
+
+    base = settings_from_args(args)
+    tau_hs, tau_os = _numbers("--tau-hs", args.tau_hs), _numbers("--tau-os", args.tau_os)
+    variants = grid_variants(base, tau_hs, tau_os) + (
+        [Variant("target", replace(base, method="target"))] if args.with_target else []
+    )
+    for variant in variants:
+        variant.settings.validate()
+    problems = _problems(args)
+    pair = load_models(args)
+    try:
+        run_evaluation(pair, problems, variants, 1, args.out, _config(args, pair, base, 1), args.resume)
+    except KeyboardInterrupt:
+        print("\ninterrupted; rerun with --resume to continue", file=sys.stderr)
+        return 130
+    _print_tables(write_sweep(args.out, args.format))
+    print(f"sweep.csv and sweep.html in {args.out}")
     return 0
 
 

@@ -14,6 +14,7 @@ rule fires on a token the standard test accepted.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 import time
@@ -155,7 +156,7 @@ def draft_tokens(
 def speculative_blocks(gen: Generation) -> Iterator[Block]:
     """SD and EASD: draft k, one target pass over them, judge, roll both caches back."""
     tokens, settings = gen.tokens, gen.settings
-    for index in itertools.count():
+    for index in itertools.count(gen.first_block):
         if gen.room() < 1:
             return
         k = min(settings.k, gen.room() - 1)  # a block emits up to k + 1 tokens
@@ -173,7 +174,7 @@ def single_model_blocks(gen: Generation) -> Iterator[Block]:
     """Target-only or draft-only: one token per step, drawn from that model's p̃."""
     model = gen.target if gen.settings.method == "target" else gen.draft
     tokens, settings = gen.tokens, gen.settings
-    for index in itertools.count():
+    for index in itertools.count(gen.first_block):
         if gen.room() < 1:
             return
         logits = model.logits(tokens, last=1)  # [1, V]
@@ -253,6 +254,18 @@ class Recorder:
 
 
 @dataclass
+class Checkpoint:
+    """The state of a run as a block starts: enough to start another run there (see `resume_at`)."""
+
+    block: int
+    position: int  # tokens generated before this block
+    rng_state: torch.Tensor
+    seconds: float
+    target_calls: int
+    draft_calls: int
+
+
+@dataclass
 class Generation:
     """One run. Iterate it for Blocks as they are decoded; `trace` holds what was emitted so far.
 
@@ -266,6 +279,8 @@ class Generation:
     chat: bool = True
     use_cache: bool = True
     trace: Trace = field(init=False)
+    checkpoints: list[Checkpoint] = field(init=False, default_factory=list)  # one per block started
+    first_block: int = field(init=False, default=0)
 
     def __post_init__(self):
         self.settings.validate()
@@ -300,6 +315,7 @@ class Generation:
         stats.stop_reason = "stopped"
         try:
             while not self._stop.is_set():
+                self._checkpoint()
                 started = time.perf_counter()
                 block = next(blocks, None)
                 stats.seconds += time.perf_counter() - started  # engine time only, not the consumer's
@@ -324,6 +340,39 @@ class Generation:
         for _ in self:
             pass
         return self.trace
+
+    def _checkpoint(self) -> None:
+        stats = self.trace.stats
+        self.checkpoints.append(
+            Checkpoint(
+                self.first_block + len(self.checkpoints),
+                len(self.tokens) - self.prompt_length,
+                self.generator.get_state(),
+                stats.seconds,
+                self.target.calls,
+                self.draft.calls,
+            )
+        )
+
+    def resume_at(self, checkpoint: Checkpoint, settings: DecodeSettings) -> Generation:
+        """A new run with other settings that starts where this one started `checkpoint.block`.
+
+        It takes this run's tokens and records before that block, its random state and its
+        counts and time so far. Where the two settings make the same decisions up to that block
+        (SD and EASD before EASD's first penalty), the result equals a run from scratch, without
+        decoding the shared prefix again. The copied records keep this run's `triggered`;
+        `easd.prefix` recomputes it for other rules.
+        """
+        resumed = Generation(self.pair, self.prompt, settings, chat=self.chat, use_cache=self.use_cache)
+        shared = checkpoint.position
+        resumed.tokens.extend(self.tokens[self.prompt_length : self.prompt_length + shared])
+        resumed.trace.records = [dataclasses.replace(r) for r in self.trace.records[:shared]]
+        resumed.trace.blocks = [dataclasses.replace(b) for b in self.trace.blocks if b.index < checkpoint.block]
+        resumed.generator.set_state(checkpoint.rng_state)
+        resumed.first_block = checkpoint.block
+        resumed.trace.stats.seconds = checkpoint.seconds
+        resumed.target.calls, resumed.draft.calls = checkpoint.target_calls, checkpoint.draft_calls
+        return resumed
 
     def _cut_at_eos(self, records: list[TokenRecord]) -> list[TokenRecord]:
         for i, record in enumerate(records):

@@ -23,7 +23,13 @@ def record_overlap(record: TokenRecord, top_n: int) -> int | None:
 
 
 def overlap_counts(trace: Trace, top_n: int) -> np.ndarray:
-    """record_overlap for every row, NaN where unknown."""
+    """The overlap count per row, NaN where unknown.
+
+    At the run's own n this is the count the loop computed (recorded as `overlap`); at another n
+    it comes from the kept candidate lists.
+    """
+    if top_n == trace.settings.top_n:
+        return np.array([np.nan if r.overlap is None else round(r.overlap * top_n) for r in trace.records], dtype=float)
     counts = [record_overlap(record, top_n) for record in trace.records]
     return np.array([np.nan if c is None else c for c in counts], dtype=float)
 
@@ -43,6 +49,13 @@ def would_penalize(trace: Trace, rule: str, tau_h: float, tau_o: float, top_n: i
     """
     kept = np.array([r.origin == "draft_accepted" for r in trace.records], dtype=bool)
     return kept & would_fire(trace, rule, tau_h, tau_o, top_n)
+
+
+def first_penalty_block(trace: Trace, rule: str, tau_h: float, tau_o: float) -> int | None:
+    """In an SD trace, the block where EASD with these settings (and the trace's n) would first
+    refuse a draft SD kept; None if it never would."""
+    marks = would_penalize(trace, rule, tau_h, tau_o, trace.settings.top_n)
+    return trace.records[int(np.argmax(marks))].block if marks.any() else None
 
 
 def drafted_positions(trace: Trace) -> np.ndarray:
@@ -67,4 +80,5 @@ def fire_share_grid(trace: Trace, rule: str, tau_hs, tau_os, top_n: int) -> np.n
 
 
 def signal_column(trace: Trace, name: str) -> np.ndarray:
-    return np.array([np.nan if getattr(r, name) is None else getattr(r, name) for r in trace.records], dtype=float)
+    """An entropy column in float32, the precision the loop compared it in against τ_H."""
+    return np.array([np.nan if getattr(r, name) is None else getattr(r, name) for r in trace.records], dtype=np.float32)

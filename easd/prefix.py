@@ -1,0 +1,67 @@
+"""Shared-prefix evaluation: EASD runs that reuse the SD run they agree with.
+
+With the same prompt, seed and settings, SD and EASD make identical decisions and draw identical
+random numbers until EASD's first penalty (DESIGN.md §2). The SD trace says where that is: the
+first draft SD kept where the rule fires. So an EASD run (any rule, τ_H or τ_O, at the SD run's n)
+can start from the SD run's checkpoint at the start of that block instead of from the prompt.
+Its output equals a run from scratch; its time and call counts include the SD run's for the
+shared part, so tokens/s stay comparable. `saved_seconds` is the decoding that was not repeated.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, replace
+
+from .acceptance import rule_fires
+from .decoding import Generation
+from .settings import DecodeSettings
+from .trace import Trace
+from .whatif import first_penalty_block, overlap_counts, signal_column
+
+
+@dataclass
+class PrefixRun:
+    trace: Trace
+    saved_seconds: float  # SD decoding time reused instead of repeated
+
+
+def easd_after_sd(sd: Generation, settings: DecodeSettings) -> PrefixRun:
+    """The EASD run with `settings` (method easd, the SD run's seed, k, n, sampling) built on `sd`, which has finished."""
+    _check_compatible(sd.settings, settings)
+    block = first_penalty_block(sd.trace, settings.rule, settings.tau_h, settings.tau_o)
+    if block is None:  # EASD would never intervene: its run is the SD run
+        return PrefixRun(_relabelled(sd.trace, settings), sd.trace.stats.seconds)
+    checkpoint = next(c for c in sd.checkpoints if c.block == block)
+    easd = sd.resume_at(checkpoint, settings)
+    _retrigger(easd.trace, settings)
+    return PrefixRun(easd.run(), checkpoint.seconds)
+
+
+def _check_compatible(sd: DecodeSettings, easd: DecodeSettings) -> None:
+    same = ("k", "top_n", "temperature", "top_p", "max_new_tokens", "seed")
+    if sd.method != "sd" or easd.method != "easd" or any(getattr(sd, f) != getattr(easd, f) for f in same):
+        raise ValueError(f"an EASD run can reuse an SD run only with the same {', '.join(same)}")
+
+
+def _relabelled(trace: Trace, settings: DecodeSettings) -> Trace:
+    relabelled = replace(trace, settings=settings, records=copy.deepcopy(trace.records), blocks=copy.deepcopy(trace.blocks))
+    relabelled.stats = replace(trace.stats)
+    _retrigger(relabelled, settings)
+    return relabelled
+
+
+def _retrigger(trace: Trace, settings: DecodeSettings) -> None:
+    """Recompute `triggered` on rows copied from the SD run, under this run's rule and thresholds."""
+    fires = rule_fires(
+        settings.rule,
+        signal_column(trace, "h_draft"),
+        signal_column(trace, "h_target"),
+        overlap_counts(trace, settings.top_n),
+        tau_h=settings.tau_h,
+        tau_o=settings.tau_o,
+        top_n=settings.top_n,
+    )
+    for record, fired in zip(trace.records, fires):
+        if record.draft_token_id is not None:
+            record.triggered = bool(fired)

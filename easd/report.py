@@ -1,0 +1,250 @@
+"""From results.csv to summary.csv, paired.csv and report.html (and the sweep's tables)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .problems import choice_letter, is_correct, normalize_number
+from .stats import majority, mcnemar_exact, paired_bootstrap, wilson
+
+NUMERIC = [
+    "sample",
+    "seed",
+    "new_tokens",
+    "seconds",
+    "tokens_per_s",
+    "acceptance_rate",
+    "accepted",
+    "examined",
+    "penalized",
+    "first_penalty_position",
+    "target_calls",
+    "draft_calls",
+    "saved_seconds",
+    "tau_h",
+    "tau_o",
+]
+
+
+def load_results(path: str | Path) -> pd.DataFrame:
+    """results.csv with types: text stays text (an answer "nan" is an answer), numbers become numbers."""
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    for column in NUMERIC:
+        frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    frame["correct"] = frame["correct"] == "True"
+    return frame
+
+
+# --- per method -------------------------------------------------------------------------------
+
+
+def summary_table(results: pd.DataFrame, format: str = "gsm8k") -> pd.DataFrame:
+    rows = [_summary_row(method, group, format) for method, group in results.groupby("method", sort=False)]
+    return pd.DataFrame(rows)
+
+
+def _summary_row(method: str, group: pd.DataFrame, format: str) -> dict:
+    accuracy, low, high = wilson(int(group["correct"].sum()), len(group))
+    tokens, seconds = group["new_tokens"].sum(), group["seconds"].sum()
+    examined = group["examined"].sum()
+    row = {
+        "method": method,
+        "runs": len(group),
+        "problems": group["problem_id"].nunique(),
+        "correct": int(group["correct"].sum()),
+        "accuracy": accuracy,
+        "ci95_low": low,
+        "ci95_high": high,
+        "mean_tokens": group["new_tokens"].mean(),
+        "tokens_per_s": tokens / seconds if seconds else np.nan,
+        "acceptance_rate": group["accepted"].sum() / examined if examined else np.nan,
+        "penalized_token_rate": group["penalized"].sum() / tokens if tokens else np.nan,
+        "target_calls_per_token": group["target_calls"].sum() / tokens if tokens else np.nan,
+        "cut_off": float((group["stop_reason"] != "eos").mean()),
+        "saved_seconds": group["saved_seconds"].sum(),
+    }
+    if group["sample"].nunique() > 1:
+        per_sample = group.groupby("sample")["correct"].mean()
+        row.update(
+            sample_accuracy_mean=per_sample.mean(),
+            sample_accuracy_std=per_sample.std(ddof=1),
+            vote_accuracy=_vote_accuracy(group, format),
+        )
+    return row
+
+
+def _vote_accuracy(group: pd.DataFrame, format: str) -> float:
+    """Majority vote over each problem's samples, on normalized answers."""
+    votes = []
+    for _, problem in group.groupby("problem_id"):
+        answers = [_canonical(a, format) for a in problem["prediction"]]
+        votes.append(is_correct(majority(answers), problem["gold"].iloc[0], format))
+    return float(np.mean(votes))
+
+
+def _canonical(answer: str, format: str) -> str | None:
+    if not answer:
+        return None
+    if format == "gsm8k":
+        number = normalize_number(answer)
+        return None if number is None else str(number.normalize())
+    return choice_letter(answer) if format == "choice" else answer.strip()
+
+
+# --- paired comparisons -------------------------------------------------------------------------
+
+
+def paired_table(results: pd.DataFrame) -> pd.DataFrame:
+    """Each EASD variant against SD and against target-only, on the (problem, sample) pairs both ran."""
+    methods = list(dict.fromkeys(results["method"]))
+    rows = []
+    for a in [m for m in methods if m.startswith("easd")]:
+        for b in [m for m in ("sd", "target") if m in methods]:
+            rows.append(_paired_row(results, a, b))
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "a",
+            "b",
+            "pairs",
+            "both_right",
+            "only_a",
+            "only_b",
+            "both_wrong",
+            "accuracy_a",
+            "accuracy_b",
+            "difference",
+            "mcnemar_p",
+            "boot95_low",
+            "boot95_high",
+        ],
+    )
+
+
+def _paired_row(results: pd.DataFrame, a: str, b: str) -> dict:
+    key = ["problem_id", "sample"]
+    both = results[results["method"] == a][key + ["correct"]].merge(
+        results[results["method"] == b][key + ["correct"]], on=key, suffixes=("_a", "_b")
+    )
+    right_a, right_b = both["correct_a"].to_numpy(), both["correct_b"].to_numpy()
+    only_a, only_b = int((right_a & ~right_b).sum()), int((~right_a & right_b).sum())
+    low, high = paired_bootstrap(right_a, right_b)
+    return {
+        "a": a,
+        "b": b,
+        "pairs": len(both),
+        "both_right": int((right_a & right_b).sum()),
+        "only_a": only_a,
+        "only_b": only_b,
+        "both_wrong": int((~right_a & ~right_b).sum()),
+        "accuracy_a": right_a.mean() if len(both) else np.nan,
+        "accuracy_b": right_b.mean() if len(both) else np.nan,
+        "difference": (right_a.mean() - right_b.mean()) if len(both) else np.nan,
+        "mcnemar_p": mcnemar_exact(only_a, only_b),
+        "boot95_low": low,
+        "boot95_high": high,
+    }
+
+
+# --- writing ------------------------------------------------------------------------------------
+
+
+def write_reports(out: Path, format: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    results = load_results(out / "results.csv")
+    summary, paired = summary_table(results, format), paired_table(results)
+    summary.to_csv(out / "summary.csv", index=False, float_format="%.4f")
+    paired.to_csv(out / "paired.csv", index=False, float_format="%.4f")
+    write_html(out / "report.html", "EASD evaluation", [accuracy_figure(summary), speed_figure(summary), paired_figure(paired)])
+    return summary, paired
+
+
+def write_html(path: Path, title: str, figures: list[go.Figure]) -> None:
+    """One self-contained page (Plotly inlined once), readable offline."""
+    parts = [figure.to_html(full_html=False, include_plotlyjs=i == 0) for i, figure in enumerate(figures)]
+    path.write_text(
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title></head><body>{''.join(parts)}</body></html>",
+        encoding="utf-8",
+    )
+
+
+def accuracy_figure(summary: pd.DataFrame) -> go.Figure:
+    error = dict(
+        type="data",
+        symmetric=False,
+        array=summary["ci95_high"] - summary["accuracy"],
+        arrayminus=summary["accuracy"] - summary["ci95_low"],
+    )
+    figure = go.Figure(
+        go.Bar(x=summary["method"], y=summary["accuracy"], error_y=error, text=[f"{a:.1%}" for a in summary["accuracy"]])
+    )
+    figure.update_layout(title="Accuracy with 95% Wilson intervals", yaxis_tickformat=".0%", yaxis_range=[0, 1])
+    return figure
+
+
+def speed_figure(summary: pd.DataFrame) -> go.Figure:
+    figure = make_subplots(rows=1, cols=3, subplot_titles=("tokens/s", "acceptance rate", "penalized-token rate"))
+    for col, column in enumerate(("tokens_per_s", "acceptance_rate", "penalized_token_rate"), start=1):
+        figure.add_trace(go.Bar(x=summary["method"], y=summary[column], showlegend=False), row=1, col=col)
+    figure.update_layout(title="Speed and intervention")
+    return figure
+
+
+def paired_figure(paired: pd.DataFrame) -> go.Figure:
+    labels = [f"{a} vs {b} (p={p:.3g})" for a, b, p in zip(paired["a"], paired["b"], paired["mcnemar_p"])]
+    figure = go.Figure()
+    for column, name in (
+        ("both_right", "both right"),
+        ("only_a", "only the first right"),
+        ("only_b", "only the second right"),
+        ("both_wrong", "both wrong"),
+    ):
+        figure.add_trace(go.Bar(y=labels, x=paired[column], name=name, orientation="h"))
+    figure.update_layout(barmode="stack", title="Paired outcomes (exact McNemar p-values)", height=200 + 40 * len(paired))
+    return figure
+
+
+# --- the sweep ----------------------------------------------------------------------------------
+
+
+def write_sweep(out: Path, format: str) -> pd.DataFrame:
+    """sweep.csv (one row per τ_H × τ_O cell) and sweep.html: two heatmaps, SD and target-only as references."""
+    results = load_results(out / "results.csv")
+    summary = summary_table(results, format)
+    cells = summary[summary["method"].str.startswith("easd@")].copy()
+    cells[["tau_h", "tau_o"]] = cells["method"].str.removeprefix("easd@").str.split("/", expand=True).astype(float)
+    cells = cells[["tau_h", "tau_o", "runs", "accuracy", "ci95_low", "ci95_high", "penalized_token_rate", "tokens_per_s"]]
+    cells.to_csv(out / "sweep.csv", index=False, float_format="%.4f")
+    references = {
+        m: summary.loc[summary["method"] == m, "accuracy"].iloc[0] for m in ("sd", "target") if m in set(summary["method"])
+    }
+    write_html(out / "sweep.html", "EASD threshold sweep", _sweep_figures(cells, references))
+    return cells
+
+
+def _sweep_figures(cells: pd.DataFrame, references: dict) -> list[go.Figure]:
+    figures = []
+    for column, title, scale in (
+        ("accuracy", "Accuracy", "Greens"),
+        ("penalized_token_rate", "Penalized-token frequency", "Oranges"),
+    ):
+        grid = cells.pivot(index="tau_h", columns="tau_o", values=column)
+        figure = go.Figure(go.Heatmap(z=grid.values, x=grid.columns, y=grid.index, colorscale=scale, texttemplate="%{z:.1%}"))
+        note = ", ".join(f"{name} {value:.1%}" for name, value in references.items())
+        figure.update_layout(
+            title=f"{title} over τ_H × τ_O" + (f" (references: {note})" if note else ""), xaxis_title="τ_O", yaxis_title="τ_H"
+        )
+        figures.append(figure)
+    lines = go.Figure(
+        [go.Scatter(x=g["tau_o"], y=g["accuracy"], mode="lines+markers", name=f"τ_H = {h:g}") for h, g in cells.groupby("tau_h")]
+    )
+    for name, value in references.items():
+        lines.add_hline(y=value, line_dash="dash", annotation_text=f"{name} {value:.1%}")
+    lines.update_layout(
+        title="Accuracy by τ_O, with SD and target-only as reference lines", xaxis_title="τ_O", yaxis_tickformat=".0%"
+    )
+    return [*figures, lines]

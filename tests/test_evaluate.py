@@ -1,0 +1,216 @@
+"""The evaluation: shared-prefix runs, resume after a crash, samples and votes, calibration, the sweep."""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from easd.calibrate import nearest_candidate, top_share_mean
+from easd.cli import main
+from easd.errors import EasdError
+from easd.evaluate import RESULT_COLUMNS, grid_variants, parse_methods, run_evaluation, run_problem
+from easd.problems import load_problems
+from easd.report import load_results, write_reports
+from easd.settings import DecodeSettings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def data(tmp_path):
+    rows = [
+        {
+            "question": f"Tom has {i} apples and buys {i + 2} more. How many apples does he have?",
+            "answer": f"He has {2 * i + 2}.\n#### {2 * i + 2}",
+        }
+        for i in range(8)
+    ]
+    path = tmp_path / "problems.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def keys(rows):
+    return [(r["problem_id"], r["method"], str(r["sample"])) for r in rows]
+
+
+def test_methods_are_parsed_with_sd_first():
+    variants = parse_methods("easd,easd:no_overlap,target,sd", DecodeSettings())
+    assert [v.label for v in variants] == ["sd", "easd", "easd:no_overlap", "target"]
+    assert variants[2].settings.rule == "no_overlap" and variants[3].settings.method == "target"
+    with pytest.raises(EasdError, match="--methods: 'sd:full'"):
+        parse_methods("sd:full", DecodeSettings())
+
+
+def test_shared_prefix_rows_equal_independent_rows(tiny_pair, data):
+    base = DecodeSettings(max_new_tokens=40, temperature=0.9, seed=4)
+    saved = 0.0
+    for problem in load_problems(data, "gsm8k", limit=4):
+        shared = run_problem(tiny_pair, problem, parse_methods("sd,easd,easd:target_entropy_only", base), 0, None)
+        alone = run_problem(tiny_pair, problem, parse_methods("easd,easd:target_entropy_only", base), 0, None)
+        for a, b in zip(shared[1:], alone):
+            assert (a["text"], a["prediction"], a["penalized"], a["target_calls"]) == (
+                b["text"],
+                b["prediction"],
+                b["penalized"],
+                b["target_calls"],
+            )
+        saved += sum(r["saved_seconds"] for r in shared)
+    assert saved > 0
+
+
+def rows_written(path: Path) -> int:
+    return max(0, len(list(csv.reader(path.open(newline="")))) - 1) if path.exists() else 0
+
+
+def test_resume_after_a_killed_run_duplicates_and_loses_nothing(data, tmp_path):
+    lines = data.read_text().splitlines()
+    data.write_text("\n".join(lines * 4) + "\n")  # 32 problems: too many to finish before the kill
+    out = tmp_path / "out"
+    command = [
+        sys.executable,
+        "-m",
+        "easd",
+        "eval",
+        "--pair",
+        "tiny-random",
+        "--data",
+        str(data),
+        "--methods",
+        "sd,easd",
+        "--max-new-tokens",
+        "200",
+        "--out",
+        str(out),
+    ]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    results = out / "results.csv"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and rows_written(results) < 4:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    with results.open("a", newline="") as handle:  # a kill in the middle of a write leaves half a row
+        handle.write('7,sd,0,0,12,boxed,16,False,30,1.0,"unterminated')
+    before = list(csv.DictReader(results.open(newline="")))[:-1]
+    assert 4 <= len(before) < 64
+
+    assert main([*command[3:], "--resume"]) == 0
+    after = list(csv.DictReader((out / "results.csv").open(newline="")))
+    assert sorted(keys(after)) == sorted({(str(i), m, "0") for i in range(32) for m in ("sd", "easd")})
+    assert after[: len(before)] == before  # what was written before the kill is kept as it was
+    assert (
+        (out / "summary.csv").exists()
+        and (out / "paired.csv").exists()
+        and "plotly" in (out / "report.html").read_text()[:200000].lower()
+    )
+
+
+def test_output_folders_are_never_mixed(tiny_pair, data, tmp_path):
+    problems = load_problems(data, "gsm8k", limit=1)
+    config = {"pair": "tiny", "data": str(data), "format": "gsm8k", "shuffle": None, "samples": 1, "settings": {"k": 4}}
+    variants = parse_methods("sd", DecodeSettings(max_new_tokens=5))
+    run_evaluation(tiny_pair, problems, variants, 1, tmp_path, config, progress=False)
+    with pytest.raises(EasdError, match="already holds results; add --resume"):
+        run_evaluation(tiny_pair, problems, variants, 1, tmp_path, config, progress=False)
+    with pytest.raises(EasdError, match="--resume: .* other settings"):
+        run_evaluation(tiny_pair, problems, variants, 1, tmp_path, {**config, "settings": {"k": 2}}, resume=True, progress=False)
+    rows = run_evaluation(
+        tiny_pair,
+        problems,
+        parse_methods("sd,easd", DecodeSettings(max_new_tokens=5)),
+        1,
+        tmp_path,
+        config,
+        resume=True,
+        progress=False,
+    )
+    assert sorted(keys(rows)) == [("0", "easd", "0"), ("0", "sd", "0")]  # a method added later runs; SD is not repeated
+
+
+def test_samples_give_mean_std_and_vote(tiny_pair, data, tmp_path):
+    problems = load_problems(data, "gsm8k", limit=3)
+    config = {"pair": "tiny", "data": str(data), "format": "gsm8k", "shuffle": None, "samples": 3, "settings": {}}
+    variants = parse_methods("sd,easd", DecodeSettings(max_new_tokens=12, temperature=1.0))
+    rows = run_evaluation(tiny_pair, problems, variants, 3, tmp_path, config, progress=False)
+    assert len(rows) == 3 * 3 * 2 and {r["seed"] for r in rows} == {"0", "1", "2"}
+    summary, paired = write_reports(tmp_path, "gsm8k")
+    assert {"sample_accuracy_mean", "sample_accuracy_std", "vote_accuracy"} <= set(summary.columns)
+    assert paired.loc[0, "pairs"] == 9 and paired.loc[0, ["both_right", "only_a", "only_b", "both_wrong"]].sum() == 9
+    assert list(load_results(tmp_path / "results.csv").columns) == RESULT_COLUMNS
+
+
+def test_calibration_mapping():
+    assert [nearest_candidate(v) for v in (0.1, 0.74, 0.75, 0.76, 1.24, 1.26, 1.9, 3.7)] == [
+        0.5,
+        0.5,
+        0.5,
+        1.0,
+        1.0,
+        1.5,
+        2.0,
+        2.0,
+    ]
+    assert top_share_mean(list(range(100))) == pytest.approx(97.0)  # the top 5: 95..99
+    assert top_share_mean([0.3, 2.0]) == 2.0  # always at least one value
+
+
+def test_calibrate_command(data, tmp_path, capsys):
+    assert (
+        main(
+            [
+                "calibrate",
+                "--pair",
+                "tiny-random",
+                "--data",
+                str(data),
+                "--limit",
+                "2",
+                "--max-new-tokens",
+                "24",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
+    results = json.loads((tmp_path / "calibration.json").read_text())
+    assert [r["model"] for r in results] == ["target", "draft"] and all(r["tau_h"] in (0.5, 1.0, 1.5, 2.0) for r in results)
+    assert all(r["tokens"] == 48 for r in results) and (tmp_path / "calibration.html").exists()
+    assert "→ τ_H =" in capsys.readouterr().out
+
+
+def test_sweep_grid_shape(data, tmp_path):
+    assert len(grid_variants(DecodeSettings(), [1, 1.5, 2], [0.2, 0.4, 0.6, 0.8, 1.0])) == 1 + 15
+    assert (
+        main(
+            [
+                "sweep",
+                "--pair",
+                "tiny-random",
+                "--data",
+                str(data),
+                "--limit",
+                "2",
+                "--max-new-tokens",
+                "16",
+                "--tau-hs",
+                "1,2",
+                "--tau-os",
+                "0.4,0.8,1",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
+    sweep = list(csv.DictReader((tmp_path / "sweep.csv").open()))
+    assert sorted((float(r["tau_h"]), float(r["tau_o"])) for r in sweep) == [(h, o) for h in (1, 2) for o in (0.4, 0.8, 1.0)]
+    assert all(0 <= float(r["penalized_token_rate"]) <= 1 for r in sweep) and (tmp_path / "sweep.html").exists()
+    os.remove(tmp_path / "sweep.csv")
