@@ -6,7 +6,7 @@
     python app.py --draft ./small --target ./large --allow-pairs tiny-random
 
 Every flag can also come from the environment (EASD_PAIR, EASD_ALLOW_PAIRS, EASD_DRAFT, EASD_TARGET,
-EASD_DTYPE, EASD_INT8, EASD_HOST, EASD_PORT, EASD_MAX_NEW_TOKENS_CAP, EASD_CONCURRENCY), which is
+EASD_DTYPE, EASD_INT8, EASD_HOST, EASD_PORT, EASD_MAX_NEW_TOKENS_CAP, EASD_CONCURRENCY, EASD_EVAL_DIRS), which is
 how a Hugging Face Space sets them. The browser can only choose among the pairs allowed here.
 """
 
@@ -110,7 +110,10 @@ def main(argv: list[str] | None = None) -> None:
     if host.default is not None:
         host.ensure_loading(host.default)  # start now, so the first visitor finds it loading or ready
     examples = json.loads((ASSETS / "examples.json").read_text(encoding="utf-8"))
-    demo = build_app(host, examples, gpu=gpu_decorator())
+    missing = [folder for folder in args.eval_dir if not (Path(folder) / "results.csv").is_file()]
+    if missing:
+        sys.exit(f"error: --eval-dir {missing[0]} holds no results.csv (the output folder of `python -m easd eval`)")
+    demo = build_app(host, examples, gpu=gpu_decorator(), eval_dirs=args.eval_dir)
     demo.queue(default_concurrency_limit=args.concurrency, max_size=64)
     demo.launch(
         server_name=args.host,

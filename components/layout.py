@@ -17,9 +17,10 @@ from easd.compare import LANES, Comparison
 from easd.errors import EasdError
 from easd.whatif import would_penalize
 
-from . import figures
+from . import evaluation, figures
 from .backend import ModelHost
 from .controls import Controls, build_controls, overlap_meaning, settings_from
+from .evaluation import EvaluationTab, build_evaluation_tab
 from .inspector import inspector_html
 from .lanes import lane_html, lane_title, legend_html
 from .session import Session
@@ -383,11 +384,17 @@ def _file_name(path) -> str:
 # --- the app --------------------------------------------------------------------------------------
 
 
-def build_app(host: ModelHost, examples: list[str], gpu=lambda fn: fn) -> gr.Blocks:
-    """The whole app. `gpu` wraps the generating functions (spaces.GPU on a ZeroGPU Space)."""
+def build_app(host: ModelHost, examples: list[str], gpu=lambda fn: fn, eval_dirs: list[str] | None = None) -> gr.Blocks:
+    """The whole app. `gpu` wraps the generating functions (spaces.GPU on a ZeroGPU Space);
+    `eval_dirs` are the evaluation folders the operator allows the Evaluation tab to open."""
     handlers = make_handlers(host)
+    eval_dirs = list(eval_dirs or [])
     with gr.Blocks(title="EASD Lab", delete_cache=(3600, 7200)) as demo:
-        page = build_page(host, examples)
+        with gr.Tab("Compare"):
+            page = build_page(host, examples)
+        with gr.Tab("Evaluation"):
+            tab = build_evaluation_tab(eval_dirs)
+        _wire_evaluation(tab, eval_dirs)
         c, s = page.controls, page.state
         whatif_in = c.whatif_inputs()
         private = dict(api_visibility="private")
@@ -426,3 +433,12 @@ def build_app(host: ModelHost, examples: list[str], gpu=lambda fn: fn) -> gr.Blo
             trigger(handlers["poll"], [page.pair], [page.status, page.generate, page.timer], **instant)
         gr.api(gpu(handlers["compare"]), api_name="compare", concurrency_id="generate", concurrency_limit=host.concurrency)
     return demo
+
+
+def _wire_evaluation(tab: EvaluationTab, eval_dirs: list[str]) -> None:
+    private = dict(api_visibility="private")
+    tab.folder.change(lambda folder: evaluation.load_folder(folder, eval_dirs), tab.folder, tab.outputs(), **private)
+    tab.uploads.upload(evaluation.load_uploads, tab.uploads, tab.outputs(), **private)
+    tab.problems.select(
+        evaluation.show_answers, [tab.results, tab.left_method, tab.right_method], [tab.left_answer, tab.right_answer], **private
+    )

@@ -25,7 +25,26 @@ def run(tiny_pair):
 
 
 @pytest.fixture(scope="session")
-def app_url():
+def eval_folder(tmp_path_factory, tiny_pair):
+    """A small `easd eval` output (tiny pair, 3 problems, SD and EASD) for the Evaluation tab."""
+    import json
+
+    from easd.evaluate import parse_methods, run_evaluation
+    from easd.problems import load_problems
+    from easd.report import write_reports
+
+    folder = tmp_path_factory.mktemp("eval")
+    rows = [{"question": f"<b>Q{i}</b>: {i} + 2?", "answer": f"#### {i + 2}"} for i in range(3)]
+    (folder / "data.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    problems = load_problems(folder / "data.jsonl", "gsm8k")
+    variants = parse_methods("sd,easd", DecodeSettings(max_new_tokens=24))
+    run_evaluation(tiny_pair, problems, variants, 1, folder, {"pair": "tiny"}, progress=False)
+    write_reports(folder, "gsm8k")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def app_url(eval_folder):
     """The web app on the tiny random pair, served on a free local port for the session."""
     import json
     import socket
@@ -44,7 +63,7 @@ def app_url():
     while host.pair("tiny-random") is None:
         time.sleep(0.05)
     assets = Path(__file__).resolve().parent.parent / "assets"
-    demo = build_app(host, json.loads((assets / "examples.json").read_text()))
+    demo = build_app(host, json.loads((assets / "examples.json").read_text()), eval_dirs=[str(eval_folder)])
     demo.queue(default_concurrency_limit=1)
     _, url, _ = demo.launch(
         server_name="127.0.0.1",

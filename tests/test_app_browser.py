@@ -144,3 +144,16 @@ def test_a_bad_trace_file_gets_a_message_and_the_app_keeps_running(browser, tmp_
     browser.find_element(By.CSS_SELECTOR, "input[type=file]").send_keys(str(tmp_path / "bad.csv"))
     wait(browser).until(lambda d: "Could not load that file" in text_of(d, "message"))
     assert "missing columns" in text_of(browser, "message")
+
+
+def test_evaluation_tab_opens_an_allowed_folder_and_shows_answers(browser, eval_folder):
+    next(b for b in browser.find_elements(By.CSS_SELECTOR, "button[role=tab]") if b.text.strip() == "Evaluation").click()
+    dropdown = wait(browser).until(lambda d: d.find_element(By.CSS_SELECTOR, "#eval_folder input"))
+    dropdown.click()
+    wait(browser).until(lambda d: d.find_element(By.CSS_SELECTOR, "#eval_folder li[role=option]")).click()
+    assert str(eval_folder) not in browser.page_source  # the server's path never reaches the page
+    wait(browser).until(lambda d: "3 problems, methods sd, easd" in text_of(d, "eval_message"))
+    assert "accuracy" in text_of(browser, "eval_summary") and "mcnemar_p" in text_of(browser, "eval_paired")
+    wait(browser).until(lambda d: d.find_element(By.CSS_SELECTOR, "#eval_problems [data-testid='cell-0-2']")).click()
+    wait(browser).until(lambda d: "sd:" in text_of(d, "eval_left_answer") and "easd:" in text_of(d, "eval_right_answer"))
+    next(b for b in browser.find_elements(By.CSS_SELECTOR, "button[role=tab]") if b.text.strip() == "Compare").click()
