@@ -1,4 +1,4 @@
-"""`python -m easd`: generate with one method, or benchmark the methods against each other.
+"""`python -m easd`: generate, bench, pairs, eval, calibrate and sweep.
 
 Errors a user can fix print one line naming the flag and exit with status 2, before any model
 loads where possible, so a typo never costs a model load.

@@ -14,6 +14,7 @@ rule fires on a token the standard test accepted.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import itertools
 import threading
@@ -66,6 +67,19 @@ class CachedModel:
         """Forget cached positions from `length` on (rejected drafts)."""
         if self.cache is not None and self.seen > length:
             self.cache.crop(length - self.seen)  # transformers 5: a negative count of positions to drop
+
+    def cache_as_of(self, length: int) -> DynamicCache | None:
+        """A copy of the cache as it was when it held `length` positions.
+
+        Committed positions are never recomputed, so cutting today's cache back gives exactly the
+        earlier one: bit for bit the numbers a run from scratch would have there.
+        """
+        if self.cache is None:
+            return None
+        earlier = copy.deepcopy(self.cache)
+        if earlier.get_seq_length() > length:
+            earlier.crop(length - earlier.get_seq_length())
+        return earlier
 
 
 # --- what a block produced ------------------------------------------------------------------------
@@ -259,6 +273,8 @@ class Checkpoint:
 
     block: int
     position: int  # tokens generated before this block
+    draft_seen: int  # positions in the draft's cache as the block starts
+    target_seen: int  # positions in the target's cache
     rng_state: torch.Tensor
     seconds: float
     target_calls: int
@@ -347,6 +363,8 @@ class Generation:
             Checkpoint(
                 self.first_block + len(self.checkpoints),
                 len(self.tokens) - self.prompt_length,
+                self.draft.seen,
+                self.target.seen,
                 self.generator.get_state(),
                 stats.seconds,
                 self.target.calls,
@@ -357,17 +375,21 @@ class Generation:
     def resume_at(self, checkpoint: Checkpoint, settings: DecodeSettings) -> Generation:
         """A new run with other settings that starts where this one started `checkpoint.block`.
 
-        It takes this run's tokens and records before that block, its random state and its
-        counts and time so far. Where the two settings make the same decisions up to that block
-        (SD and EASD before EASD's first penalty), the result equals a run from scratch, without
-        decoding the shared prefix again. The copied records keep this run's `triggered`;
-        `easd.prefix` recomputes it for other rules.
+        It takes this run's tokens and records before that block, its KV caches as they were
+        then, its random state, and its counts and time so far. Where the two settings make the
+        same decisions up to that block (SD and EASD before EASD's first penalty), the result
+        equals a run from scratch, bit for bit, without decoding the shared prefix again. (A fresh
+        prefill of the prefix would not: in bfloat16 it rounds differently from the block-by-block
+        cache, enough to move an entropy across τ_H.) The copied records keep this run's
+        `triggered`; `easd.prefix` recomputes it for other rules.
         """
         resumed = Generation(self.pair, self.prompt, settings, chat=self.chat, use_cache=self.use_cache)
         shared = checkpoint.position
         resumed.tokens.extend(self.tokens[self.prompt_length : self.prompt_length + shared])
         resumed.trace.records = [dataclasses.replace(r) for r in self.trace.records[:shared]]
         resumed.trace.blocks = [dataclasses.replace(b) for b in self.trace.blocks if b.index < checkpoint.block]
+        resumed.draft.cache = self.draft.cache_as_of(checkpoint.draft_seen)
+        resumed.target.cache = self.target.cache_as_of(checkpoint.target_seen)
         resumed.generator.set_state(checkpoint.rng_state)
         resumed.first_block = checkpoint.block
         resumed.trace.stats.seconds = checkpoint.seconds

@@ -9,26 +9,12 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .evaluate import RESULT_COLUMNS
 from .problems import choice_letter, is_correct, normalize_number
 from .stats import majority, mcnemar_exact, paired_bootstrap, wilson
 
-NUMERIC = [
-    "sample",
-    "seed",
-    "new_tokens",
-    "seconds",
-    "tokens_per_s",
-    "acceptance_rate",
-    "accepted",
-    "examined",
-    "penalized",
-    "first_penalty_position",
-    "target_calls",
-    "draft_calls",
-    "saved_seconds",
-    "tau_h",
-    "tau_o",
-]
+TEXT_COLUMNS = {"problem_id", "method", "prediction", "extraction", "gold", "correct", "stop_reason", "text"}
+NUMERIC = [column for column in RESULT_COLUMNS if column not in TEXT_COLUMNS]
 
 
 def load_results(path: str | Path) -> pd.DataFrame:

@@ -162,24 +162,8 @@ def test_calibration_mapping():
 
 
 def test_calibrate_command(data, tmp_path, capsys):
-    assert (
-        main(
-            [
-                "calibrate",
-                "--pair",
-                "tiny-random",
-                "--data",
-                str(data),
-                "--limit",
-                "2",
-                "--max-new-tokens",
-                "24",
-                "--out",
-                str(tmp_path),
-            ]
-        )
-        == 0
-    )
+    arguments = f"calibrate --pair tiny-random --data {data} --limit 2 --max-new-tokens 24 --out {tmp_path}"
+    assert main(arguments.split()) == 0
     results = json.loads((tmp_path / "calibration.json").read_text())
     assert [r["model"] for r in results] == ["target", "draft"] and all(r["tau_h"] in (0.5, 1.0, 1.5, 2.0) for r in results)
     assert all(r["tokens"] == 48 for r in results) and (tmp_path / "calibration.html").exists()
@@ -188,28 +172,10 @@ def test_calibrate_command(data, tmp_path, capsys):
 
 def test_sweep_grid_shape(data, tmp_path):
     assert len(grid_variants(DecodeSettings(), [1, 1.5, 2], [0.2, 0.4, 0.6, 0.8, 1.0])) == 1 + 15
-    assert (
-        main(
-            [
-                "sweep",
-                "--pair",
-                "tiny-random",
-                "--data",
-                str(data),
-                "--limit",
-                "2",
-                "--max-new-tokens",
-                "16",
-                "--tau-hs",
-                "1,2",
-                "--tau-os",
-                "0.4,0.8,1",
-                "--out",
-                str(tmp_path),
-            ]
-        )
-        == 0
+    arguments = (
+        f"sweep --pair tiny-random --data {data} --limit 2 --max-new-tokens 16 --tau-hs 1,2 --tau-os 0.4,0.8,1 --out {tmp_path}"
     )
+    assert main(arguments.split()) == 0
     sweep = list(csv.DictReader((tmp_path / "sweep.csv").open()))
     assert sorted((float(r["tau_h"]), float(r["tau_o"])) for r in sweep) == [(h, o) for h in (1, 2) for o in (0.4, 0.8, 1.0)]
     assert all(0 <= float(r["penalized_token_rate"]) <= 1 for r in sweep) and (tmp_path / "sweep.html").exists()
