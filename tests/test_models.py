@@ -74,3 +74,15 @@ def test_unknown_pair_is_refused():
 
 def test_tiny_pair_says_it_is_gibberish(tiny_pair):
     assert "gibberish" in tiny_pair.note
+
+
+def test_a_pair_loads_from_gguf_files(tmp_path):
+    from test_packaged import write_tiny_qwen2_gguf
+
+    from easd.models import load_pair
+
+    write_tiny_qwen2_gguf(tmp_path / "tiny.gguf")
+    pair = load_pair(str(tmp_path / "tiny.gguf"), str(tmp_path / "tiny.gguf"), dtype="float32")
+    assert pair.draft_name == "tiny.gguf" and pair.vocab_size == len(pair.tokenizer)
+    trace = Generation(pair, "hi", DecodeSettings(method="sd", max_new_tokens=8), chat=False).run()
+    assert len(trace.records) == 8 and trace.summary()["acceptance_rate"] == 1.0  # a model drafting for itself
