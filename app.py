@@ -69,6 +69,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=int(env("EASD_CONCURRENCY", "1")),
         help="generations running at once; more wait in a queue",
     )
+    parser.add_argument(
+        "--eval-dir",
+        action="append",
+        default=[d for d in env("EASD_EVAL_DIRS", "").split(os.pathsep) if d],
+        help="an output folder of `python -m easd eval` the Evaluation tab may open; repeat for more",
+    )
     return parser.parse_args(argv)
 
 
@@ -106,13 +112,13 @@ def gpu_decorator():
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    missing = [folder for folder in args.eval_dir if not (Path(folder) / "results.csv").is_file()]
+    if missing:
+        sys.exit(f"error: --eval-dir {missing[0]} holds no results.csv (the output folder of `python -m easd eval`)")
     host = make_host(args)
     if host.default is not None:
         host.ensure_loading(host.default)  # start now, so the first visitor finds it loading or ready
     examples = json.loads((ASSETS / "examples.json").read_text(encoding="utf-8"))
-    missing = [folder for folder in args.eval_dir if not (Path(folder) / "results.csv").is_file()]
-    if missing:
-        sys.exit(f"error: --eval-dir {missing[0]} holds no results.csv (the output folder of `python -m easd eval`)")
     demo = build_app(host, examples, gpu=gpu_decorator(), eval_dirs=args.eval_dir)
     demo.queue(default_concurrency_limit=args.concurrency, max_size=64)
     demo.launch(

@@ -1,0 +1,62 @@
+"""`python app.py` itself, as the README starts it: flags, environment, and a real launch."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import app
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_eval_dirs_come_from_flags_and_the_environment(monkeypatch):
+    monkeypatch.setenv("EASD_EVAL_DIRS", os.pathsep.join(["runs/a", "runs/b"]))
+    assert app.parse_args(["--eval-dir", "runs/c"]).eval_dir == ["runs/a", "runs/b", "runs/c"]
+    monkeypatch.delenv("EASD_EVAL_DIRS")
+    assert app.parse_args([]).eval_dir == []
+
+
+def test_an_eval_dir_without_results_is_refused_before_any_model_loads(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "app.py", "--pair", "tiny-random", "--eval-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1 and "holds no results.csv" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_app_py_starts_and_serves_the_page(eval_folder):
+    port = free_port()
+    command = [sys.executable, "app.py", "--pair", "tiny-random", "--port", str(port), "--eval-dir", str(eval_folder)]
+    server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        page = wait_for_page(f"http://127.0.0.1:{port}/config", server)
+        assert "EASD Lab" in page and "Evaluation" in page
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def wait_for_page(url: str, server: subprocess.Popen, seconds: float = 120) -> str:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise AssertionError(f"app.py exited with {server.returncode}:\n{server.stdout.read()}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return response.read().decode()
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"app.py did not serve {url} within {seconds:.0f} s")
