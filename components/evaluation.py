@@ -146,10 +146,12 @@ def _message(text: str) -> list:
 
 
 def problem_table(results: pd.DataFrame) -> pd.DataFrame:
-    """One row per (problem, sample): the gold answer and each method's prediction, ✓ or ✗."""
+    """One row per (problem, sample) in the order they ran: the gold answer and each method's prediction,
+    ✓ or ✗, with the methods in the order they ran (SD first)."""
     marked = results.assign(answer=[f"{'✓' if ok else '✗'} {p}" for ok, p in zip(results["correct"], results["prediction"])])
-    table = marked.pivot_table(index=["problem_id", "sample", "gold"], columns="method", values="answer", aggfunc="first")
-    return table.reset_index()
+    index = ["problem_id", "sample", "gold"]
+    table = marked.pivot_table(index=index, columns="method", values="answer", aggfunc="first", sort=False)
+    return table[list(results["method"].unique())].reset_index()
 
 
 # --- answers side by side -----------------------------------------------------------------------
