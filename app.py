@@ -87,8 +87,8 @@ def make_host(args: argparse.Namespace) -> ModelHost:
         if not (args.draft and args.target):
             sys.exit("error: give --draft and --target together")
         allowed["custom"] = lambda: load_pair(args.draft, args.target, args.dtype, int8=args.int8)
-    elif (args.pair or default_pair_name()) != "none":
-        allowed[args.pair or default_pair_name()] = None
+    elif (name := args.pair or default_pair_name()) != "none":
+        allowed[name] = None
     for name in [n.strip() for n in args.allow_pairs.split(",") if n.strip()]:
         allowed.setdefault(name, None)
     unknown = [name for name in allowed if name != "custom" and name not in PAIRS]

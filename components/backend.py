@@ -40,7 +40,7 @@ class ModelHost:
     default: str | None
     max_new_tokens_cap: int = 512
     concurrency: int = 1
-    states: dict[str, LoadState] = field(default_factory=dict)
+    states: dict[str, LoadState] = field(init=False)  # one per allowed pair, made in __post_init__
 
     def __post_init__(self):
         # Gradio frees a queue slot as soon as Stop is pressed, before the step in flight ends;

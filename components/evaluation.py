@@ -15,8 +15,6 @@ from easd.errors import EasdError
 
 from .figures import empty_figure
 
-TABLE_COLUMNS = ["problem_id", "gold"]
-
 
 @dataclass
 class EvaluationTab:

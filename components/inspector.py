@@ -9,7 +9,7 @@ from easd.settings import overlap_needed
 from easd.trace import TokenRecord
 from easd.whatif import record_overlap
 
-from .lanes import ORIGIN_LABELS, TITLES, visible_text
+from .lanes import ORIGIN_LABELS, TITLES, format_number, visible_text
 
 CONDITION_LABELS = {"draft_entropy": "H_draft ≥ τ_H", "target_entropy": "H_target ≥ τ_H", "overlap": "overlap ≥ τ_O"}
 
@@ -39,7 +39,7 @@ def _header(lane: str, record: TokenRecord) -> str:
 def _decision(record: TokenRecord) -> str:
     drafted = f"<code>{_esc(record.draft_token_text)}</code>"
     chosen = f"<code>{_esc(record.token_text)}</code>"
-    odds = f"(q = {_fmt(record.p_draft)}, p = {_fmt(record.p_target)}, acceptance probability {_fmt(record.accept_prob)})"
+    odds = f"(q = {format_number(record.p_draft)}, p = {format_number(record.p_target)}, acceptance probability {format_number(record.accept_prob)})"
     explanations = {
         "draft_accepted": f"The draft proposed {drafted} {odds}; the target's test kept it.",
         "target_resample": f"The draft proposed {drafted} {odds}; the target's test rejected it, so {chosen} was drawn from the residual max(0, p − q).",
@@ -58,8 +58,8 @@ def _signals(record: TokenRecord, rule: str, tau_h: float, tau_o: float, top_n: 
     held = rule_conditions(record.h_draft, record.h_target, overlap, tau_h=tau_h, tau_o=tau_o, top_n=top_n)
     needed = overlap_needed(tau_o, top_n)
     values = {
-        "draft_entropy": f"H_draft = {_fmt(record.h_draft)} nats vs τ_H = {tau_h:g}",
-        "target_entropy": f"H_target = {_fmt(record.h_target)} nats vs τ_H = {tau_h:g}",
+        "draft_entropy": f"H_draft = {format_number(record.h_draft)} nats vs τ_H = {tau_h:g}",
+        "target_entropy": f"H_target = {format_number(record.h_target)} nats vs τ_H = {tau_h:g}",
         "overlap": f"{overlap} of top-{top_n} shared vs at least {needed} (τ_O = {tau_o:g})",
     }
     rows = "".join(
@@ -94,7 +94,3 @@ def _candidate_cells(candidate, record: TokenRecord, shared: set[int]) -> str:
     marks = ("▸" if token == record.draft_token_id else "") + ("★" if token == record.token_id else "")
     style = ' class="shared"' if token in shared else ""
     return f"<td{style}>{marks}<code>{_esc(text)}</code></td><td>{prob:.3f}</td>"
-
-
-def _fmt(value) -> str:
-    return "–" if value is None else f"{value:.3f}"

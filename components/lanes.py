@@ -84,11 +84,15 @@ def _span(lane: str, record: TokenRecord, selected: bool, fork: bool, whatif: bo
 def tooltip(record: TokenRecord) -> str:
     """Plain text (escaped by the caller): origin, signals, p and q of the drafted token, both top-5."""
     lines = [f"#{record.position} {ORIGIN_LABELS.get(record.origin, record.origin)} (block {record.block})"]
-    signals = [f"H_d {_num(record.h_draft)}", f"H_t {_num(record.h_target)}", f"overlap {_num(record.overlap)}"]
+    signals = [
+        f"H_d {format_number(record.h_draft)}",
+        f"H_t {format_number(record.h_target)}",
+        f"overlap {format_number(record.overlap)}",
+    ]
     lines.append(" · ".join(signals))
     if record.draft_token_id is not None:
         lines.append(
-            f"drafted “{visible_text(record.draft_token_text or '')}”: q={_num(record.p_draft)} p={_num(record.p_target)}"
+            f"drafted “{visible_text(record.draft_token_text or '')}”: q={format_number(record.p_draft)} p={format_number(record.p_target)}"
         )
     for side, candidates in (("draft", record.draft_top), ("target", record.target_top)):
         if candidates:
@@ -96,7 +100,7 @@ def tooltip(record: TokenRecord) -> str:
     return "\n".join(lines)
 
 
-def _num(value) -> str:
+def format_number(value) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 

@@ -249,7 +249,7 @@ def make_handlers(host: ModelHost):
             return
         with host.gate:  # released when the stream ends, is stopped, or the tab closes
             session.clear()
-            session.traces, session.running, session.source = comparison.traces, True, "generated"
+            session.traces, session.running = comparison.traces, True
             lanes_shown = figures_shown = time.monotonic()
             try:
                 for _ in comparison:

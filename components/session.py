@@ -23,7 +23,6 @@ class Session:
     step_lane: str = "easd"
     step: int = 0
     running: bool = False
-    source: str = ""  # "generated", or the name of a loaded file
 
     def clear(self) -> None:
         self.__dict__.update(Session().__dict__)
@@ -54,7 +53,6 @@ class Session:
             self.traces = {lane: by_method.get(lane) for lane in LANES}
         else:
             self.traces = dict(zip(LANES, traces + [None, None]))
-        self.source = source
         shown = [t for t in self.traces.values() if t is not None]
         skipped = len(traces) - len(shown)
         return f"Loaded {len(shown)} run(s) from {source}" + (f"; {skipped} more run(s) in the file not shown" if skipped else "")

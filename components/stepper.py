@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
+from easd.decoding import BLOCK_END
 from easd.trace import TokenRecord, Trace
 
 from .lanes import visible_text
@@ -50,8 +51,7 @@ def block_views(trace: Trace | None) -> list[BlockView]:
 
 
 def _end_of(records: list[TokenRecord]) -> str:
-    last = records[-1].origin
-    return {"target_resample": "rejected", "easd_penalty": "penalty", "bonus": "bonus"}.get(last, "single")
+    return BLOCK_END.get(records[-1].origin, "single")
 
 
 def stepper_html(lane_title: str, views: list[BlockView], step: int) -> str:

@@ -104,7 +104,8 @@ def run_problem(pair: ModelPair, problem: Problem, variants: list[Variant], samp
 
 
 def result_row(problem: Problem, label: str, sample: int, trace: Trace, saved_seconds: float) -> dict:
-    prediction, rule = extract_answer(trace.text)
+    text = trace.text  # joined from every record: build it once
+    prediction, rule = extract_answer(text)
     summary = trace.summary()
     examined = sum(r.draft_token_id is not None for r in trace.records)
     return {
@@ -130,7 +131,7 @@ def result_row(problem: Problem, label: str, sample: int, trace: Trace, saved_se
         "saved_seconds": round(saved_seconds, 4),
         "tau_h": trace.settings.tau_h,
         "tau_o": trace.settings.tau_o,
-        "text": trace.text,
+        "text": text,
     }
 
 
@@ -207,8 +208,7 @@ def run_evaluation(
 ) -> list[dict]:
     """Decode every (problem, sample) not done yet, appending its rows; returns all rows."""
     results = prepare_folder(out, config, resume)
-    rows = results.read()
-    done = {(r["problem_id"], r["method"], int(r["sample"])) for r in rows}
+    done = {(r["problem_id"], r["method"], int(r["sample"])) for r in results.read()}
     traces_dir = out / "traces" if keep_traces else None
     if traces_dir:
         traces_dir.mkdir(exist_ok=True)
@@ -219,6 +219,5 @@ def run_evaluation(
             if missing:
                 new_rows = run_problem(pair, problem, missing, sample, traces_dir)
                 results.append(new_rows)
-                rows.extend(new_rows)
             bar.update()
     return results.read()

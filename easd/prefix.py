@@ -13,11 +13,10 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, replace
 
-from .acceptance import rule_fires
 from .decoding import Generation
 from .settings import DecodeSettings
 from .trace import Trace
-from .whatif import first_penalty_block, overlap_counts, signal_column
+from .whatif import first_penalty_block, would_fire
 
 
 @dataclass
@@ -53,15 +52,7 @@ def _relabelled(trace: Trace, settings: DecodeSettings) -> Trace:
 
 def _retrigger(trace: Trace, settings: DecodeSettings) -> None:
     """Recompute `triggered` on rows copied from the SD run, under this run's rule and thresholds."""
-    fires = rule_fires(
-        settings.rule,
-        signal_column(trace, "h_draft"),
-        signal_column(trace, "h_target"),
-        overlap_counts(trace, settings.top_n),
-        tau_h=settings.tau_h,
-        tau_o=settings.tau_o,
-        top_n=settings.top_n,
-    )
+    fires = would_fire(trace, settings.rule, settings.tau_h, settings.tau_o, settings.top_n)
     for record, fired in zip(trace.records, fires):
         if record.draft_token_id is not None:
             record.triggered = bool(fired)

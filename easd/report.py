@@ -35,14 +35,15 @@ def summary_table(results: pd.DataFrame, format: str = "gsm8k") -> pd.DataFrame:
 
 
 def _summary_row(method: str, group: pd.DataFrame, format: str) -> dict:
-    accuracy, low, high = wilson(int(group["correct"].sum()), len(group))
+    correct = int(group["correct"].sum())
+    accuracy, low, high = wilson(correct, len(group))
     tokens, seconds = group["new_tokens"].sum(), group["seconds"].sum()
     examined = group["examined"].sum()
     row = {
         "method": method,
         "runs": len(group),
         "problems": group["problem_id"].nunique(),
-        "correct": int(group["correct"].sum()),
+        "correct": correct,
         "accuracy": accuracy,
         "ci95_low": low,
         "ci95_high": high,
