@@ -6,16 +6,18 @@ trace = Generation(pair, "Tom has 3 apples...", DecodeSettings(method="easd")).r
 print(trace.text, trace.summary())
 """
 
-__version__ = "0.1.0"
-
-from .decoding import Block, Generation  # noqa: E402
-from .errors import EasdError, ModelLoadError, SettingsError  # noqa: E402
-from .models import ModelPair, load_pair  # noqa: E402
-from .pairs import PAIRS, default_pair_name, load_named_pair  # noqa: E402
-from .settings import DecodeSettings  # noqa: E402
-from .trace import TokenRecord, Trace  # noqa: E402
+from ._version import __version__
+from .core.decoding import Block, Generation
+from .core.pair import ModelPair
+from .core.settings import DecodeSettings
+from .core import trace
+from .core.trace import TokenRecord, Trace
+from .errors import EasdError, ModelLoadError, SettingsError
+from .pairs.loading import load_pair
+from .pairs.registry import PAIRS, default_pair_name, load_named_pair
 
 __all__ = [
+    "__version__",
     "Block",
     "DecodeSettings",
     "EasdError",
@@ -27,6 +29,7 @@ __all__ = [
     "Trace",
     "TokenRecord",
     "default_pair_name",
+    "trace",
     "load_named_pair",
     "load_pair",
 ]

@@ -11,9 +11,9 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from . import trace as trace_io
+from .core import trace as trace_io
 from .errors import EasdError, SettingsError
-from .settings import METHODS, RULES, DecodeSettings
+from .core.settings import METHODS, RULES, DecodeSettings
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -24,7 +24,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .pairs import PAIRS
+    from .pairs.registry import PAIRS
 
     parser = OneLineParser(
         prog="python -m easd", description="Entropy-aware speculative decoding (EASD) vs speculative decoding (SD)."
@@ -212,7 +212,7 @@ def settings_from_args(args: argparse.Namespace) -> DecodeSettings:
 
 def load_models(args: argparse.Namespace):
     """The pair the flags name, announced on stderr (stdout carries only the result)."""
-    from .pairs import default_pair_name, load_named_pair
+    from .pairs.registry import default_pair_name, load_named_pair
 
     if (args.draft is None) != (args.target is None):
         missing = "--target" if args.target is None else "--draft"
@@ -220,7 +220,7 @@ def load_models(args: argparse.Namespace):
     if args.draft is not None and args.pair is not None:
         raise SettingsError("--pair", "cannot be combined with --draft/--target; choose one way to name the models")
     if args.draft is not None:
-        from .models import load_pair
+        from .pairs.loading import load_pair
 
         pair = load_pair(args.draft, args.target, args.dtype, int8=args.int8)
     else:
@@ -235,7 +235,7 @@ def load_models(args: argparse.Namespace):
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from .decoding import Generation
+    from .core.decoding import Generation
 
     settings = settings_from_args(args)
     prompt = _read_prompt(args)
@@ -298,7 +298,7 @@ def _fmt(value, spec: str) -> str:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from .bench import run_benchmark
+    from .lab.bench import run_benchmark
 
     if not 1 <= args.prompts <= 10:
         raise SettingsError("--prompts", f"must be from 1 to 10 (got {args.prompts})")
@@ -322,7 +322,7 @@ def _numbers(option: str, text: str) -> list[float]:
 
 
 def run_pairs(args: argparse.Namespace) -> int:
-    from .pairs import default_pair_name, pairs_table
+    from .pairs.registry import default_pair_name, pairs_table
 
     default = default_pair_name()
     for row in pairs_table():
@@ -337,7 +337,7 @@ def run_pairs(args: argparse.Namespace) -> int:
 
 
 def _problems(args: argparse.Namespace):
-    from .problems import load_problems
+    from .lab.problems import load_problems
 
     for option in ("limit", "offset"):
         value = getattr(args, option)
@@ -362,8 +362,8 @@ def _config(args: argparse.Namespace, pair, base: DecodeSettings, samples: int) 
 def run_eval(args: argparse.Namespace) -> int:
     import time
 
-    from .evaluate import parse_methods, run_evaluation
-    from .report import write_reports
+    from .lab.evaluate import parse_methods, run_evaluation
+    from .lab.report import write_reports
 
     base = settings_from_args(args)
     variants = parse_methods(args.methods, base)
@@ -397,7 +397,7 @@ def _print_tables(*tables) -> None:
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
-    from .calibrate import calibrate, collect_entropies, write_calibration
+    from .lab.calibrate import calibrate, collect_entropies, write_calibration
 
     if args.max_new_tokens < 1:
         raise SettingsError("--max-new-tokens", f"must be ≥ 1 (got {args.max_new_tokens})")
@@ -417,8 +417,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
 def run_sweep(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from .evaluate import Variant, grid_variants, run_evaluation
-    from .report import write_sweep
+    from .lab.evaluate import Variant, grid_variants, run_evaluation
+    from .lab.report import write_sweep
 
     base = settings_from_args(args)
     tau_hs, tau_os = _numbers("--tau-hs", args.tau_hs), _numbers("--tau-os", args.tau_os)

@@ -2,8 +2,8 @@
 
 import pytest
 
-from easd.settings import DecodeSettings
-from easd.tiny import load_tiny_pair
+from easd.core.settings import DecodeSettings
+from easd.pairs.tiny import load_tiny_pair
 
 PROMPTS = ["Tom has 3 apples and buys 5 more.", "def add(a, b):", "The answer is"]
 
@@ -16,7 +16,7 @@ def tiny_pair():
 @pytest.fixture
 def run(tiny_pair):
     """run(prompt, **settings) -> Trace, on the tiny pair."""
-    from easd.decoding import Generation
+    from easd.core.decoding import Generation
 
     def _run(prompt: str = PROMPTS[0], pair=None, use_cache: bool = True, chat: bool = True, **settings):
         return Generation(pair or tiny_pair, prompt, DecodeSettings(**settings), chat=chat, use_cache=use_cache).run()
@@ -29,9 +29,9 @@ def eval_folder(tmp_path_factory, tiny_pair):
     """A small `easd eval` output (tiny pair, 3 problems, SD and EASD) for the Evaluation tab."""
     import json
 
-    from easd.evaluate import parse_methods, run_evaluation
-    from easd.problems import load_problems
-    from easd.report import write_reports
+    from easd.lab.evaluate import parse_methods, run_evaluation
+    from easd.lab.problems import load_problems
+    from easd.lab.report import write_reports
 
     folder = tmp_path_factory.mktemp("eval")
     rows = [{"question": f"<b>Q{i}</b>: {i} + 2?", "answer": f"#### {i + 2}"} for i in range(3)]
@@ -51,9 +51,9 @@ def app_url(eval_folder):
     import time
     from pathlib import Path
 
-    from components.backend import ModelHost
-    from components.layout import build_app
-    from easd.tiny import load_tiny_pair
+    from ui.backend import ModelHost
+    from ui.layout import build_app
+    from easd.pairs.tiny import load_tiny_pair
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from easd import acceptance as acc
-from easd.settings import overlap_needed
+from easd.core import acceptance as acc
+from easd.core.settings import overlap_needed
 
 
 def logits_of(probs) -> torch.Tensor:

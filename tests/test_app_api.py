@@ -5,7 +5,7 @@ import threading
 import pytest
 from gradio_client import Client
 
-from easd import trace as trace_io
+from easd.core import trace as trace_io
 
 
 def runs_of(result: dict):

@@ -12,7 +12,7 @@ from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 from test_app_render import NASTY, nasty_trace  # noqa: E402
 
-from easd import trace as trace_io  # noqa: E402
+from easd.core import trace as trace_io  # noqa: E402
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 if os.environ.get("EASD_REQUIRE_BROWSER") and not (CHROMIUM and CHROMEDRIVER):

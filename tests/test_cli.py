@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from easd import trace as trace_io
+from easd.core import trace as trace_io
 from easd.cli import build_parser, main
 
 TINY = ["generate", "--pair", "tiny-random"]

@@ -1,4 +1,4 @@
-"""The decoding invariants of DESIGN.md §2, on the tiny random pair (float32)."""
+"""The decoding invariants listed in the README's Tests section, on the tiny random pair (float32)."""
 
 import dataclasses
 import threading
@@ -7,9 +7,9 @@ from collections import Counter
 import pytest
 from conftest import PROMPTS
 
-from easd.decoding import Generation
+from easd.core.decoding import Generation
 from easd.errors import SettingsError
-from easd.settings import DecodeSettings
+from easd.core.settings import DecodeSettings
 
 SAMPLING = dict(temperature=1.0, top_p=0.95)
 

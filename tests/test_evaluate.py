@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from easd.calibrate import nearest_candidate, top_share_mean
+from easd.lab.calibrate import nearest_candidate, top_share_mean
 from easd.cli import main
 from easd.errors import EasdError
-from easd.evaluate import RESULT_COLUMNS, grid_variants, parse_methods, run_evaluation, run_problem
-from easd.problems import load_problems
-from easd.report import load_results, write_reports
-from easd.settings import DecodeSettings
+from easd.lab.evaluate import RESULT_COLUMNS, grid_variants, parse_methods, run_evaluation, run_problem
+from easd.lab.problems import load_problems
+from easd.lab.report import load_results, write_reports
+from easd.core.settings import DecodeSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 

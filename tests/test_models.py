@@ -3,16 +3,16 @@
 import pytest
 import torch
 
-from easd.decoding import Generation
+from easd.core.decoding import Generation
 from easd.errors import ModelLoadError
-from easd.models import check_same_tokenizer, make_pair, resolve_dtype, with_int8
-from easd.pairs import PAIRS, load_named_pair, pairs_table
-from easd.settings import DecodeSettings
-from easd.tiny import CORPUS, build_models, build_tokenizer
+from easd.pairs.loading import check_same_tokenizer, make_pair, resolve_dtype, with_int8
+from easd.pairs.registry import PAIRS, load_named_pair, pairs_table
+from easd.core.settings import DecodeSettings
+from easd.pairs.tiny import CORPUS, build_models, build_tokenizer
 
 
 def test_tokenizers_that_differ_are_refused_naming_the_first_difference(monkeypatch):
-    import easd.tiny as tiny
+    import easd.pairs.tiny as tiny
 
     same = build_tokenizer()
     check_same_tokenizer(same, build_tokenizer())  # built twice from the same recipe: identical
@@ -79,7 +79,7 @@ def test_tiny_pair_says_it_is_gibberish(tiny_pair):
 def test_a_pair_loads_from_gguf_files(tmp_path):
     from test_packaged import write_tiny_qwen2_gguf
 
-    from easd.models import load_pair
+    from easd.pairs.loading import load_pair
 
     write_tiny_qwen2_gguf(tmp_path / "tiny.gguf")
     pair = load_pair(str(tmp_path / "tiny.gguf"), str(tmp_path / "tiny.gguf"), dtype="float32")

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from easd.errors import ModelLoadError
-from easd.packaged import (
+from easd.pairs.packaged import (
     MANIFEST,
     PackagedModel,
     PartPackage,

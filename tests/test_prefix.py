@@ -5,9 +5,9 @@ import dataclasses
 import pytest
 from conftest import PROMPTS
 
-from easd.decoding import Generation
-from easd.prefix import easd_after_sd
-from easd.settings import DecodeSettings
+from easd.core.decoding import Generation
+from easd.core.prefix import easd_after_sd
+from easd.core.settings import DecodeSettings
 
 VARIANTS = [
     ("full", 1.0, 0.8),
@@ -22,7 +22,7 @@ VARIANTS = [
 def tiny_bf16():
     import torch
 
-    from easd.tiny import load_tiny_pair
+    from easd.pairs.tiny import load_tiny_pair
 
     return load_tiny_pair(torch.bfloat16)
 

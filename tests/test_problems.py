@@ -5,7 +5,7 @@ import json
 import pytest
 
 from easd.errors import EasdError
-from easd.problems import choice_letter, extract_answer, is_correct, last_boxed, load_problems, normalize_number
+from easd.lab.problems import choice_letter, extract_answer, is_correct, last_boxed, load_problems, normalize_number
 
 
 @pytest.mark.parametrize(

@@ -6,9 +6,9 @@ the slowest test; it is skipped only when the part packages are not installed.
 
 import pytest
 
-from easd.decoding import Generation
-from easd.packaged import DRAFT, TARGET, installed
-from easd.settings import DecodeSettings
+from easd.core.decoding import Generation
+from easd.pairs.packaged import DRAFT, TARGET, installed
+from easd.core.settings import DecodeSettings
 
 pytestmark = pytest.mark.skipif(not (installed(DRAFT) and installed(TARGET)), reason="qwen-coder part packages not installed")
 
@@ -21,7 +21,7 @@ QUESTION = (
 
 @pytest.fixture(scope="module")
 def qwen_pair():
-    from easd.pairs import load_named_pair
+    from easd.pairs.registry import load_named_pair
 
     return load_named_pair("qwen-coder", "float32")  # the invariant is exact in float32; bfloat16 may flip near-ties
 

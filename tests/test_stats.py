@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from easd.stats import majority, mcnemar_exact, paired_bootstrap, wilson
+from easd.lab.stats import majority, mcnemar_exact, paired_bootstrap, wilson
 
 
 @pytest.mark.parametrize(

@@ -5,10 +5,10 @@ import json
 import pandas as pd
 import pytest
 
-from easd import trace as trace_io
+from easd.core import trace as trace_io
 from easd.errors import EasdError
-from easd.settings import DecodeSettings
-from easd.trace import TokenRecord, Trace
+from easd.core.settings import DecodeSettings
+from easd.core.trace import TokenRecord, Trace
 
 TRICKY = [
     "a,b",

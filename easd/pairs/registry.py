@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import ModelLoadError
-from .models import ModelPair, hub_reachable, load_pair, resolve_dtype, with_int8
+from ..errors import ModelLoadError
+from .loading import ModelPair, hub_reachable, load_pair, resolve_dtype, with_int8
 
 
 @dataclass(frozen=True)

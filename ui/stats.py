@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from easd.trace import Trace
+from easd.core.trace import Trace
 
 
 def stats_markdown(trace: Trace | None) -> str:

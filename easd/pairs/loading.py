@@ -19,39 +19,12 @@ from urllib.parse import urlsplit
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from .errors import ModelLoadError
+from ..core.pair import ModelPair
+from ..errors import ModelLoadError
 
 DTYPES = ("auto", "float32", "bfloat16")
 INT8 = ("none", "draft", "target", "both")
 HUB_PROBE_SECONDS = 3.0  # long enough for a real connection, short enough to fail fast offline
-
-
-@dataclass
-class ModelPair:
-    """A draft and a target that share a tokenizer; read-only once loaded."""
-
-    draft: PreTrainedModel
-    target: PreTrainedModel
-    tokenizer: PreTrainedTokenizerBase
-    draft_name: str
-    target_name: str
-    vocab_size: int  # logits of both models are cut to this shared size
-    eos_ids: frozenset[int]
-    context_length: int  # the shorter of the two models' position limits
-    note: str = ""  # shown to users, e.g. that the tiny random pair writes gibberish
-    info: dict = field(default_factory=dict)  # revisions, dtype and device, for trace headers
-
-    @property
-    def device(self) -> torch.device:
-        return self.target.device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.target.dtype
-
-    def describe(self) -> str:
-        dtype = str(self.dtype).removeprefix("torch.")
-        return f"draft {self.draft_name} → target {self.target_name} ({dtype}, {self.device})"
 
 
 # --- the machine --------------------------------------------------------------------------------

@@ -17,14 +17,14 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from . import trace as trace_io
-from .decoding import Generation
-from .errors import EasdError
-from .models import ModelPair
-from .prefix import easd_after_sd
+from ..core import trace as trace_io
+from ..core.decoding import Generation
+from ..errors import EasdError
+from ..core.pair import ModelPair
+from ..core.prefix import easd_after_sd
 from .problems import Problem, extract_answer, is_correct
-from .settings import RULES, DecodeSettings
-from .trace import Trace
+from ..core.settings import RULES, DecodeSettings
+from ..core.trace import Trace
 
 RESULT_COLUMNS = [
     "problem_id",

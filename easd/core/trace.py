@@ -1,6 +1,6 @@
 """The trace: one typed record per emitted token, with CSV and JSON export and import.
 
-The column names are DESIGN.md §3's and are stable: the app, the CLI and the evaluation read and
+The column names are those of the README's "The trace" section and are stable: the app, the CLI and the evaluation read and
 write them. Values that do not exist for a row (draft fields of a bonus token, every draft field
 of a target-only run) are None in memory and empty in CSV. A CSV or JSON file may hold several
 runs (the app exports SD and EASD together); runs in a CSV start where `position` is 0.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .errors import EasdError
+from ..errors import EasdError
 from .settings import DecodeSettings
 
 ORIGINS = ("draft_accepted", "target_resample", "easd_penalty", "bonus", "target", "draft")
@@ -90,7 +90,7 @@ def software_versions() -> dict:
     import torch
     import transformers
 
-    from . import __version__
+    from .._version import __version__
 
     return {"easd": __version__, "torch": torch.__version__, "transformers": transformers.__version__}
 
@@ -99,7 +99,7 @@ def software_versions() -> dict:
 
 
 def summarize(trace: Trace) -> dict:
-    """The summary metrics of DESIGN.md §3. Acceptance counts only drafted tokens that were kept."""
+    """The summary metrics of the README's "The trace" section. Acceptance counts only drafted tokens that were kept."""
     records, stats = trace.records, trace.stats
     examined = [r for r in records if r.draft_token_id is not None]
     accepted = sum(r.origin == "draft_accepted" for r in records)
@@ -131,7 +131,7 @@ _FLOAT_COLUMNS |= {"tau_h", "tau_o", "temperature", "top_p"}
 
 
 def columns(top: int) -> list[str]:
-    """CSV column names for traces keeping `top` candidates per token, in DESIGN.md §3's order."""
+    """CSV column names for traces keeping `top` candidates per token, in the README's order."""
     tops = [f"{side}_top{j}_{part}" for j in range(1, top + 1) for side in ("draft", "target") for part in ("id", "text", "prob")]
     return ["method", "rule", *_RECORD_SCALARS, *tops, *_SETTING_COLUMNS, "draft_model", "target_model"]
 

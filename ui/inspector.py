@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import html
 
-from easd.acceptance import RULE_CONDITIONS, rule_conditions
-from easd.settings import overlap_needed
-from easd.trace import TokenRecord
-from easd.whatif import record_overlap
+from easd.core.acceptance import RULE_CONDITIONS, rule_conditions
+from easd.core.settings import overlap_needed
+from easd.core.trace import TokenRecord
+from easd.core.whatif import record_overlap
 
 from .lanes import ORIGIN_LABELS, TITLES, format_number, visible_text
 

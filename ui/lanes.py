@@ -2,7 +2,7 @@
 
 Token text is model output, so every piece of it goes through `html.escape` before it
 becomes HTML: the span text, the tooltip and the legend alike. Nothing here decides anything
-about the method; it only draws what a trace (and `easd.whatif`) says.
+about the method; it only draws what a trace (and `easd.core.whatif`) says.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import html
 
 import numpy as np
 
-from easd.trace import TokenRecord, Trace
+from easd.core.trace import TokenRecord, Trace
 
 # Okabe–Ito colours, safe for the common forms of colour blindness; CSS classes in assets/style.css.
 ORIGIN_LABELS = {

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from .decoding import Block, Generation
-from .models import ModelPair
+from .pair import ModelPair
 from .settings import DecodeSettings
 from .trace import TokenRecord, Trace
 

@@ -1,7 +1,7 @@
 """The Plotly figures: signal timeline, top-5 heatmaps, and the what-if map.
 
 All three read a finished (or growing) trace; the what-if map re-evaluates the rule with
-`easd.whatif`, the same rule function the decoding loop runs. Token text shown inside a figure
+`easd.core.whatif`, the same rule function the decoding loop runs. Token text shown inside a figure
 is escaped too: Plotly interprets a small set of HTML tags in text.
 """
 
@@ -13,8 +13,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from easd import whatif
-from easd.trace import Trace
+from easd.core import whatif
+from easd.core.trace import Trace
 
 from .lanes import visible_text
 

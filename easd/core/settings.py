@@ -1,6 +1,6 @@
 """The settings of one generation run, with their defaults and allowed ranges.
 
-Every field has a default taken from the paper (DESIGN.md §2) or from what runs well on a
+Every field has a default taken from the paper (README, "The method") or from what runs well on a
 2-core CPU. `validate()` checks them all and names the command-line flag of the first bad one,
 so the CLI, the app and the evaluation report range errors the same way.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 
-from .errors import SettingsError
+from ..errors import SettingsError
 
 METHODS = ("target", "draft", "sd", "easd")
 RULES = ("full", "no_overlap", "no_draft_entropy", "target_entropy_only")
@@ -21,7 +21,7 @@ MAX_TOP_N = 100  # top-n lists are stored per token in the trace; 100 columns is
 @dataclass(frozen=True)
 class DecodeSettings:
     method: str = "easd"  # target | draft | sd | easd
-    rule: str = "full"  # which EASD trigger rule (DESIGN.md §2); SD runs still record it
+    rule: str = "full"  # which EASD trigger rule (README, "The method"); SD runs still record it
     k: int = 4  # draft tokens per block: the paper's default and a good fit for a 3x size gap
     tau_h: float = 1.0  # entropy threshold in nats, applied to draft and target alike
     tau_o: float = 0.8  # top-n overlap threshold: 0.8 with n=5 means at least 4 of 5 shared
@@ -38,7 +38,7 @@ class DecodeSettings:
 
     @property
     def trace_top(self) -> int:
-        """How many top candidates each trace row keeps (DESIGN.md §3: at least max(n, 5))."""
+        """How many top candidates each trace row keeps (README, "The trace": at least max(n, 5))."""
         return max(self.record_top, self.top_n, 5)
 
     def validate(self) -> DecodeSettings:

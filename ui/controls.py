@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from easd.settings import RULES, DecodeSettings, overlap_needed
+from easd.core.settings import RULES, DecodeSettings, overlap_needed
 
 WHATIF_TOP = 20  # candidates kept per token, so the what-if covers every n the slider offers
 

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .decoding import Generation, encode_prompt
-from .models import ModelPair
-from .settings import DecodeSettings
-from .trace import Trace
+from ..core.decoding import Generation, encode_prompt
+from ..core.pair import ModelPair
+from ..core.settings import DecodeSettings
+from ..core.trace import Trace
 
 PROMPTS = [
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether in April and May?",

@@ -26,8 +26,8 @@ import torch
 from transformers import DynamicCache
 
 from . import acceptance as acc
-from .errors import SettingsError
-from .models import ModelPair
+from ..errors import SettingsError
+from .pair import ModelPair
 from .settings import DecodeSettings
 from .trace import BlockInfo, RunStats, TokenRecord, Trace, software_versions
 
@@ -121,7 +121,7 @@ def judge_block(
     settings: DecodeSettings,
     generator: torch.Generator | None,
 ) -> Verdict:
-    """DESIGN.md §2, step 3–4, for one block. Pure apart from the random numbers it draws."""
+    """Steps 3–4 of one block (README, "The method"). Pure apart from the random numbers it draws."""
     k, T, top_p = len(drafted), settings.temperature, settings.top_p
     p_tilde = acc.sampling_probs(target_logits, T, top_p)  # [k+1, V]
     q_tilde = acc.sampling_probs(draft_logits, T, top_p)  # [k, V]

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from easd import trace as trace_io
-from easd.compare import LANES, Comparison
+from easd.core import trace as trace_io
+from easd.core.compare import LANES, Comparison
 from easd.errors import EasdError
-from easd.whatif import would_penalize
+from easd.core.whatif import would_penalize
 
 from . import evaluation, figures
 from .backend import ModelHost

@@ -10,8 +10,8 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
-from easd.decoding import BLOCK_END
-from easd.trace import TokenRecord, Trace
+from easd.core.decoding import BLOCK_END
+from easd.core.trace import TokenRecord, Trace
 
 from .lanes import visible_text
 

@@ -17,11 +17,11 @@ import numpy as np
 import plotly.graph_objects as go
 from tqdm import tqdm
 
-from .decoding import Generation
-from .models import ModelPair
+from ..core.decoding import Generation
+from ..core.pair import ModelPair
 from .problems import Problem
 from .report import write_html
-from .settings import DecodeSettings
+from ..core.settings import DecodeSettings
 
 CANDIDATES = (0.5, 1.0, 1.5, 2.0)
 TOP_SHARE = 0.05

@@ -9,9 +9,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from easd import trace as trace_io
-from easd.compare import LANES
-from easd.trace import TokenRecord, Trace
+from easd.core import trace as trace_io
+from easd.core.compare import LANES
+from easd.core.trace import TokenRecord, Trace
 
 from .lanes import fork_position
 

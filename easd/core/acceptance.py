@@ -17,7 +17,7 @@ import torch
 
 from .settings import overlap_needed
 
-# Which conditions each trigger rule needs (DESIGN.md §2). All comparisons are ≥.
+# Which conditions each trigger rule needs (README, "The method"). All comparisons are ≥.
 RULE_CONDITIONS: dict[str, tuple[str, ...]] = {
     "full": ("draft_entropy", "target_entropy", "overlap"),
     "no_overlap": ("draft_entropy", "target_entropy"),

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from easd.models import ModelPair
+from easd.core.pair import ModelPair
 
 PairLoader = Callable[[], ModelPair]
 

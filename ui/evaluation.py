@@ -10,7 +10,7 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
-from easd import report
+from easd.lab import report
 from easd.errors import EasdError
 
 from .figures import empty_figure

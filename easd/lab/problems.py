@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
-from .errors import EasdError
+from ..errors import EasdError
 
 FORMATS = ("gsm8k", "math", "choice")
 INSTRUCTION = "Solve the problem step by step, then give the final answer in \\boxed{}."

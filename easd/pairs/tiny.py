@@ -17,7 +17,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from .models import ModelPair, configure_threads, make_pair
+from .loading import ModelPair, configure_threads, make_pair
 
 NAME = "tiny-random"
 NOTE = "tiny random models: the text is gibberish; use them to see the mechanics, not the quality"

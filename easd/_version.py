@@ -1,0 +1,3 @@
+"""The package's version, in a module of its own so that any part can read it without importing the rest."""
+
+__version__ = "0.1.0"
