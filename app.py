@@ -18,10 +18,10 @@ import os
 import sys
 from pathlib import Path
 
-from ui.backend import ModelHost
-from ui.layout import build_app
 from easd.pairs.loading import load_pair
 from easd.pairs.registry import PAIRS, default_pair_name, load_named_pair
+from ui.backend import ModelHost
+from ui.layout import build_app
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 MAX_UPLOAD = "60mb"  # a little above easd.core.trace.MAX_TRACE_BYTES, so the app's own message explains the limit

@@ -7,10 +7,10 @@ print(trace.text, trace.summary())
 """
 
 from ._version import __version__
+from .core import trace
 from .core.decoding import Block, Generation
 from .core.pair import ModelPair
 from .core.settings import DecodeSettings
-from .core import trace
 from .core.trace import TokenRecord, Trace
 from .errors import EasdError, ModelLoadError, SettingsError
 from .pairs.loading import load_pair

@@ -12,8 +12,8 @@ from dataclasses import fields
 from pathlib import Path
 
 from .core import trace as trace_io
-from .errors import EasdError, SettingsError
 from .core.settings import METHODS, RULES, DecodeSettings
+from .errors import EasdError, SettingsError
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -362,7 +362,7 @@ def _config(args: argparse.Namespace, pair, base: DecodeSettings, samples: int) 
 def run_eval(args: argparse.Namespace) -> int:
     import time
 
-    from .lab.evaluate import parse_methods, run_evaluation
+    from .lab.evaluate import LocalRunner, parse_methods, run_evaluation
     from .lab.report import write_reports
 
     base = settings_from_args(args)
@@ -374,7 +374,14 @@ def run_eval(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         run_evaluation(
-            pair, problems, variants, args.samples, args.out, _config(args, pair, base, args.samples), args.resume, args.traces
+            LocalRunner(pair),
+            problems,
+            variants,
+            args.samples,
+            args.out,
+            _config(args, pair, base, args.samples),
+            args.resume,
+            args.traces,
         )
     except KeyboardInterrupt:
         print(
@@ -417,7 +424,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
 def run_sweep(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from .lab.evaluate import Variant, grid_variants, run_evaluation
+    from .lab.evaluate import LocalRunner, Variant, grid_variants, run_evaluation
     from .lab.report import write_sweep
 
     base = settings_from_args(args)
@@ -430,7 +437,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     problems = _problems(args)
     pair = load_models(args)
     try:
-        run_evaluation(pair, problems, variants, 1, args.out, _config(args, pair, base, 1), args.resume)
+        run_evaluation(LocalRunner(pair), problems, variants, 1, args.out, _config(args, pair, base, 1), args.resume)
     except KeyboardInterrupt:
         print("\ninterrupted; rerun with --resume to continue", file=sys.stderr)
         return 130

@@ -29,7 +29,7 @@ def eval_folder(tmp_path_factory, tiny_pair):
     """A small `easd eval` output (tiny pair, 3 problems, SD and EASD) for the Evaluation tab."""
     import json
 
-    from easd.lab.evaluate import parse_methods, run_evaluation
+    from easd.lab.evaluate import LocalRunner, parse_methods, run_evaluation
     from easd.lab.problems import load_problems
     from easd.lab.report import write_reports
 
@@ -38,7 +38,7 @@ def eval_folder(tmp_path_factory, tiny_pair):
     (folder / "data.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     problems = load_problems(folder / "data.jsonl", "gsm8k")
     variants = parse_methods("sd,easd", DecodeSettings(max_new_tokens=24))
-    run_evaluation(tiny_pair, problems, variants, 1, folder, {"pair": "tiny"}, progress=False)
+    run_evaluation(LocalRunner(tiny_pair), problems, variants, 1, folder, {"pair": "tiny"}, progress=False)
     write_reports(folder, "gsm8k")
     return folder
 
@@ -51,9 +51,9 @@ def app_url(eval_folder):
     import time
     from pathlib import Path
 
+    from easd.pairs.tiny import load_tiny_pair
     from ui.backend import ModelHost
     from ui.layout import build_app
-    from easd.pairs.tiny import load_tiny_pair
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -2,8 +2,8 @@
 
 import pandas as pd
 
+from easd.lab.results import load_results
 from ui import evaluation
-from easd.lab.report import load_results
 
 
 def test_only_allowed_folders_open(eval_folder, tmp_path):

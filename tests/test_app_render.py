@@ -2,14 +2,14 @@
 
 import pytest
 
+from easd.core import trace as trace_io
+from easd.core.settings import DecodeSettings
+from easd.core.trace import TokenRecord, Trace
 from ui import figures
 from ui.inspector import inspector_html
 from ui.lanes import lane_html, tooltip
 from ui.session import Session
 from ui.stepper import block_views, stepper_html
-from easd.core import trace as trace_io
-from easd.core.settings import DecodeSettings
-from easd.core.trace import TokenRecord, Trace
 
 NASTY = ['<img src=x onerror="window.__xss=1">', '"><script>window.__xss=2</script>', "${window.__xss=3}", "{{value}}", "a&b"]
 

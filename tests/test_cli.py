@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from easd.core import trace as trace_io
 from easd.cli import build_parser, main
+from easd.core import trace as trace_io
 
 TINY = ["generate", "--pair", "tiny-random"]
 

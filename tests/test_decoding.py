@@ -8,8 +8,8 @@ import pytest
 from conftest import PROMPTS
 
 from easd.core.decoding import Generation
-from easd.errors import SettingsError
 from easd.core.settings import DecodeSettings
+from easd.errors import SettingsError
 
 SAMPLING = dict(temperature=1.0, top_p=0.95)
 

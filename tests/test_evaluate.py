@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from easd.lab.calibrate import nearest_candidate, top_share_mean
 from easd.cli import main
-from easd.errors import EasdError
-from easd.lab.evaluate import RESULT_COLUMNS, grid_variants, parse_methods, run_evaluation, run_problem
-from easd.lab.problems import load_problems
-from easd.lab.report import load_results, write_reports
 from easd.core.settings import DecodeSettings
+from easd.errors import EasdError
+from easd.lab.calibrate import nearest_candidate, top_share_mean
+from easd.lab.evaluate import LocalRunner, WorkItem, grid_variants, parse_methods, run_evaluation, run_problem
+from easd.lab.problems import load_problems
+from easd.lab.report import write_reports
+from easd.lab.results import RESULT_COLUMNS, load_results
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,8 +53,18 @@ def test_shared_prefix_rows_equal_independent_rows(tiny_pair, data):
     base = DecodeSettings(max_new_tokens=40, temperature=0.9, seed=4)
     saved = 0.0
     for problem in load_problems(data, "gsm8k", limit=4):
-        shared = run_problem(tiny_pair, problem, parse_methods("sd,easd,easd:target_entropy_only", base), 0, None)
-        alone = run_problem(tiny_pair, problem, parse_methods("easd,easd:target_entropy_only", base), 0, None)
+        shared = [
+            row
+            for row, _ in run_problem(
+                tiny_pair, WorkItem(problem, 0, tuple(parse_methods("sd,easd,easd:target_entropy_only", base)))
+            )
+        ]
+        alone = [
+            row
+            for row, _ in run_problem(
+                tiny_pair, WorkItem(problem, 0, tuple(parse_methods("easd,easd:target_entropy_only", base)))
+            )
+        ]
         for a, b in zip(shared[1:], alone):
             assert (a["text"], a["prediction"], a["penalized"], a["target_calls"]) == (
                 b["text"],
@@ -116,13 +127,15 @@ def test_output_folders_are_never_mixed(tiny_pair, data, tmp_path):
     problems = load_problems(data, "gsm8k", limit=1)
     config = {"pair": "tiny", "data": str(data), "format": "gsm8k", "shuffle": None, "samples": 1, "settings": {"k": 4}}
     variants = parse_methods("sd", DecodeSettings(max_new_tokens=5))
-    run_evaluation(tiny_pair, problems, variants, 1, tmp_path, config, progress=False)
+    run_evaluation(LocalRunner(tiny_pair), problems, variants, 1, tmp_path, config, progress=False)
     with pytest.raises(EasdError, match="already holds results; add --resume"):
-        run_evaluation(tiny_pair, problems, variants, 1, tmp_path, config, progress=False)
+        run_evaluation(LocalRunner(tiny_pair), problems, variants, 1, tmp_path, config, progress=False)
     with pytest.raises(EasdError, match="--resume: .* other settings"):
-        run_evaluation(tiny_pair, problems, variants, 1, tmp_path, {**config, "settings": {"k": 2}}, resume=True, progress=False)
+        run_evaluation(
+            LocalRunner(tiny_pair), problems, variants, 1, tmp_path, {**config, "settings": {"k": 2}}, resume=True, progress=False
+        )
     rows = run_evaluation(
-        tiny_pair,
+        LocalRunner(tiny_pair),
         problems,
         parse_methods("sd,easd", DecodeSettings(max_new_tokens=5)),
         1,
@@ -138,7 +151,7 @@ def test_samples_give_mean_std_and_vote(tiny_pair, data, tmp_path):
     problems = load_problems(data, "gsm8k", limit=3)
     config = {"pair": "tiny", "data": str(data), "format": "gsm8k", "shuffle": None, "samples": 3, "settings": {}}
     variants = parse_methods("sd,easd", DecodeSettings(max_new_tokens=12, temperature=1.0))
-    rows = run_evaluation(tiny_pair, problems, variants, 3, tmp_path, config, progress=False)
+    rows = run_evaluation(LocalRunner(tiny_pair), problems, variants, 3, tmp_path, config, progress=False)
     assert len(rows) == 3 * 3 * 2 and {r["seed"] for r in rows} == {"0", "1", "2"}
     summary, paired = write_reports(tmp_path, "gsm8k")
     assert {"sample_accuracy_mean", "sample_accuracy_std", "vote_accuracy"} <= set(summary.columns)

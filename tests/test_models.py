@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from easd.core.decoding import Generation
+from easd.core.settings import DecodeSettings
 from easd.errors import ModelLoadError
 from easd.pairs.loading import check_same_tokenizer, make_pair, resolve_dtype, with_int8
 from easd.pairs.registry import PAIRS, load_named_pair, pairs_table
-from easd.core.settings import DecodeSettings
 from easd.pairs.tiny import CORPUS, build_models, build_tokenizer
 
 

@@ -7,8 +7,8 @@ the slowest test; it is skipped only when the part packages are not installed.
 import pytest
 
 from easd.core.decoding import Generation
-from easd.pairs.packaged import DRAFT, TARGET, installed
 from easd.core.settings import DecodeSettings
+from easd.pairs.packaged import DRAFT, TARGET, installed
 
 pytestmark = pytest.mark.skipif(not (installed(DRAFT) and installed(TARGET)), reason="qwen-coder part packages not installed")
 

@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 
 from easd.core import trace as trace_io
-from easd.errors import EasdError
 from easd.core.settings import DecodeSettings
 from easd.core.trace import TokenRecord, Trace
+from easd.errors import EasdError
 
 TRICKY = [
     "a,b",

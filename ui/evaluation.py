@@ -10,8 +10,9 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
-from easd.lab import report
 from easd.errors import EasdError
+from easd.lab import report
+from easd.lab.results import load_results
 
 from .figures import empty_figure
 
@@ -116,7 +117,7 @@ def _show(files: dict[str, Path], note: str) -> list:
     if "results.csv" not in files:
         return _message("⚠️ results.csv is needed (summary.csv and paired.csv alone cannot show problems).")
     try:
-        results = report.load_results(files["results.csv"])
+        results = load_results(files["results.csv"])
         summary = pd.read_csv(files["summary.csv"]) if "summary.csv" in files else report.summary_table(results)
         paired = pd.read_csv(files["paired.csv"]) if "paired.csv" in files else report.paired_table(results)
     except (KeyError, ValueError, pd.errors.ParserError, UnicodeDecodeError, EasdError) as err:

@@ -14,8 +14,8 @@ import gradio as gr
 
 from easd.core import trace as trace_io
 from easd.core.compare import LANES, Comparison
-from easd.errors import EasdError
 from easd.core.whatif import would_penalize
+from easd.errors import EasdError
 
 from . import evaluation, figures
 from .backend import ModelHost

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
-from . import acceptance as acc
 from ..errors import SettingsError
+from . import acceptance as acc
 from .pair import ModelPair
 from .settings import DecodeSettings
 from .trace import BlockInfo, RunStats, TokenRecord, Trace, software_versions

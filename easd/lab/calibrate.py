@@ -19,9 +19,9 @@ from tqdm import tqdm
 
 from ..core.decoding import Generation
 from ..core.pair import ModelPair
+from ..core.settings import DecodeSettings
 from .problems import Problem
 from .report import write_html
-from ..core.settings import DecodeSettings
 
 CANDIDATES = (0.5, 1.0, 1.5, 2.0)
 TOP_SHARE = 0.05

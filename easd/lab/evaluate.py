@@ -9,9 +9,7 @@ picks up where it stopped. `summary.csv`, `paired.csv` and `report.html` are rew
 
 from __future__ import annotations
 
-import csv
-import json
-import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -19,40 +17,13 @@ from tqdm import tqdm
 
 from ..core import trace as trace_io
 from ..core.decoding import Generation
-from ..errors import EasdError
 from ..core.pair import ModelPair
 from ..core.prefix import easd_after_sd
-from .problems import Problem, extract_answer, is_correct
 from ..core.settings import RULES, DecodeSettings
 from ..core.trace import Trace
-
-RESULT_COLUMNS = [
-    "problem_id",
-    "method",
-    "sample",
-    "seed",
-    "prediction",
-    "extraction",
-    "gold",
-    "correct",
-    "new_tokens",
-    "seconds",
-    "tokens_per_s",
-    "acceptance_rate",
-    "accepted",
-    "examined",
-    "penalized",
-    "first_penalty_position",
-    "target_calls",
-    "draft_calls",
-    "stop_reason",
-    "saved_seconds",
-    "tau_h",
-    "tau_o",
-    "text",
-]
-# What must match for --resume to add to an output folder (methods and --limit may grow).
-RESUME_KEYS = ("pair", "data", "format", "shuffle", "samples", "settings")
+from ..errors import EasdError
+from .problems import Problem, extract_answer, is_correct
+from .results import prepare_folder
 
 
 @dataclass(frozen=True)
@@ -80,27 +51,59 @@ def grid_variants(base: DecodeSettings, tau_hs: list[float], tau_os: list[float]
     return [Variant("sd", replace(base, method="sd")), *grid]
 
 
-# --- one problem --------------------------------------------------------------------------------
+# --- the work -----------------------------------------------------------------------------------
 
 
-def run_problem(pair: ModelPair, problem: Problem, variants: list[Variant], sample: int, traces_dir: Path | None) -> list[dict]:
-    """Every variant on one problem with one seed; EASD variants build on the SD run when there is one."""
-    rows, sd = [], None
-    for variant in variants:
-        settings = replace(variant.settings, seed=variant.settings.seed + sample)
+@dataclass(frozen=True)
+class WorkItem:
+    """One problem with one sample (seed offset), and the variants it still needs."""
+
+    problem: Problem
+    sample: int
+    variants: tuple[Variant, ...]
+
+
+# A runner decodes work items and yields each item with its (result row, trace) pairs as it
+# finishes, in any order: `LocalRunner` here, or `easd.lab.cluster`'s Ray runner.
+Runner = Callable[[list[WorkItem]], Iterator[tuple[WorkItem, list[tuple[dict, Trace]]]]]
+
+
+def pending_work(problems: list[Problem], variants: list[Variant], samples: int, done: set) -> list[WorkItem]:
+    """Every (problem, sample) with the variants that have no row in results.csv yet."""
+    items = []
+    for problem in problems:
+        for sample in range(samples):
+            missing = tuple(v for v in variants if (problem.id, v.label, sample) not in done)
+            if missing:
+                items.append(WorkItem(problem, sample, missing))
+    return items
+
+
+def run_problem(pair: ModelPair, item: WorkItem) -> list[tuple[dict, Trace]]:
+    """Every variant of one work item; EASD variants build on the SD run when there is one."""
+    results, sd = [], None
+    for variant in item.variants:
+        settings = replace(variant.settings, seed=variant.settings.seed + item.sample)
         if settings.method == "easd" and sd is not None:
             shared = easd_after_sd(sd, settings)
             trace, saved = shared.trace, shared.saved_seconds
         else:
-            generation = Generation(pair, problem.prompt, settings)
+            generation = Generation(pair, item.problem.prompt, settings)
             trace, saved = generation.run(), 0.0
             sd = generation if settings.method == "sd" else sd
-        rows.append(result_row(problem, variant.label, sample, trace, saved))
-        if traces_dir is not None:
-            trace_io.write_json(
-                [trace], traces_dir / f"{problem.id}-{variant.label.replace(':', '_').replace('/', '_')}-s{sample}.json"
-            )
-    return rows
+        results.append((result_row(item.problem, variant.label, item.sample, trace, saved), trace))
+    return results
+
+
+@dataclass
+class LocalRunner:
+    """Decodes work items in this process, on a pair loaded here."""
+
+    pair: ModelPair
+
+    def __call__(self, items: list[WorkItem]) -> Iterator[tuple[WorkItem, list[tuple[dict, Trace]]]]:
+        for item in items:
+            yield item, run_problem(self.pair, item)
 
 
 def result_row(problem: Problem, label: str, sample: int, trace: Trace, saved_seconds: float) -> dict:
@@ -135,68 +138,11 @@ def result_row(problem: Problem, label: str, sample: int, trace: Trace, saved_se
     }
 
 
-# --- the output folder --------------------------------------------------------------------------
-
-
-class ResultsFile:
-    """results.csv, appended one problem at a time and fsynced, so a kill loses at most one problem."""
-
-    def __init__(self, folder: Path):
-        self.path = folder / "results.csv"
-
-    def read(self) -> list[dict]:
-        """Rows written so far; a half-written last line from a killed run is dropped (and the file repaired)."""
-        if not self.path.exists():
-            return []
-        with self.path.open(newline="", encoding="utf-8") as handle:
-            lines = list(csv.reader(handle))
-        if not lines or lines[0] != RESULT_COLUMNS:
-            raise EasdError(f"{self.path} is not a results file of this version; choose another --out")
-        rows = [dict(zip(RESULT_COLUMNS, line)) for line in lines[1:] if len(line) == len(RESULT_COLUMNS)]
-        if len(rows) != len(lines) - 1:
-            self._rewrite(rows)
-        return rows
-
-    def append(self, rows: list[dict]) -> None:
-        new = not self.path.exists()
-        with self.path.open("a", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, RESULT_COLUMNS, lineterminator="\r\n")
-            if new:
-                writer.writeheader()
-            writer.writerows(rows)
-            handle.flush()
-            os.fsync(handle.fileno())
-
-    def _rewrite(self, rows: list[dict]) -> None:
-        partial = self.path.with_suffix(".csv.tmp")
-        with partial.open("w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, RESULT_COLUMNS, lineterminator="\r\n")
-            writer.writeheader()
-            writer.writerows(rows)
-        os.replace(partial, self.path)
-
-
-def prepare_folder(out: Path, config: dict, resume: bool) -> ResultsFile:
-    """Create or reopen the output folder; refuse to mix results of different settings."""
-    results = ResultsFile(out)
-    config_path = out / "run.json"
-    if results.path.exists() and not resume:
-        raise EasdError(f"--out: {out} already holds results; add --resume to continue them, or choose another folder")
-    if resume and config_path.exists():
-        saved = json.loads(config_path.read_text(encoding="utf-8"))
-        different = [key for key in RESUME_KEYS if saved.get(key) != config.get(key)]
-        if different:
-            raise EasdError(f"--resume: {out} was run with other {', '.join(different)}; choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
-    config_path.write_text(json.dumps(config, indent=1, ensure_ascii=False), encoding="utf-8")
-    return results
-
-
 # --- the whole run ------------------------------------------------------------------------------
 
 
 def run_evaluation(
-    pair: ModelPair,
+    runner: Runner,
     problems: list[Problem],
     variants: list[Variant],
     samples: int,
@@ -206,18 +152,29 @@ def run_evaluation(
     keep_traces: bool = False,
     progress: bool = True,
 ) -> list[dict]:
-    """Decode every (problem, sample) not done yet, appending its rows; returns all rows."""
+    """Decode every (problem, sample, variant) not done yet, appending rows as items finish; returns all rows.
+
+    Only this function writes results.csv, one work item at a time, so a crash, Ctrl-C or kill
+    loses at most the items in flight, whichever runner decodes them.
+    """
     results = prepare_folder(out, config, resume)
     done = {(r["problem_id"], r["method"], int(r["sample"])) for r in results.read()}
     traces_dir = out / "traces" if keep_traces else None
     if traces_dir:
         traces_dir.mkdir(exist_ok=True)
-    work = [(p, s) for p in problems for s in range(samples)]
-    with tqdm(total=len(work), desc="problems", unit="problem", disable=not progress, dynamic_ncols=True) as bar:
-        for problem, sample in work:
-            missing = [v for v in variants if (problem.id, v.label, sample) not in done]
-            if missing:
-                new_rows = run_problem(pair, problem, missing, sample, traces_dir)
-                results.append(new_rows)
+    items = pending_work(problems, variants, samples, done)
+    skipped = len(problems) * samples - len(items)
+    with tqdm(
+        total=len(problems) * samples, initial=skipped, desc="problems", unit="problem", disable=not progress, dynamic_ncols=True
+    ) as bar:
+        for _, finished in runner(items):
+            results.append([row for row, _ in finished])
+            if traces_dir is not None:
+                for row, trace in finished:
+                    trace_io.write_json([trace], traces_dir / _trace_name(row))
             bar.update()
     return results.read()
+
+
+def _trace_name(row: dict) -> str:
+    return f"{row['problem_id']}-{row['method'].replace(':', '_').replace('/', '_')}-s{row['sample']}.json"

@@ -9,22 +9,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .evaluate import RESULT_COLUMNS
 from .problems import choice_letter, is_correct, normalize_number
+from .results import load_results
 from .stats import majority, mcnemar_exact, paired_bootstrap, wilson
-
-TEXT_COLUMNS = {"problem_id", "method", "prediction", "extraction", "gold", "correct", "stop_reason", "text"}
-NUMERIC = [column for column in RESULT_COLUMNS if column not in TEXT_COLUMNS]
-
-
-def load_results(path: str | Path) -> pd.DataFrame:
-    """results.csv with types: text stays text (an answer "nan" is an answer), numbers become numbers."""
-    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    for column in NUMERIC:
-        frame[column] = pd.to_numeric(frame[column], errors="coerce")
-    frame["correct"] = frame["correct"] == "True"
-    return frame
-
 
 # --- per method -------------------------------------------------------------------------------
 

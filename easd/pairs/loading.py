@@ -12,12 +12,11 @@ import dataclasses
 import os
 import socket
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..core.pair import ModelPair
 from ..errors import ModelLoadError

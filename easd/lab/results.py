@@ -1,0 +1,117 @@
+"""results.csv, the one table every reader of an evaluation shares: its columns, its file, its folder.
+
+`easd eval` and `sweep` append to it, `--resume` reads it back, the reports and the app's
+Evaluation tab load it. Its column list lives here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from ..errors import EasdError
+
+RESULT_COLUMNS = [
+    "problem_id",
+    "method",
+    "sample",
+    "seed",
+    "prediction",
+    "extraction",
+    "gold",
+    "correct",
+    "new_tokens",
+    "seconds",
+    "tokens_per_s",
+    "acceptance_rate",
+    "accepted",
+    "examined",
+    "penalized",
+    "first_penalty_position",
+    "target_calls",
+    "draft_calls",
+    "stop_reason",
+    "saved_seconds",
+    "tau_h",
+    "tau_o",
+    "text",
+]
+# What must match for --resume to add to an output folder (methods and --limit may grow).
+RESUME_KEYS = ("pair", "data", "format", "shuffle", "samples", "settings")
+
+
+TEXT_COLUMNS = {"problem_id", "method", "prediction", "extraction", "gold", "correct", "stop_reason", "text"}
+NUMERIC = [column for column in RESULT_COLUMNS if column not in TEXT_COLUMNS]
+
+
+def load_results(path: str | Path) -> pd.DataFrame:
+    """results.csv with types: text stays text (an answer "nan" is an answer), numbers become numbers."""
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise EasdError(f"{Path(path).name}: not a readable results CSV ({type(err).__name__})") from None
+    missing = [column for column in RESULT_COLUMNS if column not in frame.columns]
+    if missing:
+        raise EasdError(f"{Path(path).name}: not a results.csv of `easd eval`; missing columns: {', '.join(missing[:6])}")
+    for column in NUMERIC:
+        frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    frame["correct"] = frame["correct"] == "True"
+    return frame
+
+
+class ResultsFile:
+    """results.csv, appended one problem at a time and fsynced, so a kill loses at most one problem."""
+
+    def __init__(self, folder: Path):
+        self.path = folder / "results.csv"
+
+    def read(self) -> list[dict]:
+        """Rows written so far; a half-written last line from a killed run is dropped (and the file repaired)."""
+        if not self.path.exists():
+            return []
+        with self.path.open(newline="", encoding="utf-8") as handle:
+            lines = list(csv.reader(handle))
+        if not lines or lines[0] != RESULT_COLUMNS:
+            raise EasdError(f"{self.path} is not a results file of this version; choose another --out")
+        rows = [dict(zip(RESULT_COLUMNS, line)) for line in lines[1:] if len(line) == len(RESULT_COLUMNS)]
+        if len(rows) != len(lines) - 1:
+            self._rewrite(rows)
+        return rows
+
+    def append(self, rows: list[dict]) -> None:
+        new = not self.path.exists()
+        with self.path.open("a", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, RESULT_COLUMNS, lineterminator="\r\n")
+            if new:
+                writer.writeheader()
+            writer.writerows(rows)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def _rewrite(self, rows: list[dict]) -> None:
+        partial = self.path.with_suffix(".csv.tmp")
+        with partial.open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, RESULT_COLUMNS, lineterminator="\r\n")
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(partial, self.path)
+
+
+def prepare_folder(out: Path, config: dict, resume: bool) -> ResultsFile:
+    """Create or reopen the output folder; refuse to mix results of different settings."""
+    results = ResultsFile(out)
+    config_path = out / "run.json"
+    if results.path.exists() and not resume:
+        raise EasdError(f"--out: {out} already holds results; add --resume to continue them, or choose another folder")
+    if resume and config_path.exists():
+        saved = json.loads(config_path.read_text(encoding="utf-8"))
+        different = [key for key in RESUME_KEYS if saved.get(key) != config.get(key)]
+        if different:
+            raise EasdError(f"--resume: {out} was run with other {', '.join(different)}; choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    config_path.write_text(json.dumps(config, indent=1, ensure_ascii=False), encoding="utf-8")
+    return results
