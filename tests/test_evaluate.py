@@ -15,7 +15,7 @@ from easd.cli import main
 from easd.core.settings import DecodeSettings
 from easd.errors import EasdError
 from easd.lab.calibrate import nearest_candidate, top_share_mean
-from easd.lab.evaluate import LocalRunner, WorkItem, grid_variants, parse_methods, run_evaluation, run_problem
+from easd.lab.evaluate import LocalRunner, WorkItem, grid_variants, parse_methods, run_evaluation, decode_items
 from easd.lab.problems import load_problems
 from easd.lab.report import write_reports
 from easd.lab.results import RESULT_COLUMNS, load_results
@@ -49,22 +49,32 @@ def test_methods_are_parsed_with_sd_first():
         parse_methods("sd:full", DecodeSettings())
 
 
+def rows_of(pair, item, batch_size=1):
+    [(_, finished)] = decode_items(pair, [item], batch_size)
+    return [row for row, _ in finished]
+
+
+TIMINGS = ("seconds", "tokens_per_s", "saved_seconds")
+
+
+def test_batched_evaluation_writes_the_rows_of_a_sequential_one(tiny_pair, data):
+    base = DecodeSettings(max_new_tokens=24, temperature=0.8, seed=2)
+    variants = tuple(parse_methods("target,sd,easd,easd:no_overlap", base))
+    items = [WorkItem(p, s, variants) for p in load_problems(data, "gsm8k", limit=6) for s in range(2)]
+    sequential = {(i.problem.id, i.sample): [r for r, _ in f] for i, f in decode_items(tiny_pair, items, 1)}
+    batched = {(i.problem.id, i.sample): [r for r, _ in f] for i, f in decode_items(tiny_pair, items, 8)}
+    assert sequential.keys() == batched.keys() and len(batched) == 12
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in TIMINGS} for r in rows]
+    for key in sequential:
+        assert strip(batched[key]) == strip(sequential[key]), key
+
+
 def test_shared_prefix_rows_equal_independent_rows(tiny_pair, data):
     base = DecodeSettings(max_new_tokens=40, temperature=0.9, seed=4)
     saved = 0.0
     for problem in load_problems(data, "gsm8k", limit=4):
-        shared = [
-            row
-            for row, _ in run_problem(
-                tiny_pair, WorkItem(problem, 0, tuple(parse_methods("sd,easd,easd:target_entropy_only", base)))
-            )
-        ]
-        alone = [
-            row
-            for row, _ in run_problem(
-                tiny_pair, WorkItem(problem, 0, tuple(parse_methods("easd,easd:target_entropy_only", base)))
-            )
-        ]
+        shared = rows_of(tiny_pair, WorkItem(problem, 0, tuple(parse_methods("sd,easd,easd:target_entropy_only", base))))
+        alone = rows_of(tiny_pair, WorkItem(problem, 0, tuple(parse_methods("easd,easd:target_entropy_only", base))))
         for a, b in zip(shared[1:], alone):
             assert (a["text"], a["prediction"], a["penalized"], a["target_calls"]) == (
                 b["text"],

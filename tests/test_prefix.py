@@ -35,7 +35,7 @@ def test_shared_prefix_runs_equal_independent_runs(tiny_pair, tiny_bf16, samplin
     base = DecodeSettings(method="sd", max_new_tokens=48, seed=7, **sampling)
     resumed_somewhere = False
     for prompt in PROMPTS:
-        sd = Generation(pair, prompt, base)
+        sd = Generation(pair, prompt, base, keep_kv=True)
         sd.run()
         for rule, tau_h, tau_o in VARIANTS:
             settings = dataclasses.replace(base, method="easd", rule=rule, tau_h=tau_h, tau_o=tau_o)
@@ -52,7 +52,7 @@ def test_shared_prefix_runs_equal_independent_runs(tiny_pair, tiny_bf16, samplin
 
 
 def test_a_variant_that_never_fires_is_the_sd_run(tiny_pair):
-    sd = Generation(tiny_pair, PROMPTS[0], DecodeSettings(method="sd", max_new_tokens=30))
+    sd = Generation(tiny_pair, PROMPTS[0], DecodeSettings(method="sd", max_new_tokens=30), keep_kv=True)
     sd.run()
     shared = easd_after_sd(sd, DecodeSettings(method="easd", tau_h=50, max_new_tokens=30))
     assert shared.trace.token_ids == sd.trace.token_ids and shared.saved_seconds == sd.trace.stats.seconds
@@ -60,7 +60,7 @@ def test_a_variant_that_never_fires_is_the_sd_run(tiny_pair):
 
 
 def test_incompatible_settings_are_refused(tiny_pair):
-    sd = Generation(tiny_pair, PROMPTS[0], DecodeSettings(method="sd", max_new_tokens=10))
+    sd = Generation(tiny_pair, PROMPTS[0], DecodeSettings(method="sd", max_new_tokens=10), keep_kv=True)
     sd.run()
     with pytest.raises(ValueError, match="same k"):
         easd_after_sd(sd, DecodeSettings(method="easd", k=2, max_new_tokens=10))

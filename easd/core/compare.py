@@ -1,9 +1,9 @@
 """SD and EASD side by side: two runs with the same prompt, seed and settings, streamed together.
 
-The runs share the read-only model pair and nothing else. On one worker they are decoded in
-turns, always advancing the run that has emitted fewer tokens, so both grow together in a UI.
-Events come one per emitted token; closing the iterator (or `stop()`) ends both runs at once
-and keeps everything emitted so far in `traces`.
+The two runs are the two rows of one batch: every draft and target pass serves both lanes, so a
+comparison costs about one lane's passes, and both lanes grow together in a UI. Events come one
+per emitted token; closing the iterator (or `stop()`) ends both runs at once and keeps everything
+emitted so far in `traces`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from .decoding import Block, Generation
+from .decoding import Batch, Block, Generation
 from .pair import ModelPair
 from .settings import DecodeSettings
 from .trace import TokenRecord, Trace
@@ -31,29 +31,24 @@ class Comparison:
 
     def __init__(self, pair: ModelPair, prompt: str, settings: DecodeSettings, chat: bool = True):
         self.runs = {lane: Generation(pair, prompt, replace(settings, method=lane), chat=chat) for lane in LANES}
+        self.batch = Batch(pair, self.runs.values())
 
     @property
     def traces(self) -> dict[str, Trace]:
         return {lane: run.trace for lane, run in self.runs.items()}
 
     def stop(self) -> None:
-        for run in self.runs.values():
-            run.stop()
+        self.batch.stop()
 
     def __iter__(self) -> Iterator[TokenEvent]:
-        streams = {lane: iter(run) for lane, run in self.runs.items()}
+        blocks = iter(self.batch)
         try:
-            while streams:
-                lane = min(streams, key=lambda name: len(self.runs[name].trace.records))
-                block = next(streams[lane], None)
-                if block is None:
-                    del streams[lane]
-                    continue
+            for block in blocks:
+                lane = block.generation.settings.method
                 for record in block.records:
                     yield TokenEvent(lane, record, block)
         finally:
-            for stream in streams.values():
-                stream.close()  # marks an unfinished run as stopped
+            blocks.close()  # marks an unfinished run as stopped
 
     def run(self) -> dict[str, Trace]:
         for _ in self:

@@ -1,85 +1,40 @@
-"""The decoding loop: target-only, draft-only, SD and EASD, streamed block by block.
+"""The decoding loop: target-only, draft-only, SD and EASD for B ≥ 1 rows at once, streamed block by block.
 
 Layers, bottom-up (as in gpt-fast's generate.py):
-  CachedModel.logits   one forward pass over the tokens its KV cache has not seen yet
-  draft_tokens         the draft proposes c_1..c_k, one pass each
-  judge_block          pure decision for one block, given q_1..q_k and p_1..p_{k+1}
-  speculative_blocks   SD and EASD: draft, one target pass, judge, roll caches back
-  single_model_blocks  plain autoregressive decoding with one model
-  Generation           a run: prompt checks, stop handling, timing, the trace
+  KVSlots.logits   one forward pass over the tokens each row's cache has not seen (easd/core/kv.py)
+  judge_block      pure decision for one row's block, given q_1..q_k and p_1..p_{k+1}
+  Batch._draft     every drafting row proposes c_1..c_k: one draft pass per drafted position, all rows in it
+  Batch._step      draft, ONE target pass for all rows, judge each row, roll its caches back
+  Batch            rows join and leave at block boundaries; blocks are streamed, each naming its row
+  Generation       one row: prompt checks, its own random numbers, stop handling, its trace
 
-SD and EASD share every line but one: in `judge_block`, EASD also ends the block where the
-rule fires on a token the standard test accepted.
+A row is decoded exactly as if it ran alone: it has its own random generator, drawn in the same
+order as a solo run, its own settings (method, rule, thresholds, k, sampling, length), and the
+batch only shares the forward passes. A Generation iterated on its own is a batch of one.
+SD and EASD share every line but one: in `judge_block`, EASD also ends the block where the rule
+fires on a token the standard test accepted.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import itertools
 import threading
 import time
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache
 
 from ..errors import SettingsError
 from . import acceptance as acc
+from .kv import KVSlots, RowKV, prefill
 from .pair import ModelPair
 from .settings import DecodeSettings
 from .trace import BlockInfo, RunStats, TokenRecord, Trace, software_versions
 
 MAX_PROMPT_CHARS_PER_TOKEN = 32  # a prompt longer than this × context cannot fit; refuse before tokenizing
-
-
-# --- one model and its cache ----------------------------------------------------------------------
-
-
-class CachedModel:
-    """A model plus the KV cache of a prefix of the sequence.
-
-    Invariant between blocks: the cache holds every committed token but the last, whose
-    logits are computed by the next call. `use_cache=False` recomputes from scratch each
-    call; the tests compare both to prove the cache roll-back right.
-    """
-
-    def __init__(self, model, vocab_size: int, use_cache: bool = True):
-        self.model = model
-        self.vocab_size = vocab_size
-        self.cache = DynamicCache(config=model.config) if use_cache else None
-        self.calls = 0
-
-    @property
-    def seen(self) -> int:
-        return self.cache.get_seq_length() if self.cache is not None else 0
-
-    @torch.inference_mode()
-    def logits(self, tokens: list[int], last: int) -> torch.Tensor:
-        """Logits at the last `last` positions of `tokens`, cut to the shared vocabulary.  -> [last, V]"""
-        fresh = torch.tensor([tokens[self.seen :]], device=self.model.device)  # [1, T]
-        out = self.model(input_ids=fresh, cache=self.cache, use_cache=self.cache is not None, logits_to_keep=last)
-        self.calls += 1
-        return out.logits[0, -last:, : self.vocab_size].float()
-
-    def rollback(self, length: int) -> None:
-        """Forget cached positions from `length` on (rejected drafts)."""
-        if self.cache is not None and self.seen > length:
-            self.cache.crop(length - self.seen)  # transformers 5: a negative count of positions to drop
-
-    def cache_as_of(self, length: int) -> DynamicCache | None:
-        """A copy of the cache as it was when it held `length` positions.
-
-        Committed positions are never recomputed, so cutting today's cache back gives exactly the
-        earlier one: bit for bit the numbers a run from scratch would have there.
-        """
-        if self.cache is None:
-            return None
-        earlier = copy.deepcopy(self.cache)
-        if earlier.get_seq_length() > length:
-            earlier.crop(length - earlier.get_seq_length())
-        return earlier
+SPECULATIVE = ("sd", "easd")
 
 
 # --- what a block produced ------------------------------------------------------------------------
@@ -93,6 +48,7 @@ class Block:
     drafted: list[int]  # c_1..c_k proposed by the draft (empty for single-model runs)
     records: list[TokenRecord]  # the tokens emitted, in order
     end: str  # rejected | penalty | bonus | single (a single-model step)
+    generation: Generation | None = None  # the row it belongs to
 
 
 BLOCK_END = {"target_resample": "rejected", "easd_penalty": "penalty", "bonus": "bonus"}
@@ -147,55 +103,6 @@ def judge_block(
         probs, origin = acc.penalty_probs(target_logits[n : n + 1], drafted[n : n + 1], T, top_p), "easd_penalty"
     token = int(acc.draw(probs, generator, settings.greedy))
     return Verdict(n, token, origin, accept_prob, q_probs, p_probs, h_draft, h_target, overlap, triggered)
-
-
-# --- the loops --------------------------------------------------------------------------------------
-
-
-def draft_tokens(
-    draft: CachedModel, tokens: list[int], k: int, settings: DecodeSettings, generator
-) -> tuple[list[int], torch.Tensor]:
-    """The draft proposes k tokens autoregressively.  -> (c_1..c_k, q logits [k, V])"""
-    sequence, logits = list(tokens), []
-    for _ in range(k):
-        step_logits = draft.logits(sequence, last=1)  # [1, V]
-        probs = acc.sampling_probs(step_logits, settings.temperature, settings.top_p)
-        sequence.append(int(acc.draw(probs, generator, settings.greedy)))
-        logits.append(step_logits)
-    if not logits:  # k = 0: the block is just the target's token (the run's last one)
-        return [], torch.empty(0, draft.vocab_size, device=draft.model.device)
-    return sequence[len(tokens) :], torch.cat(logits)
-
-
-def speculative_blocks(gen: Generation) -> Iterator[Block]:
-    """SD and EASD: draft k, one target pass over them, judge, roll both caches back."""
-    tokens, settings = gen.tokens, gen.settings
-    for index in itertools.count(gen.first_block):
-        if gen.room() < 1:
-            return
-        k = min(settings.k, gen.room() - 1)  # a block emits up to k + 1 tokens
-        drafted, q_logits = draft_tokens(gen.draft, tokens, k, settings, gen.generator)
-        p_logits = gen.target.logits(tokens + drafted, last=k + 1)  # [k+1, V]: the one target call
-        verdict = judge_block(q_logits, p_logits, torch.tensor(drafted, device=p_logits.device), settings, gen.generator)
-        records = gen.recorder.block_records(index, len(tokens) - gen.prompt_length, drafted, verdict)
-        tokens.extend(r.token_id for r in records)
-        gen.target.rollback(len(tokens) - 1)
-        gen.draft.rollback(len(tokens) - 1)
-        yield Block(index, drafted, records, BLOCK_END[verdict.origin])
-
-
-def single_model_blocks(gen: Generation) -> Iterator[Block]:
-    """Target-only or draft-only: one token per step, drawn from that model's p̃."""
-    model = gen.target if gen.settings.method == "target" else gen.draft
-    tokens, settings = gen.tokens, gen.settings
-    for index in itertools.count(gen.first_block):
-        if gen.room() < 1:
-            return
-        logits = model.logits(tokens, last=1)  # [1, V]
-        token = int(acc.draw(acc.sampling_probs(logits, settings.temperature, settings.top_p), gen.generator, settings.greedy))
-        record = gen.recorder.single_record(index, len(tokens) - gen.prompt_length, token, logits)
-        tokens.append(token)
-        yield Block(index, [], [record], "single")
 
 
 # --- turning decisions into trace records -------------------------------------------------------
@@ -264,17 +171,17 @@ class Recorder:
         return record
 
 
-# --- a run ----------------------------------------------------------------------------------------
+# --- one row --------------------------------------------------------------------------------------
 
 
 @dataclass
 class Checkpoint:
-    """The state of a run as a block starts: enough to start another run there (see `resume_at`)."""
+    """The state of a row as a block starts: enough to start another run there (see `resume_at`)."""
 
     block: int
     position: int  # tokens generated before this block
-    draft_seen: int  # positions in the draft's cache as the block starts
-    target_seen: int  # positions in the target's cache
+    draft_seen: int  # the row's tokens in the draft's cache as the block starts
+    target_seen: int  # the row's tokens in the target's cache
     rng_state: torch.Tensor
     seconds: float
     target_calls: int
@@ -283,17 +190,19 @@ class Checkpoint:
 
 @dataclass
 class Generation:
-    """One run. Iterate it for Blocks as they are decoded; `trace` holds what was emitted so far.
+    """One run (one row of a batch). Iterate it for its Blocks; `trace` holds what was emitted so far.
 
-    Stop it at any time with `stop()` (from any thread) or by leaving the loop: the trace
-    keeps every token emitted before that.
+    Stop it at any time with `stop()` (from any thread) or by leaving the loop: the trace keeps
+    every token emitted before that. `keep_kv` keeps the row's caches when it ends, so that other
+    runs can start from its checkpoints (`resume_at`, used by easd.core.prefix).
     """
 
     pair: ModelPair
     prompt: str
     settings: DecodeSettings
     chat: bool = True
-    use_cache: bool = True
+    use_cache: bool = True  # False recomputes every pass from the first token (tests compare both)
+    keep_kv: bool = False
     trace: Trace = field(init=False)
     checkpoints: list[Checkpoint] = field(init=False, default_factory=list)  # one per block started
     first_block: int = field(init=False, default=0)
@@ -303,8 +212,6 @@ class Generation:
         self.prompt_ids = encode_prompt(self.pair, self.prompt, self.chat)
         self.prompt_length = len(self.prompt_ids)
         self.tokens = list(self.prompt_ids)
-        self.draft = CachedModel(self.pair.draft, self.pair.vocab_size, self.use_cache)
-        self.target = CachedModel(self.pair.target, self.pair.vocab_size, self.use_cache)
         self.generator = torch.Generator(device=self.pair.device).manual_seed(self.settings.seed)
         self.recorder = Recorder(self.pair, self.settings)
         self.trace = Trace(
@@ -314,11 +221,28 @@ class Generation:
             prompt=self.prompt,
             info={**self.pair.info, **software_versions()},
         )
-        self.trace.stats = RunStats(prompt_tokens=self.prompt_length, seconds=0.0, target_calls=0, draft_calls=0)
+        self.trace.stats = RunStats(
+            prompt_tokens=self.prompt_length, seconds=0.0, target_calls=0, draft_calls=0, stop_reason="stopped"
+        )
+        self.start_kv: tuple[RowKV | None, RowKV | None] | None = None  # (draft, target) caches to start from
+        self.final_kv: tuple[RowKV | None, RowKV | None] | None = None  # kept when the row ends, if keep_kv
+        self.done = False
         self._stop = threading.Event()
+
+    @property
+    def uses_draft(self) -> bool:
+        return self.settings.method != "target"
+
+    @property
+    def uses_target(self) -> bool:
+        return self.settings.method != "draft"
 
     def stop(self) -> None:
         self._stop.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
 
     def room(self) -> int:
         """How many more tokens this run may emit (max_new_tokens and the context both count)."""
@@ -326,30 +250,7 @@ class Generation:
         return min(self.settings.max_new_tokens - generated, self.pair.context_length - len(self.tokens))
 
     def __iter__(self) -> Iterator[Block]:
-        blocks = single_model_blocks(self) if self.settings.method in ("target", "draft") else speculative_blocks(self)
-        stats = self.trace.stats
-        stats.stop_reason = "stopped"
-        try:
-            while not self._stop.is_set():
-                self._checkpoint()
-                started = time.perf_counter()
-                block = next(blocks, None)
-                stats.seconds += time.perf_counter() - started  # engine time only, not the consumer's
-                stats.target_calls, stats.draft_calls = self.target.calls, self.draft.calls
-                if block is None:
-                    stats.stop_reason = self._finish_reason()
-                    return
-                block.records = self._cut_at_eos(block.records)
-                self.trace.records.extend(block.records)
-                if self.settings.method in ("sd", "easd"):
-                    drafted = [(token, self.recorder.text(token)) for token in block.drafted]
-                    self.trace.blocks.append(BlockInfo(block.index, drafted, block.end))
-                yield block
-                if self.trace.records and self.trace.records[-1].token_id in self.pair.eos_ids:
-                    stats.stop_reason = "eos"
-                    return
-        finally:
-            blocks.close()
+        return iter(Batch(self.pair, [self], use_cache=self.use_cache))
 
     def run(self) -> Trace:
         """Decode to the end and return the trace."""
@@ -357,54 +258,268 @@ class Generation:
             pass
         return self.trace
 
-    def _checkpoint(self) -> None:
-        stats = self.trace.stats
-        self.checkpoints.append(
-            Checkpoint(
-                self.first_block + len(self.checkpoints),
-                len(self.tokens) - self.prompt_length,
-                self.draft.seen,
-                self.target.seen,
-                self.generator.get_state(),
-                stats.seconds,
-                self.target.calls,
-                self.draft.calls,
-            )
-        )
-
     def resume_at(self, checkpoint: Checkpoint, settings: DecodeSettings) -> Generation:
-        """A new run with other settings that starts where this one started `checkpoint.block`.
+        """A new run with other settings that starts where this one (finished, with keep_kv) started `checkpoint.block`.
 
         It takes this run's tokens and records before that block, its KV caches as they were
         then, its random state, and its counts and time so far. Where the two settings make the
         same decisions up to that block (SD and EASD before EASD's first penalty), the result
-        equals a run from scratch, bit for bit, without decoding the shared prefix again. (A fresh
-        prefill of the prefix would not: in bfloat16 it rounds differently from the block-by-block
-        cache, enough to move an entropy across τ_H.) The copied records keep this run's
-        `triggered`; `easd.prefix` recomputes it for other rules.
+        equals a run from scratch without decoding the shared prefix again. (A fresh prefill of
+        the prefix would not: in bfloat16 it rounds differently from the block-by-block cache,
+        enough to move an entropy across τ_H.) The copied records keep this run's `triggered`;
+        `easd.core.prefix` recomputes it for other rules.
         """
+        if self.final_kv is None:
+            raise ValueError("resume_at needs a finished run that kept its caches (Generation(..., keep_kv=True))")
         resumed = Generation(self.pair, self.prompt, settings, chat=self.chat, use_cache=self.use_cache)
         shared = checkpoint.position
         resumed.tokens.extend(self.tokens[self.prompt_length : self.prompt_length + shared])
         resumed.trace.records = [dataclasses.replace(r) for r in self.trace.records[:shared]]
         resumed.trace.blocks = [dataclasses.replace(b) for b in self.trace.blocks if b.index < checkpoint.block]
-        resumed.draft.cache = self.draft.cache_as_of(checkpoint.draft_seen)
-        resumed.target.cache = self.target.cache_as_of(checkpoint.target_seen)
+        draft_kv, target_kv = self.final_kv
+        resumed.start_kv = (_first(draft_kv, checkpoint.draft_seen), _first(target_kv, checkpoint.target_seen))
         resumed.generator.set_state(checkpoint.rng_state)
         resumed.first_block = checkpoint.block
-        resumed.trace.stats.seconds = checkpoint.seconds
-        resumed.target.calls, resumed.draft.calls = checkpoint.target_calls, checkpoint.draft_calls
+        stats = resumed.trace.stats
+        stats.seconds, stats.target_calls, stats.draft_calls = checkpoint.seconds, checkpoint.target_calls, checkpoint.draft_calls
         return resumed
 
-    def _cut_at_eos(self, records: list[TokenRecord]) -> list[TokenRecord]:
-        for i, record in enumerate(records):
-            if record.token_id in self.pair.eos_ids:
-                return records[: i + 1]
-        return records
+    def _finish_reason(self) -> str | None:
+        """Why this row ends after its latest block, or None while it goes on."""
+        if self.trace.records and self.trace.records[-1].token_id in self.pair.eos_ids:
+            return "eos"
+        if self.room() < 1:
+            generated = len(self.tokens) - self.prompt_length
+            return "max_new_tokens" if generated >= self.settings.max_new_tokens else "context"
+        return "stopped" if self.stopped else None
 
-    def _finish_reason(self) -> str:
-        generated = len(self.tokens) - self.prompt_length
-        return "max_new_tokens" if generated >= self.settings.max_new_tokens else "context"
+
+def _first(kv: RowKV | None, length: int) -> RowKV | None:
+    return None if kv is None or length == 0 else [(k[:, :, :length], v[:, :, :length]) for k, v in kv]
+
+
+# --- the batch ------------------------------------------------------------------------------------
+
+
+class Batch:
+    """Rows decoded together: per step, one draft pass per drafted position and ONE target pass for all rows.
+
+    Rows wait in line until a slot is free (`max_rows`), join at a block boundary with their
+    prefix computed alone, and leave as soon as they end (EOS, their max_new_tokens, the context,
+    or `stop()`), so the batch never waits for its slowest row. Iterate for Blocks; each names its
+    row in `block.generation`. `add()` may be called from another thread while iterating.
+    """
+
+    def __init__(
+        self, pair: ModelPair, generations: Iterable[Generation] = (), max_rows: int | None = None, use_cache: bool = True
+    ):
+        if max_rows is not None and max_rows < 1:
+            raise SettingsError("--batch-size", f"must be ≥ 1 (got {max_rows})")
+        self.pair = pair
+        self.max_rows = max_rows
+        self.rows: list[Generation] = []  # row i of both caches
+        self.waiting: deque[Generation] = deque(generations)
+        pad = pair.tokenizer.pad_token_id if pair.tokenizer.pad_token_id is not None else 0
+        self.draft = KVSlots(pair.draft, pair.vocab_size, pad, use_cache)
+        self.target = KVSlots(pair.target, pair.vocab_size, pad, use_cache)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    def add(self, generation: Generation, first: bool = False) -> None:
+        """Put a row in line (at its head with `first`); it joins at the next block boundary with a free slot."""
+        with self._lock:
+            if first:
+                self.waiting.appendleft(generation)
+            else:
+                self.waiting.append(generation)
+
+    @property
+    def load(self) -> int:
+        """Rows still decoding or waiting to join."""
+        return sum(not g.done for g in self.rows) + len(self.waiting)
+
+    def stop(self) -> None:
+        """Stop every row, running or waiting, at the next block boundary."""
+        self._stop.set()
+
+    def __iter__(self) -> Iterator[Block]:
+        try:
+            while not self._stop.is_set():
+                self._leave([g for g in self.rows if g.stopped])
+                self._join()
+                if not self.rows:
+                    return
+                yield from self._step()
+                self._leave([g for g in self.rows if g.done])
+        finally:
+            for generation in self.rows + list(self.waiting):
+                generation.done = True  # a run left unfinished keeps stop_reason "stopped"
+
+    def run(self) -> list[Trace]:
+        """Decode every row to the end; the traces in the order the rows were given."""
+        everyone = list(self.waiting) + self.rows
+        for _ in self:
+            pass
+        return [g.trace for g in everyone]
+
+    # --- rows joining and leaving ---------------------------------------------------------------
+
+    def _join(self) -> None:
+        while self.waiting and (self.max_rows is None or len(self.rows) < self.max_rows):
+            with self._lock:
+                generation = self.waiting.popleft()
+            if generation.stopped:
+                generation.done = True
+                continue
+            started = time.perf_counter()
+            draft_kv, target_kv = generation.start_kv or (
+                prefill(self.pair.draft, generation.tokens[:-1]) if generation.uses_draft and self.draft.use_cache else None,
+                prefill(self.pair.target, generation.tokens[:-1]) if generation.uses_target and self.target.use_cache else None,
+            )
+            self.draft.add_row(draft_kv)
+            self.target.add_row(target_kv)
+            generation.start_kv = None
+            generation.trace.stats.seconds += time.perf_counter() - started
+            self.rows.append(generation)
+
+    def _leave(self, leaving: list[Generation]) -> None:
+        if not leaving:
+            return
+        for generation in leaving:
+            generation.done = True
+        staying = [i for i, g in enumerate(self.rows) if g not in leaving]
+        self.draft.keep_rows(staying)
+        self.target.keep_rows(staying)
+        self.rows = [self.rows[i] for i in staying]
+
+    # --- one step: a block for every row ----------------------------------------------------------
+
+    def _step(self) -> list[Block]:
+        started = time.perf_counter()
+        for row, generation in enumerate(self.rows):
+            self._checkpoint(row, generation)
+        ks = {row: min(g.settings.k, g.room() - 1) for row, g in enumerate(self.rows) if g.settings.method in SPECULATIVE}
+        drafted, q_logits, draft_only = self._draft(ks)
+        sequences = {row: g.tokens + drafted.get(row, []) for row, g in enumerate(self.rows) if g.uses_target}
+        p_logits = self.target.logits(sequences, {row: ks.get(row, 0) + 1 for row in sequences}) if sequences else {}
+        blocks = []
+        for row, generation in enumerate(self.rows):
+            if row in ks:  # p_logits[row]: [k+1, V], the one target call of this block
+                verdict = judge_block(
+                    q_logits[row],
+                    p_logits[row],
+                    torch.tensor(drafted[row], dtype=torch.long, device=p_logits[row].device),
+                    generation.settings,
+                    generation.generator,
+                )
+                records = generation.recorder.block_records(
+                    self._block_index(generation), len(generation.tokens) - generation.prompt_length, drafted[row], verdict
+                )
+                end = BLOCK_END[verdict.origin]
+            else:
+                logits = p_logits[row] if generation.uses_target else draft_only[row]  # [1, V]
+                settings = generation.settings
+                token = int(
+                    acc.draw(
+                        acc.sampling_probs(logits, settings.temperature, settings.top_p), generation.generator, settings.greedy
+                    )
+                )
+                records = [
+                    generation.recorder.single_record(
+                        self._block_index(generation), len(generation.tokens) - generation.prompt_length, token, logits
+                    )
+                ]
+                end = "single"
+            generation.tokens.extend(r.token_id for r in records)
+            self.target.truncate(row, len(generation.tokens) - 1)
+            self.draft.truncate(row, len(generation.tokens) - 1)
+            blocks.append(Block(self._block_index(generation), drafted.get(row, []), records, end, generation))
+        self.draft.tidy()
+        self.target.tidy()
+        seconds = time.perf_counter() - started  # every row waited for the whole step: its honest wall time
+        for row, block in enumerate(blocks):
+            generation = block.generation
+            self._record(
+                block,
+                seconds,
+                target_call=generation.uses_target,
+                draft_calls=len(block.drafted) + (generation.settings.method == "draft"),
+            )
+            if generation.done and generation.keep_kv:  # taken before the row leaves: other runs may start from it
+                generation.final_kv = (_row_kv(self.draft, row), _row_kv(self.target, row))
+        return blocks
+
+    def _draft(self, ks: dict[int, int]) -> tuple[dict[int, list[int]], dict[int, torch.Tensor], dict[int, torch.Tensor]]:
+        """Every speculative row proposes its k tokens; draft-only rows take their one step in the first pass.
+
+        -> (c_1..c_k per row, q logits [k, V] per row, draft-only logits [1, V] per row)
+        """
+        draft_only = [row for row, g in enumerate(self.rows) if g.settings.method == "draft"]
+        drafted = {row: [] for row in ks}
+        logits = {row: [] for row in ks}
+        single = {}
+        passes = max([*ks.values(), 1 if draft_only else 0])
+        for i in range(passes):
+            sequences = {row: self.rows[row].tokens + drafted[row] for row, k in ks.items() if k > i}
+            if i == 0:
+                sequences |= {row: self.rows[row].tokens for row in draft_only}
+            out = self.draft.logits(sequences, dict.fromkeys(sequences, 1))  # {row: [1, V]}
+            for row, step_logits in out.items():
+                if row not in ks:
+                    single[row] = step_logits
+                    continue
+                settings, generator = self.rows[row].settings, self.rows[row].generator
+                probs = acc.sampling_probs(step_logits, settings.temperature, settings.top_p)
+                drafted[row].append(int(acc.draw(probs, generator, settings.greedy)))
+                logits[row].append(step_logits)
+        empty = torch.empty(0, self.pair.vocab_size, device=self.pair.device)  # k = 0: the block is just the target's token
+        return drafted, {row: torch.cat(steps) if steps else empty for row, steps in logits.items()}, single
+
+    def _block_index(self, generation: Generation) -> int:
+        return generation.checkpoints[-1].block
+
+    def _checkpoint(self, row: int, generation: Generation) -> None:
+        stats = generation.trace.stats
+        generation.checkpoints.append(
+            Checkpoint(
+                generation.first_block + len(generation.checkpoints),
+                len(generation.tokens) - generation.prompt_length,
+                self.draft.length(row),
+                self.target.length(row),
+                generation.generator.get_state(),
+                stats.seconds,
+                stats.target_calls,
+                stats.draft_calls,
+            )
+        )
+
+    def _record(self, block: Block, seconds: float, target_call: bool, draft_calls: int) -> None:
+        """Add a finished block to its row's trace and counts, cut at EOS, and see whether the row ends."""
+        generation = block.generation
+        stats = generation.trace.stats
+        stats.seconds += seconds
+        stats.target_calls += target_call
+        stats.draft_calls += draft_calls
+        block.records = _cut_at_eos(block.records, generation.pair.eos_ids)
+        generation.trace.records.extend(block.records)
+        if generation.settings.method in SPECULATIVE:
+            drafted = [(token, generation.recorder.text(token)) for token in block.drafted]
+            generation.trace.blocks.append(BlockInfo(block.index, drafted, block.end))
+        reason = generation._finish_reason()
+        if reason is not None:
+            stats.stop_reason, generation.done = reason, True
+
+
+def _row_kv(slots: KVSlots, row: int) -> RowKV | None:
+    length = slots.length(row)
+    return slots.row_kv(row, length) if length else None
+
+
+def _cut_at_eos(records: list[TokenRecord], eos_ids: frozenset[int]) -> list[TokenRecord]:
+    for i, record in enumerate(records):
+        if record.token_id in eos_ids:
+            return records[: i + 1]
+    return records
 
 
 def encode_prompt(pair: ModelPair, prompt: str, chat: bool) -> list[int]:

@@ -25,16 +25,32 @@ class PrefixRun:
     saved_seconds: float  # SD decoding time reused instead of repeated
 
 
-def easd_after_sd(sd: Generation, settings: DecodeSettings) -> PrefixRun:
-    """The EASD run with `settings` (method easd, the SD run's seed, k, n, sampling) built on `sd`, which has finished."""
+@dataclass
+class PrefixStart:
+    """How an EASD variant starts from a finished SD run: done already, or a run to decode from a checkpoint."""
+
+    saved_seconds: float  # SD decoding time it reuses
+    trace: Trace | None = None  # the finished trace, when the rule never fires where SD kept a draft
+    generation: Generation | None = None  # else: the run to decode, starting at the first penalty's block
+
+
+def easd_start(sd: Generation, settings: DecodeSettings) -> PrefixStart:
+    """The EASD run with `settings` (method easd, the SD run's seed, k, n, sampling) built on `sd`,
+    which has finished and kept its caches (Generation(..., keep_kv=True))."""
     _check_compatible(sd.settings, settings)
     block = first_penalty_block(sd.trace, settings.rule, settings.tau_h, settings.tau_o)
     if block is None:  # EASD would never intervene: its run is the SD run
-        return PrefixRun(_relabelled(sd.trace, settings), sd.trace.stats.seconds)
+        return PrefixStart(sd.trace.stats.seconds, trace=_relabelled(sd.trace, settings))
     checkpoint = next(c for c in sd.checkpoints if c.block == block)
     easd = sd.resume_at(checkpoint, settings)
     _retrigger(easd.trace, settings)
-    return PrefixRun(easd.run(), checkpoint.seconds)
+    return PrefixStart(checkpoint.seconds, generation=easd)
+
+
+def easd_after_sd(sd: Generation, settings: DecodeSettings) -> PrefixRun:
+    """`easd_start`, decoded to the end on its own."""
+    start = easd_start(sd, settings)
+    return PrefixRun(start.trace or start.generation.run(), start.saved_seconds)
 
 
 def _check_compatible(sd: DecodeSettings, easd: DecodeSettings) -> None:

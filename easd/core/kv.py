@@ -1,0 +1,178 @@
+"""The KV cache of B rows of one model: padded slots, a mask of the ones in use, and forward passes over them.
+
+Rows of a batch are ragged: prompts differ in length, and each block every row keeps a different
+number of its drafted tokens. Every row's keys and values sit in one tensor per layer,
+[B, heads, L, head_dim], at slots 0..L-1. `used[b, s]` says whether slot s holds one of row b's
+tokens; a rejected draft's slot is simply marked unused, and later passes mask it out of
+attention. Position ids are given explicitly (a row's token at slot s has the position "number
+of used slots before s"), so holes never shift a row's positions.
+
+Waste is bounded: trailing slots no row uses are cut after every block, and when the slots in use
+fall far behind L (`COMPACT_SLACK`), every row's used slots are gathered to the front. Keys and
+values of committed tokens are never recomputed, only moved, so a row's numbers do not depend on
+where its slots are.
+
+A row joins with the keys and values of its prefix computed alone (`prefill`), so a row's prefill
+is the same computation whether it runs alone or in a batch; it leaves by being cut out of the
+batch dimension.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+COMPACT_SLACK = 64  # unused slots tolerated per row before compacting: a copy of the cache costs about one pass
+
+RowKV = list[tuple[torch.Tensor, torch.Tensor]]  # one (keys, values) per layer, each [1, heads, n, head_dim]
+
+
+def prefill(model, tokens: list[int]) -> RowKV | None:
+    """Keys and values of `tokens` for one row, computed alone (None for no tokens)."""
+    if not tokens:
+        return None
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        model.get_decoder()(input_ids=torch.tensor([tokens], device=model.device), cache=cache, use_cache=True)
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+class KVSlots:
+    """One model's cache for the rows of a batch, and the forward pass that reads and extends it.
+
+    Invariant between blocks (kept by the caller): a row's cache holds every committed token of
+    that row but the last, whose logits the next pass computes. `use_cache=False` keeps nothing
+    and recomputes every row from its first token on each pass; tests compare both.
+    """
+
+    def __init__(self, model, vocab_size: int, pad_id: int, use_cache: bool = True):
+        self.model = model
+        self.vocab_size = vocab_size
+        self.pad_id = pad_id
+        self.use_cache = use_cache
+        self.layers: RowKV = []  # [B, heads, L, head_dim] per layer; empty while no slot exists
+        self.used = torch.zeros(0, 0, dtype=torch.bool, device=model.device)  # [B, L]
+
+    # --- rows ---------------------------------------------------------------------------------
+
+    @property
+    def rows(self) -> int:
+        return self.used.shape[0]
+
+    @property
+    def slots(self) -> int:
+        return self.used.shape[1]
+
+    def length(self, row: int) -> int:
+        """How many of the row's tokens the cache holds."""
+        return int(self.used[row].sum())
+
+    def add_row(self, kv: RowKV | None) -> None:
+        """Append a row (as the last one) whose prefix keys and values are `kv`."""
+        n = 0 if kv is None or not self.use_cache else kv[0][0].shape[2]
+        width = max(self.slots, n)
+        self._widen(width)
+        row_used = torch.zeros(1, width, dtype=torch.bool, device=self.used.device)
+        row_used[0, :n] = True
+        if n and not self.layers:  # the rows already here hold no slots yet: give them empty ones of this shape
+            self.layers = [
+                (
+                    _pad_slots(k[:, :, :0].expand(self.rows, -1, -1, -1), width),
+                    _pad_slots(v[:, :, :0].expand(self.rows, -1, -1, -1), width),
+                )
+                for k, v in kv
+            ]
+        if self.layers:
+            row_layers = kv if n else [(torch.zeros_like(k[:1]), torch.zeros_like(v[:1])) for k, v in self.layers]
+            self.layers = [
+                (torch.cat([k, _pad_slots(rk, width)]), torch.cat([v, _pad_slots(rv, width)]))
+                for (k, v), (rk, rv) in zip(self.layers, row_layers)
+            ]
+        self.used = torch.cat([self.used, row_used])
+
+    def keep_rows(self, rows: list[int]) -> None:
+        """Keep only these rows, in this order (the others leave the batch)."""
+        index = torch.tensor(rows, dtype=torch.long, device=self.used.device)
+        self.layers = [(k[index], v[index]) for k, v in self.layers]
+        self.used = self.used[index]
+        self.tidy()
+
+    def row_kv(self, row: int, length: int) -> RowKV:
+        """A copy of the keys and values of the row's first `length` tokens, for another run to start from."""
+        slots = self.used[row].nonzero().squeeze(-1)[:length]
+        return [(k[row : row + 1, :, slots].clone(), v[row : row + 1, :, slots].clone()) for k, v in self.layers]
+
+    # --- the forward pass ---------------------------------------------------------------------
+
+    @torch.no_grad()
+    def logits(self, sequences: dict[int, list[int]], last: dict[int, int]) -> dict[int, torch.Tensor]:
+        """One forward pass over the tokens of each row in `sequences` that the cache has not seen.
+
+        `sequences[row]` is the row's whole sequence; rows not in it take no part (their slots
+        in this pass stay unused). Returns, per row, the logits at its last `last[row]` positions,
+        cut to the shared vocabulary, in float32.  -> {row: [last[row], V]}
+        """
+        if not self.use_cache:
+            self.layers, self.used = [], torch.zeros(self.rows, 0, dtype=torch.bool, device=self.used.device)
+        seen = self.used.sum(dim=1).tolist()  # [B]
+        fresh = {row: sequence[seen[row] :] for row, sequence in sequences.items()}
+        width = max(len(tokens) for tokens in fresh.values())  # T
+        device = self.used.device
+        input_ids = torch.full((self.rows, width), self.pad_id, dtype=torch.long, device=device)  # [B, T]
+        new_used = torch.zeros(self.rows, width, dtype=torch.bool, device=device)  # [B, T]
+        for row, tokens in fresh.items():
+            input_ids[row, : len(tokens)] = torch.tensor(tokens, device=device)
+            new_used[row, : len(tokens)] = True
+        positions = torch.tensor(seen, device=device)[:, None] + torch.arange(width, device=device)  # [B, T]
+        cache = DynamicCache(ddp_cache_data=self.layers) if self.layers else DynamicCache(config=self.model.config)
+        attention_mask = torch.cat([self.used, new_used], dim=1).long()  # [B, L + T]
+        hidden = self.model.get_decoder()(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, cache=cache, use_cache=True
+        ).last_hidden_state  # [B, T, H]
+        self.layers = [(layer.keys, layer.values) for layer in cache.layers]
+        self.used = torch.cat([self.used, new_used], dim=1)
+        rows = list(fresh)
+        picks = [(row, j) for row in rows for j in range(len(fresh[row]) - last[row], len(fresh[row]))]
+        chosen = hidden[[r for r, _ in picks], [j for _, j in picks]]  # [sum(last), H]
+        logits = self.model.get_output_embeddings()(chosen)[:, : self.vocab_size].float()  # [sum(last), V]
+        return dict(zip(rows, logits.split([last[row] for row in rows])))
+
+    # --- keeping the cache small ----------------------------------------------------------------
+
+    def truncate(self, row: int, length: int) -> None:
+        """Forget the row's tokens from position `length` on (rejected drafts)."""
+        slots = self.used[row].nonzero().squeeze(-1)
+        self.used[row, slots[length:]] = False
+
+    def tidy(self) -> None:
+        """Cut trailing slots no row uses; gather each row's slots to the front once too many are wasted."""
+        in_use = self.used.any(dim=0).nonzero()
+        end = int(in_use[-1]) + 1 if len(in_use) else 0
+        if end < self.slots:
+            self.layers = [(k[:, :, :end], v[:, :, :end]) for k, v in self.layers]
+            self.used = self.used[:, :end]
+        lengths = self.used.sum(dim=1)
+        longest = int(lengths.max()) if self.rows else 0
+        if self.slots > longest + COMPACT_SLACK:
+            self._compact(lengths, longest)
+
+    def _compact(self, lengths: torch.Tensor, longest: int) -> None:
+        order = torch.argsort((~self.used).to(torch.int8), dim=1, stable=True)[:, :longest]  # used slots first, in order
+        self.layers = [(_gather_slots(k, order), _gather_slots(v, order)) for k, v in self.layers]
+        self.used = torch.arange(longest, device=self.used.device)[None, :] < lengths[:, None]
+
+    def _widen(self, width: int) -> None:
+        if width > self.slots:
+            self.layers = [(_pad_slots(k, width), _pad_slots(v, width)) for k, v in self.layers]
+            self.used = torch.nn.functional.pad(self.used, (0, width - self.slots))
+
+
+def _pad_slots(tensor: torch.Tensor, width: int) -> torch.Tensor:
+    """Zero slots appended to [B, heads, L, head_dim] up to `width`."""
+    return torch.nn.functional.pad(tensor, (0, 0, 0, width - tensor.shape[2]))
+
+
+def _gather_slots(tensor: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """tensor[b, :, order[b], :] for every row b.  [B, h, L, d], [B, L'] -> [B, h, L', d]"""
+    index = order[:, None, :, None].expand(-1, tensor.shape[1], -1, tensor.shape[3])
+    return tensor.gather(2, index)

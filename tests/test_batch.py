@@ -1,0 +1,161 @@
+"""The batched engine: every row of a batch decodes exactly as if it ran alone (tiny random pair, float32)."""
+
+import dataclasses
+import itertools
+
+import pytest
+import torch
+from conftest import PROMPTS
+
+from easd.core import acceptance as acc
+from easd.core.decoding import Batch, Generation, encode_prompt
+from easd.core.kv import COMPACT_SLACK
+from easd.core.settings import DecodeSettings
+from easd.errors import SettingsError
+
+LONG = "A small draft model proposes a few tokens, and the larger target model checks them all in one pass. " * 3
+MIXED = [
+    dict(method="sd", k=4),
+    dict(method="easd", k=2, temperature=1.0, top_p=0.9, seed=5),
+    dict(method="target", temperature=0.7, seed=1),
+    dict(method="easd", rule="no_overlap", tau_h=0.8, k=6),
+    dict(method="draft"),
+    dict(method="sd", k=1, temperature=1.0, seed=9),
+    dict(method="easd", rule="target_entropy_only", tau_h=1.2, k=3, temperature=0.9, seed=3),
+    dict(method="easd", rule="no_draft_entropy", tau_o=0.6, k=5),
+]
+
+
+def rows(pair, count: int, max_new_tokens: int = 40) -> list[Generation]:
+    prompts = itertools.cycle([*PROMPTS, LONG, "hi"])
+    return [
+        Generation(pair, next(prompts), DecodeSettings(max_new_tokens=max_new_tokens + 3 * i, **MIXED[i % len(MIXED)]))
+        for i in range(count)
+    ]
+
+
+def solo(generation: Generation):
+    return Generation(generation.pair, generation.prompt, generation.settings, chat=generation.chat).run()
+
+
+def assert_same_run(batched, alone):
+    assert batched.token_ids == alone.token_ids
+    assert [r.origin for r in batched.records] == [r.origin for r in alone.records]
+    assert [r.block for r in batched.records] == [r.block for r in alone.records]
+    for a, b in zip(batched.records, alone.records):
+        assert a.triggered == b.triggered and a.draft_token_id == b.draft_token_id
+        assert a.h_target == pytest.approx(b.h_target, abs=1e-3)  # float32 sums in another order: equal to ~1e-4
+    assert (batched.stats.target_calls, batched.stats.draft_calls) == (alone.stats.target_calls, alone.stats.draft_calls)
+    assert batched.stats.stop_reason == alone.stats.stop_reason
+
+
+@pytest.mark.parametrize("count", [2, 3, 8])
+def test_every_row_equals_its_solo_run(tiny_pair, count):
+    generations = rows(tiny_pair, count)
+    lengths = {len(g.prompt_ids) for g in generations}
+    assert count < 3 or len(lengths) >= 3  # ragged prompts
+    Batch(tiny_pair, generations).run()
+    for generation in generations:
+        assert_same_run(generation.trace, solo(generation))
+
+
+def test_rows_join_as_others_leave_and_mid_run(tiny_pair):
+    generations = rows(tiny_pair, 8, max_new_tokens=24)
+    batch = Batch(tiny_pair, generations[:6], max_rows=3)  # three wait for a free slot
+    late = generations[6:]
+    blocks_seen, joined = 0, False
+    for _ in batch:
+        blocks_seen += 1
+        if blocks_seen == 10 and not joined:  # two more arrive while others have run a while
+            for generation in late:
+                batch.add(generation)
+            joined = True
+        assert len(batch.rows) <= 3
+    for generation in generations:
+        assert_same_run(generation.trace, solo(generation))
+
+
+def test_a_row_stopped_midway_leaves_and_the_others_are_undisturbed(tiny_pair):
+    generations = rows(tiny_pair, 4, max_new_tokens=40)
+    stopped = generations[1]
+    blocks_of_stopped = 0
+    for block in Batch(tiny_pair, generations):
+        if block.generation is stopped:
+            blocks_of_stopped += 1
+            if blocks_of_stopped == 3:
+                stopped.stop()
+    alone = solo(stopped)
+    assert stopped.trace.stats.stop_reason == "stopped" and len(stopped.trace.records) < len(alone.records)
+    assert stopped.trace.token_ids == alone.token_ids[: len(stopped.trace.records)]
+    for generation in generations:
+        if generation is not stopped:
+            assert_same_run(generation.trace, solo(generation))
+
+
+def test_stopping_the_batch_keeps_what_every_row_emitted(tiny_pair):
+    generations = rows(tiny_pair, 3, max_new_tokens=100)
+    batch = Batch(tiny_pair, generations)
+    for steps, _ in enumerate(batch):
+        if steps == 6:
+            batch.stop()
+    for generation in generations:
+        assert generation.trace.stats.stop_reason == "stopped" and generation.trace.records
+        assert generation.trace.token_ids == solo(generation).token_ids[: len(generation.trace.records)]
+
+
+def test_the_method_invariants_hold_inside_a_batch(tiny_pair):
+    """Greedy SD = target; EASD that never fires = SD; SD and EASD agree up to the first penalty; no refused draft is emitted."""
+    for prompt in PROMPTS:
+        settings = [
+            DecodeSettings(method="target", max_new_tokens=48),
+            DecodeSettings(method="sd", max_new_tokens=48),
+            DecodeSettings(method="easd", tau_h=1e9, max_new_tokens=48),
+            DecodeSettings(method="easd", max_new_tokens=48),
+        ]
+        target, sd, never, easd = Batch(tiny_pair, [Generation(tiny_pair, prompt, s) for s in settings]).run()
+        assert sd.token_ids == target.token_ids and never.token_ids == sd.token_ids
+        first = easd.summary()["first_penalty_position"]
+        if first is not None:
+            assert easd.token_ids[:first] == sd.token_ids[:first] and easd.token_ids[first] != sd.token_ids[first]
+        for record in easd.records:
+            if record.origin == "easd_penalty":
+                assert record.token_id != record.draft_token_id
+
+
+def test_sampling_sd_reproduces_the_target_distribution_per_row(tiny_pair):
+    """The first token of 1,500 sampling SD rows, decoded 500 at a time, follows the target's p̃ at the prompt."""
+    prompt, temperature = PROMPTS[1], 1.5
+    settings = [DecodeSettings(method="sd", k=1, max_new_tokens=2, temperature=temperature, seed=s) for s in range(1500)]
+    traces = Batch(tiny_pair, [Generation(tiny_pair, prompt, s) for s in settings], max_rows=500).run()
+    ids = torch.tensor([encode_prompt(tiny_pair, prompt, chat=True)])
+    with torch.no_grad():
+        p_logits = tiny_pair.target(ids).logits[:, -1, : tiny_pair.vocab_size]
+        q_logits = tiny_pair.draft(ids).logits[:, -1, : tiny_pair.vocab_size]
+    target = acc.sampling_probs(p_logits, temperature, 1.0)[0]
+    draft = acc.sampling_probs(q_logits, temperature, 1.0)[0]
+    counts = torch.bincount(torch.tensor([t.token_ids[0] for t in traces]), minlength=tiny_pair.vocab_size).float()
+    tv = lambda a, b: 0.5 * (a - b).abs().sum().item()
+    assert tv(counts / counts.sum(), target) < 0.06
+    assert tv(draft, target) > 0.1  # the draft alone is far off: the test can fail
+
+
+def test_kv_memory_per_row_stays_bounded(tiny_pair):
+    """Over 1,000-token runs with many rejections, the holes rejected drafts leave in the shared cache are
+    compacted away: the slots stay within a fixed slack of the longest row."""
+    pair = dataclasses.replace(tiny_pair, context_length=1100, eos_ids=frozenset())  # RoPE has no hard limit; run long
+    settings = [DecodeSettings(method="sd", k=8, max_new_tokens=1000, temperature=1.0, seed=i) for i in range(2)]
+    generations = [Generation(pair, prompt, s, chat=False) for prompt, s in zip(["Tom", "def add(a, b):"], settings)]
+    batch = Batch(pair, generations)
+    wasted = 0
+    for block in batch:
+        longest = max(len(g.tokens) for g in batch.rows)
+        for cache in (batch.target, batch.draft):
+            assert cache.slots <= longest + COMPACT_SLACK + 9, (cache.slots, longest)
+        wasted += 0 if block.end == "bonus" else len(block.drafted) - (len(block.records) - 1)
+    assert wasted > 5 * COMPACT_SLACK  # far more rejected slots than the slack: compaction really ran
+    assert [len(g.trace.records) for g in generations] == [1000, 1000]
+
+
+def test_batch_size_below_one_is_refused(tiny_pair):
+    with pytest.raises(SettingsError, match="--batch-size"):
+        Batch(tiny_pair, [], max_rows=0)
