@@ -144,3 +144,23 @@ def test_pairs_lists_every_named_pair(capsys):
     for name in ("qwen-coder", "tiny-random", "qwen2.5", "qwen2.5-7b", "r1-distill"):
         assert f"\n{name}" in "\n" + out
     assert out.count("available here:") == 5 and "memory:" in out
+
+
+def test_eval_batch_size_below_one_is_refused(capsys, tmp_path):
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"question": "1 + 1?", "answer": "#### 2"}\n' * 3)
+    code, _, err = run_cli(
+        capsys, "eval", "--pair", "tiny-random", "--data", str(data), "--out", str(tmp_path), "--batch-size", "0"
+    )
+    assert code == 2 and "--batch-size: must be an integer ≥ 1 (got 0)" in err
+
+
+def test_a_batch_larger_than_memory_is_refused_with_the_figures(tiny_pair):
+    from easd.errors import SettingsError
+    from easd.lab.evaluate import check_batch_fits
+
+    check_batch_fits(tiny_pair, 16, 600)
+    with pytest.raises(
+        SettingsError, match=r"--batch-size: 100,000,000 rows of up to 600 tokens need about .* GB .* use at most \d+"
+    ):
+        check_batch_fits(tiny_pair, 100_000_000, 600)

@@ -41,3 +41,17 @@ def test_the_pair_shares_one_tokenizer_and_vocabulary(qwen_pair):
     assert qwen_pair.vocab_size == 151936
     assert qwen_pair.tokenizer.convert_tokens_to_ids("<|im_end|>") in qwen_pair.eos_ids
     assert qwen_pair.tokenizer.convert_tokens_to_ids("<|endoftext|>") in qwen_pair.eos_ids
+
+
+def test_batched_rows_on_the_real_pair_equal_their_solo_runs(qwen_pair):
+    """Three ragged rows (SD, EASD, target-only) in one batch, float32: each equals its run alone, token for token."""
+    from easd.core.decoding import Batch
+
+    prompts = [QUESTION, "Write a Python function that reverses a string.", "What is 17 * 23?"]
+    methods = [dict(method="sd"), dict(method="easd", tau_h=0.5), dict(method="target")]
+    generations = [Generation(qwen_pair, p, DecodeSettings(max_new_tokens=24, **m)) for p, m in zip(prompts, methods)]
+    Batch(qwen_pair, generations).run()
+    for generation in generations:
+        alone = Generation(qwen_pair, generation.prompt, generation.settings).run()
+        assert generation.trace.token_ids == alone.token_ids, generation.settings.method
+        assert [r.origin for r in generation.trace.records] == [r.origin for r in alone.records]

@@ -37,6 +37,24 @@ def prefill(model, tokens: list[int]) -> RowKV | None:
     return [(layer.keys, layer.values) for layer in cache.layers]
 
 
+def bytes_per_token(model) -> int:
+    """KV-cache bytes one token takes in `model`: keys and values, every layer, every KV head."""
+    config = model.config.get_text_config(decoder=True)
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    element = model.get_input_embeddings().weight.element_size()  # int8 Linear layers still cache float activations
+    return 2 * config.num_hidden_layers * heads * head_dim * element
+
+
+def free_memory(device: torch.device) -> int:
+    """Bytes this process could still allocate on `device` (the GPU's free memory, or the OS's MemAvailable)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    with open("/proc/meminfo") as meminfo:
+        fields = dict(line.split(":", 1) for line in meminfo)
+    return int(fields["MemAvailable"].split()[0]) * 1024
+
+
 class KVSlots:
     """One model's cache for the rows of a batch, and the forward pass that reads and extends it.
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from ..core.decoding import Generation, encode_prompt
+from ..core.decoding import Batch, Generation, encode_prompt
 from ..core.pair import ModelPair
 from ..core.settings import DecodeSettings
 from ..core.trace import Trace
@@ -53,14 +53,18 @@ class Row:
 
     def rates(self) -> str:
         """Acceptance, mean accepted length and penalized-token rate over all prompts (our runs only)."""
-        records = [r for t in self.traces for r in t.records]
-        examined = sum(r.draft_token_id is not None for r in records)
-        if not examined:
-            return ""
-        accepted = sum(r.origin == "draft_accepted" for r in records)
-        blocks = sum(len({r.block for r in t.records}) for t in self.traces)
-        penalized = sum(r.origin == "easd_penalty" for r in records)
-        return f"acceptance {accepted / examined:.3f}  accepted/block {accepted / blocks:.2f}  penalized {penalized / len(records):.3f}"
+        return rates([*self.traces])
+
+
+def rates(traces: list[Trace]) -> str:
+    """Acceptance, kept drafts per target pass and penalized-token rate over runs, from each trace's summary."""
+    summaries = [t.summary() for t in traces]
+    examined = sum(s["examined"] for s in summaries)
+    if not examined:
+        return ""
+    accepted, tokens = sum(s["accepted"] for s in summaries), sum(s["new_tokens"] for s in summaries)
+    blocks, penalized = sum(s["blocks"] for s in summaries), sum(s["penalized"] for s in summaries)
+    return f"acceptance {accepted / examined:.3f}  accepted/block {accepted / blocks:.2f}  penalized {penalized / tokens:.3f}"
 
 
 def run_benchmark(pair: ModelPair, n_prompts: int, max_new_tokens: int, k: int, tau_hs: list[float], repeats: int = 1) -> int:
@@ -77,18 +81,25 @@ def run_benchmark(pair: ModelPair, n_prompts: int, max_new_tokens: int, k: int, 
     print(
         f"bench: {pair.describe()}, {n_prompts} prompts × {repeats}, {max_new_tokens} new tokens, greedy, {torch.get_num_threads()} threads"
     )
-    rows = [Row(name) for name in methods]
-    decoders = list(methods.values())
-    for decode in decoders:
+    rows = {name: Row(name) for name in methods}
+    for decode in methods.values():
         decode(prompts[0][:40])  # untimed warm-up on a short prompt
+    names = list(methods)
     for turn, prompt in enumerate(prompts * repeats):
-        for i in _rotated(len(rows), turn):
-            _time_one(rows[i], decoders[i], prompt)
+        for i in _rotated(len(names), turn):
+            _time_one(rows[names[i]], methods[names[i]], prompt)
         print(f"  prompt {turn + 1}/{len(prompts) * repeats} done", flush=True)
-    for row in rows:
+    for row in rows.values():
         print(f"  {row.name:<34} {row.tokens:>6} tokens {row.seconds:>8.2f} s {row.tokens_per_s:>7.2f} tokens/s  {row.rates()}")
-    _print_ratios(rows)
-    _print_equality(rows[3], rows[0])
+    sd, easds = rows[f"SD (k={k})"], [rows[name] for name in names if name.startswith("EASD")]
+    _print_ratios(
+        [
+            ("SD ÷ transformers assisted (same k)", sd, rows[f"transformers assisted (k={k})"]),
+            ("SD ÷ target-only", sd, rows["target-only"]),
+        ]
+        + [(f"{easd.name} ÷ SD", easd, sd) for easd in easds]
+    )
+    _print_equality(sd, rows["target-only"])
     return 0
 
 
@@ -136,11 +147,8 @@ def _assistant_settings(draft, constant_k: int | None):
         config.update(**saved)
 
 
-def _print_ratios(rows: list[Row]) -> None:
-    target, _, assisted_k, sd, *easds = rows
+def _print_ratios(pairs: list[tuple[str, Row, Row]]) -> None:
     print("ratios:")
-    pairs = [("SD ÷ transformers assisted (same k)", sd, assisted_k), ("SD ÷ target-only", sd, target)]
-    pairs += [(f"{easd.name} ÷ SD", easd, sd) for easd in easds]
     for label, a, b in pairs:
         print(f"  {label:<44} {a.tokens_per_s / b.tokens_per_s:.3f}×")
 
@@ -153,3 +161,58 @@ def _print_equality(sd: Row, target: Row) -> None:
         if a != b:
             first = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
             print(f"  prompt {i + 1}: first difference at token {first}")
+
+
+# --- many rows at once ---------------------------------------------------------------------------
+
+
+def run_batched_benchmark(pair: ModelPair, batch_sizes: list[int], max_new_tokens: int, k: int, tau_h: float) -> int:
+    """Total tokens/s of target-only, SD and EASD with B rows per pass, next to transformers' batched
+    `generate` (target-only, left padding) at the same B: the throughput a user would otherwise get.
+
+    The B rows are the built-in prompts in turn. At each B the four methods run back to back in an
+    order that rotates with B, so drifts of a shared machine's speed spread over them.
+    """
+    sd = DecodeSettings(method="sd", k=k, tau_h=tau_h, max_new_tokens=max_new_tokens)
+    methods = {
+        "transformers generate": lambda prompts: _generate_batched(pair, prompts, max_new_tokens),
+        "target-only": lambda prompts: _batch(pair, prompts, replace(sd, method="target")),
+        f"SD (k={k})": lambda prompts: _batch(pair, prompts, sd),
+        f"EASD (k={k}, τ_H={tau_h:g})": lambda prompts: _batch(pair, prompts, replace(sd, method="easd")),
+    }
+    names = list(methods)
+    print(
+        f"bench: {pair.describe()}, batch sizes {batch_sizes}, {max_new_tokens} new tokens per row, greedy, {torch.get_num_threads()} threads"
+    )
+    for decode in methods.values():
+        decode([PROMPTS[0][:40]] * 2)  # untimed warm-up
+    print(f"  {'B':>3} " + " ".join(f"{name:>24}" for name in names) + f" {'SD ÷ generate':>14}")
+    for turn, size in enumerate(batch_sizes):
+        prompts = [PROMPTS[i % len(PROMPTS)] for i in range(size)]
+        speed = {}
+        for i in _rotated(len(names), turn):
+            started = time.perf_counter()
+            outputs = methods[names[i]](prompts)
+            speed[names[i]] = sum(len(ids) for ids in outputs) / (time.perf_counter() - started)
+        cells = " ".join(f"{speed[name]:>15.2f} tokens/s" for name in names)
+        print(f"  {size:>3} {cells} {speed[names[2]] / speed[names[0]]:>13.2f}×", flush=True)
+    return 0
+
+
+def _batch(pair: ModelPair, prompts: list[str], settings: DecodeSettings) -> list[list[int]]:
+    return [trace.token_ids for trace in Batch(pair, [Generation(pair, p, settings) for p in prompts]).run()]
+
+
+@torch.inference_mode()
+def _generate_batched(pair: ModelPair, prompts: list[str], max_new_tokens: int) -> list[list[int]]:
+    """transformers' own batched greedy decoding of the target, prompts left-padded; each row's tokens up to its EOS."""
+    encoded = [encode_prompt(pair, p, chat=True) for p in prompts]
+    width, pad = max(len(ids) for ids in encoded), pair.tokenizer.pad_token_id or 0
+    ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded], device=pair.device)
+    mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded], device=pair.device)
+    out = pair.target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=pad)
+    rows = []
+    for row in out[:, width:].tolist():
+        end = next((i for i, token in enumerate(row) if token in pair.eos_ids), len(row) - 1)
+        rows.append(row[: end + 1])
+    return rows

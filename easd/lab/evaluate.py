@@ -18,11 +18,12 @@ from tqdm import tqdm
 
 from ..core import trace as trace_io
 from ..core.decoding import Batch, Generation, encode_prompt
+from ..core.kv import COMPACT_SLACK, bytes_per_token, free_memory
 from ..core.pair import ModelPair
 from ..core.prefix import easd_start
 from ..core.settings import RULES, DecodeSettings
 from ..core.trace import Trace
-from ..errors import EasdError
+from ..errors import EasdError, SettingsError
 from .problems import Problem, extract_answer, is_correct
 from .results import prepare_folder
 
@@ -153,9 +154,27 @@ class LocalRunner:
     batch_size: int = DEFAULT_BATCH_SIZE
 
     def __call__(self, items: list[WorkItem]) -> Iterator[tuple[WorkItem, list[tuple[dict, Trace]]]]:
-        for problem in {item.problem.id: item.problem for item in items}.values():
-            encode_prompt(self.pair, problem.prompt, chat=True)  # a prompt too long is refused before anything is decoded
+        # refused before anything is decoded: a prompt too long for the context, or more rows than memory holds
+        prompts = [encode_prompt(self.pair, p.prompt, chat=True) for p in {i.problem.id: i.problem for i in items}.values()]
+        settings = [v.settings for item in items for v in item.variants]
+        longest = max((len(p) for p in prompts), default=0) + max((s.max_new_tokens + s.k for s in settings), default=0)
+        check_batch_fits(self.pair, min(self.batch_size, sum(len(i.variants) for i in items)), longest)
         return decode_items(self.pair, items, self.batch_size)
+
+
+MEMORY_SHARE = 0.8  # of the free memory, what the KV caches may take; the rest is for activations and logits
+
+
+def check_batch_fits(pair: ModelPair, rows: int, tokens_per_row: int) -> None:
+    """Refuse, with the figures, a batch whose KV caches would not fit in the free memory."""
+    per_row = (tokens_per_row + COMPACT_SLACK) * (bytes_per_token(pair.draft) + bytes_per_token(pair.target))
+    free = free_memory(pair.device) * MEMORY_SHARE
+    if rows * per_row > free:
+        raise SettingsError(
+            "--batch-size",
+            f"{rows:,} rows of up to {tokens_per_row:,} tokens need about {rows * per_row / 2**30:.1f} GB of KV cache "
+            f"({per_row / 2**20:.0f} MB a row), but only about {free / 2**30:.1f} GB is free here: use at most {int(free // per_row)}",
+        )
 
 
 def result_row(problem: Problem, label: str, sample: int, trace: Trace, saved_seconds: float) -> dict:
