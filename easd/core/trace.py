@@ -165,10 +165,11 @@ def _record_from_row(row: dict) -> TokenRecord:
 
 
 def _candidates(row: dict, side: str) -> list[Candidate]:
-    found, j = [], 1
-    while row.get(f"{side}_top{j}_id") is not None:
-        found.append((row[f"{side}_top{j}_id"], row[f"{side}_top{j}_text"], row[f"{side}_top{j}_prob"]))
-        j += 1
+    found = []
+    for id_name, text_name, prob_name in schema.CANDIDATE_NAMES[side]:
+        if row.get(id_name) is None:
+            return found
+        found.append((row[id_name], row[text_name], row[prob_name]))
     return found
 
 
@@ -204,6 +205,10 @@ def _append_record(trace: Trace, row: dict, top: int) -> None:
 
 
 # --- CSV ------------------------------------------------------------------------------------------
+
+# (id, text) columns whose text is None, not "", when the id is empty
+_OPTIONAL_TEXTS = [("draft_token_id", "draft_token_text")]
+_OPTIONAL_TEXTS += [(i, t) for side in schema.CANDIDATE_NAMES.values() for i, t, _ in side]
 
 # OWASP, "CSV Injection": a spreadsheet runs a cell that starts with one of these as a formula.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -261,8 +266,9 @@ def read_csv(path: str | Path) -> list[Trace]:
 
 
 def _runs_from_csv(lines: Iterator[list[str]]) -> list[Trace]:
-    header = _check_header(next(lines, []))
-    top = schema.candidate_count(header)
+    names = next(lines, [])
+    header = _check_header(names)
+    top = schema.candidate_count(names)
     traces: list[Trace] = []
     first: dict = {}  # the run columns of the current run's first row
     for number, line in enumerate(lines, start=2):  # numbered as a spreadsheet does: the header is row 1
@@ -286,7 +292,7 @@ def _runs_from_csv(lines: Iterator[list[str]]) -> list[Trace]:
     return traces
 
 
-def _check_header(header: list[str]) -> list[str]:
+def _check_header(header: list[str]) -> list[tuple[str, schema.Field]]:
     top = schema.candidate_count(header)
     if top > schema.MAX_CANDIDATES:
         raise SchemaError("header", f"{top} candidates per token is more than the {schema.MAX_CANDIDATES} a trace may hold")
@@ -298,26 +304,22 @@ def _check_header(header: list[str]) -> list[str]:
     unknown = [name for name in header if _csv_field(name) is None or name in ("max_new_tokens", "record_top")]
     if unknown:
         raise SchemaError("header", f"{unknown[0]!r} is not a column of the trace format")
-    return header
+    return [(name, _csv_field(name)) for name in header]
 
 
-def _csv_row(header: list[str], line: list[str]) -> dict:
+def _csv_row(header: list[tuple[str, schema.Field]], line: list[str]) -> dict:
     """A line's cells as typed values, each checked against its column's Field."""
     if len(line) != len(header):
         raise SchemaError("", f"has {len(line)} cells, but the header has {len(header)} columns")
     row = {}
-    for name, cell in zip(header, line):
-        field = _csv_field(name)
+    for (name, spec), cell in zip(header, line):
         try:
-            value = field.parse(_unprotect(cell) if field.kind == "text" else cell)
+            row[name] = spec.from_cell(_unprotect(cell) if spec.kind == "text" else cell)
         except ValueError as err:
             raise SchemaError(name, str(err)) from None
-        if value is not None:
-            schema.check_value(name, value, field)
-        row[name] = value
-    for name in row:  # text exists exactly when its id does: "" with an id is an empty token
-        if name.endswith("_text") and name != "token_text" and row[name] == "" and row.get(name[: -len("text")] + "id") is None:
-            row[name] = None
+    for id_name, text_name in _OPTIONAL_TEXTS:  # text exists exactly when its id does: "" with an id is an empty token
+        if row.get(text_name) == "" and row.get(id_name) is None:
+            row[text_name] = None
     return row
 
 
@@ -378,6 +380,9 @@ def read_json(path: str | Path) -> list[Trace]:
 
 _RUN_KEYS = {"settings", "draft_model", "target_model", "prompt", "info", "stats", "summary", "blocks", "rows"}
 _JSON_ROW_FIELDS = {name: schema.ROW_FIELDS[name] for name in _RECORD_SCALARS}
+_JSON_ROW_FIELDS |= {
+    name: schema.candidate_field(name) for side in schema.CANDIDATE_NAMES.values() for names in side for name in names
+}
 
 
 def _runs_from_json(data: dict) -> list[Trace]:
@@ -433,11 +438,11 @@ def _json_row(row, trace: Trace) -> None:
     if not isinstance(row, dict):
         raise SchemaError("", "must be an object")
     for name, value in row.items():
-        field = _JSON_ROW_FIELDS.get(name) or schema.candidate_field(name)
-        if field is None:
+        spec = _JSON_ROW_FIELDS.get(name)
+        if spec is None:
             raise SchemaError(name, "not a field of the trace format")
         if value is not None:
-            schema.check_value(name, value, field)
+            schema.check_value(name, value, spec)
     _append_record(trace, row, schema.candidate_count(row))
 
 
