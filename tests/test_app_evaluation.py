@@ -1,5 +1,7 @@
 """The Evaluation tab's loading and rendering, without a browser."""
 
+import html
+
 import pandas as pd
 
 from easd.lab.results import load_results
@@ -28,3 +30,15 @@ def test_answers_side_by_side_are_escaped(eval_folder):
     assert list(table.columns[:3]) == ["problem_id", "sample", "gold"] and len(table) == 3
     html = evaluation.answer_html(results, results.loc[0, "problem_id"], results.loc[0, "sample"], results.loc[0, "method"])
     assert "<script>" not in html and "&lt;script&gt;" in html
+
+
+def test_header_only_or_nan_results_get_one_line(eval_folder, tmp_path):
+    lines = (eval_folder / "results.csv").read_text(encoding="utf-8").splitlines(keepends=True)
+    (tmp_path / "results.csv").write_text(lines[0], encoding="utf-8")
+    message = evaluation.load_uploads([str(tmp_path / "results.csv")])[0]
+    assert message == "⚠️ Could not read those files: results.csv: holds no results yet, only its header"
+    results = pd.read_csv(eval_folder / "results.csv", dtype=str, keep_default_na=False)
+    results.loc[1, "new_tokens"] = "nan"
+    results.to_csv(tmp_path / "results.csv", index=False)
+    message = evaluation.load_uploads([str(tmp_path / "results.csv")])[0]
+    assert html.unescape(message) == "⚠️ Could not read those files: results.csv: row 3, column new_tokens: 'nan' is not a number"

@@ -9,15 +9,25 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from easd.cli import main
 from easd.core.settings import DecodeSettings
 from easd.errors import EasdError
 from easd.lab.calibrate import nearest_candidate, top_share_mean
-from easd.lab.evaluate import LocalRunner, WorkItem, grid_variants, parse_methods, run_evaluation, decode_items
+from easd.lab.evaluate import LocalRunner, WorkItem, decode_items, grid_variants, parse_methods, run_evaluation
 from easd.lab.problems import load_problems
-from easd.lab.report import write_reports
+from easd.lab.report import (
+    SUMMARY_COLUMNS,
+    accuracy_figure,
+    paired_figure,
+    paired_table,
+    speed_figure,
+    summary_table,
+    write_reports,
+    write_sweep,
+)
 from easd.lab.results import RESULT_COLUMNS, load_results
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -203,3 +213,89 @@ def test_sweep_grid_shape(data, tmp_path):
     assert sorted((float(r["tau_h"]), float(r["tau_o"])) for r in sweep) == [(h, o) for h in (1, 2) for o in (0.4, 0.8, 1.0)]
     assert all(0 <= float(r["penalized_token_rate"]) <= 1 for r in sweep) and (tmp_path / "sweep.html").exists()
     os.remove(tmp_path / "sweep.csv")
+
+
+# --- results.csv read back: one line for a bad file, tables that survive an empty one ------------
+
+
+def result_line(**changes) -> dict:
+    row = dict.fromkeys(RESULT_COLUMNS, "")
+    row.update(problem_id="1", method="sd", sample="0", seed="0", prediction="4", extraction="boxed", gold="4")
+    row.update(correct="True", new_tokens="10", seconds="1.0", tokens_per_s="10", acceptance_rate="0.5", accepted="4")
+    row.update(examined="8", penalized="0", target_calls="3", draft_calls="8", stop_reason="eos", saved_seconds="0")
+    row.update(tau_h="1.0", tau_o="0.8", text="nan")
+    return {**row, **changes}
+
+
+def write_results(path: Path, rows: list[dict], columns=RESULT_COLUMNS) -> Path:
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, columns, extrasaction="ignore", lineterminator="\r\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+@pytest.mark.parametrize(
+    "rows, columns, message",
+    [
+        ([], RESULT_COLUMNS, "results.csv: holds no results yet, only its header"),
+        (
+            [result_line(), result_line(new_tokens="nan")],
+            RESULT_COLUMNS,
+            "results.csv: row 3, column new_tokens: 'nan' is not a number",
+        ),
+        ([result_line(new_tokens="")], RESULT_COLUMNS, "results.csv: row 2, column new_tokens: '' is not a number"),
+        ([result_line(seconds="abc")], RESULT_COLUMNS, "results.csv: row 2, column seconds: 'abc' is not a number"),
+        ([result_line(tau_h="inf")], RESULT_COLUMNS, "results.csv: row 2, column tau_h: 'inf' is not a number"),
+        ([result_line(correct="maybe")], RESULT_COLUMNS, "results.csv: row 2, column correct: 'maybe' is not one of False, True"),
+        (
+            [result_line()],
+            [c for c in RESULT_COLUMNS if c != "tau_o"],
+            "results.csv: not a results.csv of `easd eval`; missing columns: tau_o",
+        ),
+    ],
+)
+def test_bad_results_files_get_one_line(tmp_path, rows, columns, message):
+    path = write_results(tmp_path / "results.csv", rows, columns)
+    with pytest.raises(EasdError) as caught:
+        load_results(path)
+    assert str(caught.value) == message and str(tmp_path) not in str(caught.value)
+
+
+def test_results_load_with_types(tmp_path):
+    path = write_results(
+        tmp_path / "results.csv", [result_line(), result_line(method="target", acceptance_rate="", correct="False")]
+    )
+    results = load_results(path)
+    assert list(results["correct"]) == [True, False] and list(results["text"]) == ["nan", "nan"]
+    assert results["new_tokens"].tolist() == [10, 10] and results["acceptance_rate"].isna().tolist() == [False, True]
+
+
+def test_tables_and_figures_survive_an_empty_frame():
+    empty = pd.DataFrame(columns=RESULT_COLUMNS)
+    summary, paired = summary_table(empty), paired_table(empty)
+    assert summary.empty and list(summary.columns) == SUMMARY_COLUMNS and paired.empty and "mcnemar_p" in paired.columns
+    for figure in (accuracy_figure(summary), speed_figure(summary), paired_figure(paired)):
+        assert figure.to_dict()["data"] is not None
+
+
+def test_sweep_reads_tau_from_the_results_columns(tmp_path):
+    """The labels say nothing about τ here: sweep.csv must take it from the tau_h and tau_o columns."""
+    rows = [result_line(problem_id=str(p)) for p in range(2)]
+    for label, tau_h, tau_o in (("easd@first", "1.5", "0.4"), ("easd@second", "1.5", "0.8"), ("easd@third", "2", "0.4")):
+        rows += [result_line(problem_id=str(p), method=label, tau_h=tau_h, tau_o=tau_o, correct=str(p == 0)) for p in range(2)]
+    write_results(tmp_path / "results.csv", rows)
+    cells = write_sweep(tmp_path, "gsm8k")
+    assert sorted(zip(cells["tau_h"], cells["tau_o"])) == [(1.5, 0.4), (1.5, 0.8), (2.0, 0.4)]
+    assert list(cells["accuracy"]) == [0.5, 0.5, 0.5] and (tmp_path / "sweep.html").exists()
+
+
+def test_result_rows_take_their_counts_from_the_trace_summary(tiny_pair, data):
+    (problem,) = load_problems(data, "gsm8k", limit=1)
+    variants = tuple(parse_methods("sd,easd", DecodeSettings(max_new_tokens=30, temperature=1.0, tau_h=0.5)))
+    [(_, finished)] = decode_items(tiny_pair, [WorkItem(problem, 0, variants)], 1)
+    for row, trace in finished:
+        records = trace.records
+        assert row["accepted"] == trace.summary()["accepted"] == sum(r.origin == "draft_accepted" for r in records)
+        assert row["examined"] == trace.summary()["examined"] == sum(r.draft_token_id is not None for r in records) > 0
+        assert row["penalized"] == sum(r.origin == "easd_penalty" for r in records)

@@ -8,16 +8,18 @@ runs (the app exports SD and EASD together); runs in a CSV start where `position
 
 from __future__ import annotations
 
+import csv
 import json
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-import pandas as pd
-
-from ..errors import EasdError
+from ..errors import EasdError, SettingsError
+from . import trace_schema as schema
 from .settings import DecodeSettings
+from .trace_schema import MAX_CELLS, MAX_ROWS, MAX_RUNS, MAX_TRACE_BYTES, SchemaError
+from .trace_schema import ORIGINS as ORIGINS  # re-exported: easd.core.trace.ORIGINS
 
-ORIGINS = ("draft_accepted", "target_resample", "easd_penalty", "bonus", "target", "draft")
 FORMAT = "easd-trace"
 FORMAT_VERSION = 1
 
@@ -50,7 +52,7 @@ class BlockInfo:
 
     index: int
     drafted: list[tuple[int, str]]  # (id, text) of c_1..c_k
-    end: str  # rejected | penalty | bonus
+    end: str  # one of trace_schema.BLOCK_ENDS: rejected | penalty | bonus | single
 
 
 @dataclass
@@ -59,7 +61,7 @@ class RunStats:
     seconds: float | None = None  # wall time of the whole run, prefill included
     target_calls: int | None = None  # target forward passes
     draft_calls: int | None = None  # draft forward passes
-    stop_reason: str | None = None  # eos | max_new_tokens | context | stopped
+    stop_reason: str | None = None  # one of trace_schema.STOP_REASONS: eos | max_new_tokens | context | stopped
 
 
 @dataclass
@@ -99,24 +101,27 @@ def software_versions() -> dict:
 
 
 def summarize(trace: Trace) -> dict:
-    """The summary metrics of the README's "The trace" section. Acceptance counts only drafted tokens that were kept."""
+    """The summary metrics of the README's "The trace" section: the one place that counts acceptance.
+
+    `examined` counts the drafted tokens the standard test looked at, `accepted` those it kept.
+    """
     records, stats = trace.records, trace.stats
-    examined = [r for r in records if r.draft_token_id is not None]
+    examined = sum(r.draft_token_id is not None for r in records)
     accepted = sum(r.origin == "draft_accepted" for r in records)
     penalized = [r.position for r in records if r.origin == "easd_penalty"]
-    blocks = {r.block for r in records}
+    blocks = len({r.block for r in records})
     seconds = stats.seconds
     return {
         "new_tokens": len(records),
+        "accepted": accepted,
+        "examined": examined,
+        "blocks": blocks,
         "seconds": seconds,
         "tokens_per_s": len(records) / seconds if seconds else None,
         "target_calls": stats.target_calls,
         "draft_calls": stats.draft_calls,
-        "examined": len(examined),
-        "accepted": accepted,
-        "blocks": len(blocks),
-        "acceptance_rate": accepted / len(examined) if examined else None,
-        "mean_accepted_length": accepted / len(blocks) if blocks and examined else None,
+        "acceptance_rate": accepted / examined if examined else None,
+        "mean_accepted_length": accepted / blocks if blocks and examined else None,
         "penalized": len(penalized),
         "penalized_rate": len(penalized) / len(records) if records else None,
         "first_penalty_position": penalized[0] if penalized else None,
@@ -128,9 +133,7 @@ def summarize(trace: Trace) -> dict:
 
 _RECORD_SCALARS = [f.name for f in fields(TokenRecord) if f.name not in ("draft_top", "target_top")]
 _SETTING_COLUMNS = ["tau_h", "tau_o", "top_n", "k", "temperature", "top_p", "seed"]
-_INT_COLUMNS = {"position", "block", "token_id", "draft_token_id", "top_n", "k", "seed"}
-_FLOAT_COLUMNS = {"p_draft", "p_target", "accept_prob", "h_draft", "h_target", "overlap"}
-_FLOAT_COLUMNS |= {"tau_h", "tau_o", "temperature", "top_p"}
+_RUN_COLUMNS = ["method", "rule", *_SETTING_COLUMNS, "draft_model", "target_model"]  # the same on every row of a run
 
 
 def columns(top: int) -> list[str]:
@@ -155,13 +158,6 @@ def _flatten(record: TokenRecord) -> dict:
     return row
 
 
-def to_frame(traces: list[Trace]) -> pd.DataFrame:
-    """All rows of all runs in one DataFrame (object columns, so ints and None survive)."""
-    top = max((t.settings.trace_top for t in traces), default=5)
-    rows = [row for trace in traces for row in to_rows(trace)]
-    return pd.DataFrame(rows, columns=columns(top), dtype=object)
-
-
 def _record_from_row(row: dict) -> TokenRecord:
     scalars = {name: row.get(name) for name in _RECORD_SCALARS}
     tops = {f"{side}_top": _candidates(row, side) for side in ("draft", "target")}
@@ -169,86 +165,175 @@ def _record_from_row(row: dict) -> TokenRecord:
 
 
 def _candidates(row: dict, side: str) -> list[Candidate]:
-    found, j = [], 1
-    while row.get(f"{side}_top{j}_id") is not None:
-        found.append((row[f"{side}_top{j}_id"], row[f"{side}_top{j}_text"] or "", row[f"{side}_top{j}_prob"]))
-        j += 1
+    found = []
+    for id_name, text_name, prob_name in schema.CANDIDATE_NAMES[side]:
+        if row.get(id_name) is None:
+            return found
+        found.append((row[id_name], row[text_name], row[prob_name]))
     return found
 
 
-def from_rows(rows: list[dict]) -> list[Trace]:
-    """Rebuild runs from flat rows; a new run starts wherever `position` is 0."""
-    traces: list[Trace] = []
-    for row in rows:
-        if row["position"] == 0 or not traces:
-            traces.append(_trace_header_from_row(row))
-        traces[-1].records.append(_record_from_row(row))
-    return traces
+# --- reading: every row checked against the schema (trace_schema.py) -----------------------------
 
 
-def _trace_header_from_row(row: dict) -> Trace:
-    settings = DecodeSettings.from_dict(row)
-    kept = max(len(_candidates(row, "draft")), len(_candidates(row, "target")))
-    if kept > settings.trace_top:  # the run kept more candidates than the default: remember how many
-        settings = replace(settings, record_top=kept)
-    return Trace(settings=settings, draft_model=row.get("draft_model") or "", target_model=row.get("target_model") or "")
+def _settings(values: dict) -> DecodeSettings:
+    """Settings from a file pass the same validate() as a run's: a file cannot ask for top_n = 200000."""
+    schema.check_fields(values, schema.SETTINGS_FIELDS)
+    typed = {
+        name: float(v) if schema.SETTINGS_FIELDS[name].kind == "float" and v is not None else v for name, v in values.items()
+    }
+    try:
+        return DecodeSettings(**typed).validate()
+    except SettingsError as err:  # "--top-n: must be …" names the flag; a file names the field
+        raise SchemaError(err.flag.removeprefix("--").replace("-", "_"), str(err).removeprefix(f"{err.flag}: ")) from None
+
+
+def _append_record(trace: Trace, row: dict, top: int) -> None:
+    """Check a typed row (`top` candidates per side at most) against the schema and its run, then add it."""
+    schema.check_row(row, trace.settings.method, top)
+    if row["position"] != len(trace.records):
+        raise SchemaError(
+            "position", f"is {row['position']}, but this is token {len(trace.records)} of its run (positions count from 0)"
+        )
+    if trace.records and row["block"] < trace.records[-1].block:
+        raise SchemaError("block", f"is {row['block']}, but the token before is in block {trace.records[-1].block}")
+    record = _record_from_row(row)
+    trace.records.append(record)
+    kept = max(len(record.draft_top), len(record.target_top))
+    if kept > trace.settings.trace_top:  # the run kept more candidates than its settings say: remember how many
+        trace.settings = replace(trace.settings, record_top=kept)
 
 
 # --- CSV ------------------------------------------------------------------------------------------
 
+# (id, text) columns whose text is None, not "", when the id is empty
+_OPTIONAL_TEXTS = [("draft_token_id", "draft_token_text")]
+_OPTIONAL_TEXTS += [(i, t) for side in schema.CANDIDATE_NAMES.values() for i, t, _ in side]
+
+# OWASP, "CSV Injection": a spreadsheet runs a cell that starts with one of these as a formula.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _protect(text: str) -> str:
+    """Prefix one ' to text a spreadsheet would run, and to text that starts with ' (so reading can undo it exactly)."""
+    return "'" + text if text.startswith((*FORMULA_STARTS, "'")) else text
+
+
+def _unprotect(cell: str) -> str:
+    return cell[1:] if cell.startswith("'") else cell
+
 
 def write_csv(traces: list[Trace], path: str | Path) -> None:
-    """CRLF line ends (RFC 4180), so a bare carriage return inside token text gets quoted too."""
-    to_frame(traces).to_csv(path, index=False, lineterminator="\r\n")
+    """CRLF line ends (RFC 4180), so a bare carriage return inside token text gets quoted too.
+
+    Text cells are protected against formula injection (see `_protect`); numbers are written as they are.
+    """
+    names = columns(max((t.settings.trace_top for t in traces), default=5))
+    is_text = [_csv_field(name).kind == "text" for name in names]
+    with Path(path).open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, lineterminator="\r\n")
+        writer.writerow(names)
+        for trace in traces:
+            for row in to_rows(trace):
+                writer.writerow(_cell(row.get(name), text) for name, text in zip(names, is_text))
+
+
+def _cell(value, text: bool):
+    if value is None:
+        return ""
+    return _protect(value) if text else value
+
+
+def _csv_field(name: str) -> schema.Field | None:
+    return (
+        schema.ROW_FIELDS.get(name)
+        or schema.SETTINGS_FIELDS.get(name)
+        or schema.MODEL_FIELDS.get(name)
+        or schema.candidate_field(name)
+    )
 
 
 def read_csv(path: str | Path) -> list[Trace]:
-    """Read a trace CSV exactly: every cell as text first, so tokens like "nan" or "1e5" stay text."""
+    """Read a trace CSV exactly and check every cell; one line naming the first bad row and column if any is bad."""
+    path = Path(path)
     try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as err:
-        raise EasdError(f"{path}: not a readable trace CSV ({err})") from None
-    _check_columns(set(frame.columns), path)
-    rows = [_typed_row(row) for row in frame.to_dict(orient="records")]
-    return from_rows(rows)
+        with path.open(newline="", encoding="utf-8") as handle:
+            return _runs_from_csv(csv.reader(handle))
+    except SchemaError as err:
+        raise EasdError(f"{path.name}: {err}") from None
+    except (csv.Error, UnicodeDecodeError) as err:
+        raise EasdError(f"{path.name}: not a readable trace CSV ({err})") from None
 
 
-def _check_columns(present: set[str], path) -> None:
-    missing = [name for name in columns(0) if name not in present]
+def _runs_from_csv(lines: Iterator[list[str]]) -> list[Trace]:
+    names = next(lines, [])
+    header = _check_header(names)
+    top = schema.candidate_count(names)
+    traces: list[Trace] = []
+    first: dict = {}  # the run columns of the current run's first row
+    for number, line in enumerate(lines, start=2):  # numbered as a spreadsheet does: the header is row 1
+        if not line:
+            continue  # a blank line
+        if (number - 1) * len(header) > MAX_CELLS:
+            raise SchemaError(f"row {number}", f"the file holds more than the {MAX_CELLS:,} cells a trace may have")
+        try:
+            row = _csv_row(header, line)
+            if row["position"] == 0:  # a new run starts here
+                if len(traces) == MAX_RUNS:
+                    raise SchemaError("", f"a file may hold at most {MAX_RUNS} runs")
+                first = {name: row[name] for name in _RUN_COLUMNS}
+                traces.append(_csv_run(first))
+            elif not traces:
+                raise SchemaError("position", "the first row must start a run, with position 0")
+            _check_same_run(row, first)
+            _append_record(traces[-1], row, top)
+        except SchemaError as err:
+            raise SchemaError(f"row {number}, column {err.where}" if err.where else f"row {number}", err.message) from None
+    return traces
+
+
+def _check_header(header: list[str]) -> list[tuple[str, schema.Field]]:
+    top = schema.candidate_count(header)
+    if top > schema.MAX_CANDIDATES:
+        raise SchemaError("header", f"{top} candidates per token is more than the {schema.MAX_CANDIDATES} a trace may hold")
+    missing = [name for name in columns(top) if name not in header]
     if missing:
-        raise EasdError(f"{path}: not an EASD trace; missing columns: {', '.join(missing[:6])}")
+        raise SchemaError("header", f"not an EASD trace; missing columns: {', '.join(missing[:6])}")
+    if len(header) != len(set(header)):
+        raise SchemaError("header", f"column {next(n for n in header if header.count(n) > 1)!r} appears twice")
+    unknown = [name for name in header if _csv_field(name) is None or name in ("max_new_tokens", "record_top")]
+    if unknown:
+        raise SchemaError("header", f"{unknown[0]!r} is not a column of the trace format")
+    return [(name, _csv_field(name)) for name in header]
 
 
-def _typed_row(row: dict) -> dict:
-    typed = {key: _parse_cell(key, cell) for key, cell in row.items()}
-    for key in typed:  # text exists exactly when its id does: "" with an id is an empty token
-        if key.endswith("_text") and key != "token_text" and typed.get(key[: -len("text")] + "id") is None:
-            typed[key] = None
-    return typed
+def _csv_row(header: list[tuple[str, schema.Field]], line: list[str]) -> dict:
+    """A line's cells as typed values, each checked against its column's Field."""
+    if len(line) != len(header):
+        raise SchemaError("", f"has {len(line)} cells, but the header has {len(header)} columns")
+    row = {}
+    for (name, spec), cell in zip(header, line):
+        try:
+            row[name] = spec.from_cell(_unprotect(cell) if spec.kind == "text" else cell)
+        except ValueError as err:
+            raise SchemaError(name, str(err)) from None
+    for id_name, text_name in _OPTIONAL_TEXTS:  # text exists exactly when its id does: "" with an id is an empty token
+        if row.get(text_name) == "" and row.get(id_name) is None:
+            row[text_name] = None
+    return row
 
 
-def _parse_cell(key: str, cell: str):
-    kind = _column_kind(key)
-    if kind == "text":
-        return cell
-    if cell == "":
-        return None
-    try:
-        return {"int": int, "float": float, "bool": _parse_bool}[kind](cell)
-    except (ValueError, KeyError):
-        raise EasdError(f"trace column {key!r} holds {cell!r}, which is not a valid {kind}") from None
+def _csv_run(first: dict) -> Trace:
+    settings = _settings({name: first[name] for name in ("method", "rule", *_SETTING_COLUMNS)})
+    return Trace(settings=settings, draft_model=first["draft_model"], target_model=first["target_model"])
 
 
-def _column_kind(key: str) -> str:
-    if key in _INT_COLUMNS or (key.startswith(("draft_top", "target_top")) and key.endswith("_id")):
-        return "int"
-    if key in _FLOAT_COLUMNS or key.endswith("_prob"):
-        return "float"
-    return "bool" if key == "triggered" else "text"
-
-
-def _parse_bool(cell: str) -> bool:
-    return {"True": True, "False": False}[cell]
+def _check_same_run(row: dict, first: dict) -> None:
+    for name in _RUN_COLUMNS:
+        if row[name] != first[name]:
+            raise SchemaError(
+                name, f"is {row[name]!r}, but {first[name]!r} on the run's first row: a run's settings are on every row"
+            )
 
 
 # --- JSON -----------------------------------------------------------------------------------------
@@ -277,48 +362,149 @@ def write_json(traces: list[Trace], path: str | Path) -> None:
 
 
 def read_json(path: str | Path) -> list[Trace]:
+    """Read a trace JSON and check every field; one line naming the first bad field (a JSON path) if any is bad."""
+    path = Path(path)
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise EasdError(f"{path}: not a readable trace JSON ({err})") from None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise EasdError(f"{path.name}: not a readable trace JSON (nested too deeply)") from None
+    except (ValueError, UnicodeDecodeError) as err:  # ValueError covers JSONDecodeError and ints of over 4300 digits
+        raise EasdError(f"{path.name}: not a readable trace JSON ({err})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise EasdError(f'{path}: not an EASD trace (expected "format": "{FORMAT}")')
-    return [_run_from_json(run, path) for run in data.get("runs", [])]
-
-
-def _run_from_json(run: dict, path) -> Trace:
+        raise EasdError(f'{path.name}: not an EASD trace (expected "format": "{FORMAT}")')
     try:
-        return Trace(
-            settings=DecodeSettings.from_dict(run["settings"]),
-            draft_model=run.get("draft_model", ""),
-            target_model=run.get("target_model", ""),
-            records=[_record_from_row(row) for row in run["rows"]],
-            prompt=run.get("prompt", ""),
-            stats=RunStats(**run.get("stats", {})),
-            info=run.get("info", {}),
-            blocks=[BlockInfo(b["index"], [tuple(d) for d in b["drafted"]], b["end"]) for b in run.get("blocks", [])],
-        )
-    except (KeyError, TypeError, ValueError) as err:
-        raise EasdError(f"{path}: malformed trace run ({err!r})") from None
+        return _runs_from_json(data)
+    except SchemaError as err:
+        raise EasdError(f"{path.name}: {err}") from None
+
+
+_RUN_KEYS = {"settings", "draft_model", "target_model", "prompt", "info", "stats", "summary", "blocks", "rows"}
+_JSON_ROW_FIELDS = {name: schema.ROW_FIELDS[name] for name in _RECORD_SCALARS}
+_JSON_ROW_FIELDS |= {
+    name: schema.candidate_field(name) for side in schema.CANDIDATE_NAMES.values() for names in side for name in names
+}
+
+
+def _runs_from_json(data: dict) -> list[Trace]:
+    _check_keys(data, {"format", "version", "runs"})
+    if data.get("version") != FORMAT_VERSION:
+        raise SchemaError("version", f"{data.get('version')!r} is not {FORMAT_VERSION}, the version this easd reads")
+    runs = _list(data, "runs", MAX_RUNS)
+    rows = [run["rows"] for run in runs if isinstance(run, dict) and isinstance(run.get("rows"), list)]
+    cells = sum(len(row) for run_rows in rows for row in run_rows if isinstance(row, dict))
+    if cells > MAX_CELLS:
+        raise SchemaError("runs", f"the rows hold {cells:,} fields, more than the {MAX_CELLS:,} a trace may have")
+    traces = []
+    for i, run in enumerate(runs):
+        try:
+            traces.append(_run_from_json(run))
+        except SchemaError as err:
+            raise SchemaError(f"runs[{i}].{err.where}" if err.where else f"runs[{i}]", err.message) from None
+    return traces
+
+
+def _run_from_json(run) -> Trace:
+    if not isinstance(run, dict):
+        raise SchemaError("", "must be an object")
+    _check_keys(run, _RUN_KEYS)
+    if "settings" not in run or "rows" not in run:
+        raise SchemaError("", "a run needs settings and rows")
+    trace = Trace(settings=_nested(_settings, _object(run, "settings"), "settings"))
+    for name in ("draft_model", "target_model", "prompt"):
+        if run.get(name) is not None:
+            schema.check_value(name, run[name], schema.TEXT)
+            setattr(trace, name, run[name])
+    trace.info = _nested(_info, _object(run, "info"), "info")
+    stats = _object(run, "stats")
+    _nested(schema.check_fields, stats, "stats", schema.STATS_FIELDS)
+    trace.stats = RunStats(**stats)
+    _object(run, "summary")  # recomputed from the rows, so only its type matters
+    for j, block in enumerate(_list(run, "blocks", MAX_ROWS)):
+        trace.blocks.append(_nested(_block, block, f"blocks[{j}]", trace.settings.k))
+    for j, row in enumerate(_list(run, "rows", MAX_ROWS)):
+        _nested(_json_row, row, f"rows[{j}]", trace)
+    return trace
+
+
+def _nested(check, value, where: str, *args):
+    """check(value, *args), with any SchemaError located under `where`."""
+    try:
+        return check(value, *args)
+    except SchemaError as err:
+        raise SchemaError(f"{where}.{err.where}" if err.where else where, err.message) from None
+
+
+def _json_row(row, trace: Trace) -> None:
+    if not isinstance(row, dict):
+        raise SchemaError("", "must be an object")
+    for name, value in row.items():
+        spec = _JSON_ROW_FIELDS.get(name)
+        if spec is None:
+            raise SchemaError(name, "not a field of the trace format")
+        if value is not None:
+            schema.check_value(name, value, spec)
+    _append_record(trace, row, schema.candidate_count(row))
+
+
+def _block(block, k: int) -> BlockInfo:
+    if not isinstance(block, dict) or set(block) != {"index", "drafted", "end"}:
+        raise SchemaError("", "must be an object with index, drafted and end")
+    schema.check_value("index", block["index"], schema.INDEX)
+    schema.check_block_drafts(block["drafted"], k)
+    schema.check_value("end", block["end"], schema.Field("text", choices=schema.BLOCK_ENDS))
+    return BlockInfo(block["index"], [tuple(d) for d in block["drafted"]], block["end"])
+
+
+def _info(info: dict) -> dict:
+    """Versions and revisions: text keys, and values that are text, numbers, booleans or null."""
+    for key, value in info.items():
+        schema.check_value(key, key, schema.TEXT)
+        if isinstance(value, str):
+            schema.check_value(key, value, schema.TEXT)
+        elif not (value is None or isinstance(value, bool) or isinstance(value, (int, float))):
+            raise SchemaError(key, "must be text, a number, true, false or null")
+    return info
+
+
+def _object(parent: dict, key: str) -> dict:
+    value = parent.get(key, {})
+    if not isinstance(value, dict):
+        raise SchemaError(key, "must be an object")
+    return value
+
+
+def _list(parent: dict, key: str, limit: int) -> list:
+    value = parent.get(key, [])
+    if not isinstance(value, list):
+        raise SchemaError(key, "must be a list")
+    if len(value) > limit:
+        raise SchemaError(key, f"holds {len(value):,} items, more than the {limit:,} a trace may have")
+    return value
+
+
+def _check_keys(values: dict, known: set) -> None:
+    unknown = [key for key in values if key not in known]
+    if unknown:
+        raise SchemaError(unknown[0], "not a field of the trace format")
 
 
 # --- files --------------------------------------------------------------------------------------
 
-MAX_TRACE_BYTES = 50 * 2**20  # a 4,000-token run with 20 candidates is about 5 MB of CSV
-
 
 def load(path: str | Path) -> list[Trace]:
-    """Load a .csv or .json trace file, refusing anything too big or of another kind."""
+    """Load a .csv or .json trace file, refusing anything too big, of another kind, or off the schema.
+
+    Messages name the file by its base name only: a server's paths are none of the browser's business.
+    """
     path = Path(path)
     if not path.is_file():
-        raise EasdError(f"{path}: no such file")
-    if path.stat().st_size > MAX_TRACE_BYTES:
-        raise EasdError(
-            f"{path}: {path.stat().st_size / 2**20:.0f} MB is larger than the {MAX_TRACE_BYTES // 2**20} MB a trace may be"
-        )
+        raise EasdError(f"{path.name}: no such file")
+    size = path.stat().st_size
+    if size > MAX_TRACE_BYTES:
+        raise EasdError(f"{path.name}: {size / 2**20:.0f} MB is larger than the {MAX_TRACE_BYTES // 2**20} MB a trace may be")
     readers = {".csv": read_csv, ".json": read_json}
     if path.suffix.lower() not in readers:
-        raise EasdError(f"{path}: a trace file ends in .csv or .json")
+        raise EasdError(f"{path.name}: a trace file ends in .csv or .json")
     return readers[path.suffix.lower()](path)
 
 
@@ -327,5 +513,5 @@ def save(traces: list[Trace], path: str | Path) -> None:
     writers = {".csv": write_csv, ".json": write_json}
     suffix = Path(path).suffix.lower()
     if suffix not in writers:
-        raise EasdError(f"{path}: a trace file ends in .csv or .json")
+        raise EasdError(f"{Path(path).name}: a trace file ends in .csv or .json")
     writers[suffix](traces, path)

@@ -180,8 +180,7 @@ def check_batch_fits(pair: ModelPair, rows: int, tokens_per_row: int) -> None:
 def result_row(problem: Problem, label: str, sample: int, trace: Trace, saved_seconds: float) -> dict:
     text = trace.text  # joined from every record: build it once
     prediction, rule = extract_answer(text)
-    summary = trace.summary()
-    examined = sum(r.draft_token_id is not None for r in trace.records)
+    summary = trace.summary()  # the one place that counts acceptance and penalties
     return {
         "problem_id": problem.id,
         "method": label,
@@ -195,8 +194,8 @@ def result_row(problem: Problem, label: str, sample: int, trace: Trace, saved_se
         "seconds": round(summary["seconds"] or 0.0, 4),
         "tokens_per_s": round(summary["tokens_per_s"] or 0.0, 4),
         "acceptance_rate": summary["acceptance_rate"],
-        "accepted": sum(r.origin == "draft_accepted" for r in trace.records),
-        "examined": examined,
+        "accepted": summary["accepted"],
+        "examined": summary["examined"],
         "penalized": summary["penalized"],
         "first_penalty_position": summary["first_penalty_position"],
         "target_calls": summary["target_calls"],

@@ -16,9 +16,28 @@ from .stats import majority, mcnemar_exact, paired_bootstrap, wilson
 # --- per method -------------------------------------------------------------------------------
 
 
+SUMMARY_COLUMNS = [
+    "method",
+    "runs",
+    "problems",
+    "correct",
+    "accuracy",
+    "ci95_low",
+    "ci95_high",
+    "mean_tokens",
+    "tokens_per_s",
+    "acceptance_rate",
+    "penalized_token_rate",
+    "target_calls_per_token",
+    "cut_off",
+    "saved_seconds",
+]
+
+
 def summary_table(results: pd.DataFrame, format: str = "gsm8k") -> pd.DataFrame:
+    """One row per method; with several samples, also their mean, std and majority-vote accuracy."""
     rows = [_summary_row(method, group, format) for method, group in results.groupby("method", sort=False)]
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows) if rows else pd.DataFrame(columns=SUMMARY_COLUMNS)
 
 
 def _summary_row(method: str, group: pd.DataFrame, format: str) -> dict:
@@ -189,8 +208,8 @@ def write_sweep(out: Path, format: str) -> pd.DataFrame:
     """sweep.csv (one row per τ_H × τ_O cell) and sweep.html: two heatmaps, SD and target-only as references."""
     results = load_results(out / "results.csv")
     summary = summary_table(results, format)
-    cells = summary[summary["method"].str.startswith("easd@")].copy()
-    cells[["tau_h", "tau_o"]] = cells["method"].str.removeprefix("easd@").str.split("/", expand=True).astype(float)
+    taus = results.groupby("method", sort=False)[["tau_h", "tau_o"]].first()  # each variant ran at one (τ_H, τ_O)
+    cells = summary[summary["method"].str.startswith("easd@")].merge(taus, left_on="method", right_index=True)
     cells = cells[["tau_h", "tau_o", "runs", "accuracy", "ci95_low", "ci95_high", "penalized_token_rate", "tokens_per_s"]]
     cells.to_csv(out / "sweep.csv", index=False, float_format="%.4f")
     references = {

@@ -11,6 +11,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..errors import EasdError
@@ -46,21 +47,46 @@ RESUME_KEYS = ("pair", "data", "format", "shuffle", "samples", "settings")
 
 TEXT_COLUMNS = {"problem_id", "method", "prediction", "extraction", "gold", "correct", "stop_reason", "text"}
 NUMERIC = [column for column in RESULT_COLUMNS if column not in TEXT_COLUMNS]
+OPTIONAL = {"acceptance_rate", "first_penalty_position"}  # empty where they do not exist (no drafts, no penalty)
 
 
 def load_results(path: str | Path) -> pd.DataFrame:
-    """results.csv with types: text stays text (an answer "nan" is an answer), numbers become numbers."""
+    """results.csv with types: text stays text (an answer "nan" is an answer), numbers become numbers.
+
+    Anything else (no rows, a count that is not a number, a missing column) is one EasdError line
+    naming the file, and the row and column, as a spreadsheet counts them (the header is row 1).
+    """
+    name = Path(path).name
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-        raise EasdError(f"{Path(path).name}: not a readable results CSV ({type(err).__name__})") from None
+        raise EasdError(f"{name}: not a readable results CSV ({type(err).__name__})") from None
     missing = [column for column in RESULT_COLUMNS if column not in frame.columns]
     if missing:
-        raise EasdError(f"{Path(path).name}: not a results.csv of `easd eval`; missing columns: {', '.join(missing[:6])}")
+        raise EasdError(f"{name}: not a results.csv of `easd eval`; missing columns: {', '.join(missing[:6])}")
+    if frame.empty:
+        raise EasdError(f"{name}: holds no results yet, only its header")
     for column in NUMERIC:
-        frame[column] = pd.to_numeric(frame[column], errors="coerce")
+        frame[column] = _numbers(frame[column], column, name)
+    _check_values(frame["correct"], {"True", "False"}, "correct", name)
     frame["correct"] = frame["correct"] == "True"
     return frame
+
+
+def _numbers(cells: pd.Series, column: str, name: str) -> pd.Series:
+    numbers = pd.to_numeric(cells, errors="coerce")
+    bad = ~np.isfinite(numbers) & ~((cells == "") & (column in OPTIONAL))
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        raise EasdError(f"{name}: row {row + 2}, column {column}: {cells.iloc[row]!r} is not a number")
+    return numbers
+
+
+def _check_values(cells: pd.Series, allowed: set[str], column: str, name: str) -> None:
+    bad = ~cells.isin(allowed)
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        raise EasdError(f"{name}: row {row + 2}, column {column}: {cells.iloc[row]!r} is not one of {', '.join(sorted(allowed))}")
 
 
 class ResultsFile:

@@ -1,0 +1,272 @@
+"""What a trace file may hold: every field's type and range, and how much work one file may cause.
+
+A trace file is untrusted input (the app loads uploads), so `easd.core.trace` checks every value
+against this schema before anything of the file is returned. A violation raises `SchemaError`,
+which names the field; the readers add the row or the JSON path and the file's base name.
+The README's "The trace" section states the same rules and limits.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from .settings import MAX_TOP_N, METHODS, RULES
+
+ORIGINS = ("draft_accepted", "target_resample", "easd_penalty", "bonus", "target", "draft")
+BLOCK_ENDS = ("rejected", "penalty", "bonus", "single")  # as decoding.Block.end
+STOP_REASONS = ("eos", "max_new_tokens", "context", "stopped")
+
+# --- limits: the most work one file can cause --------------------------------------------------
+# A 4,000-token run with 20 candidates per token is about 5 MB of CSV; the app exports two runs.
+MAX_TRACE_BYTES = 50 * 2**20  # ten times that pair of runs; bigger files are refused unread
+MAX_RUNS = 100  # the app writes 2 runs per file and `easd eval` 1; room for hand-merged files
+MAX_ROWS = 65_536  # tokens per run: twice the 32k-token context of the Qwen2.5 pairs
+MAX_CANDIDATES = MAX_TOP_N  # top candidates per token and side: no run can record more (record_top ≤ 100)
+# Every cell is parsed and checked in Python: about 2 µs each on a busy 2-core CPU, so 2M cells
+# load in about 4 s. Two 4,000-token runs with 20 candidates per token are 1.2M cells.
+MAX_CELLS = 2_000_000
+MAX_TOKEN_ID = 2**24  # far above any vocabulary (the largest hold about 262k tokens)
+MAX_COUNT = 2**64 - 1  # the largest seed torch accepts; bounds every other count in a header too
+
+# Which fields each origin must carry: the inspector and the stepper show them.
+DRAFT_FIELDS = ("draft_token_id", "draft_token_text", "p_draft", "p_target", "accept_prob", "h_draft", "overlap", "triggered")
+ORIGIN_NEEDS = {
+    "draft_accepted": (*DRAFT_FIELDS, "h_target"),
+    "target_resample": (*DRAFT_FIELDS, "h_target"),
+    "easd_penalty": (*DRAFT_FIELDS, "h_target"),
+    "bonus": ("h_target",),
+    "target": ("h_target",),
+    "draft": ("h_draft",),
+}
+METHOD_ORIGINS = {
+    "target": ("target",),
+    "draft": ("draft",),
+    "sd": ("draft_accepted", "target_resample", "bonus"),
+    "easd": ("draft_accepted", "target_resample", "easd_penalty", "bonus"),
+}
+
+
+class SchemaError(Exception):
+    """A value breaks the schema. `where` names it (a column, a row and column, or a JSON path)."""
+
+    def __init__(self, where: str, message: str):
+        super().__init__(f"{where}: {message}")
+        self.where, self.message = where, message
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field's type (int | float | bool | text) and its allowed values."""
+
+    kind: str
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        if self.choices:
+            return "one of " + ", ".join(self.choices)
+        if self.kind == "bool":
+            return "True or False"
+        if self.kind == "text":
+            return "text"
+        noun = "an integer" if self.kind == "int" else "a finite number"
+        if self.high is not None:
+            return (
+                f"{noun} from {self.low:g} to {self.high:g}" if self.kind == "float" else f"{noun} from {self.low} to {self.high}"
+            )
+        return f"{noun} ≥ {self.low:g}" if self.low is not None else noun
+
+    def check(self, value) -> None:
+        """Raise ValueError saying what is wrong with `value` (None is checked by the caller)."""
+        if not self._fits(value):
+            raise ValueError(f"{_show(value)} is not {self.describe()}")
+
+    def _fits(self, value) -> bool:
+        kind = type(value)  # exact types: True is not an integer here, as it is not in a trace
+        if self.kind == "text":
+            return kind is str and (value in self.choices if self.choices else _encodable(value))
+        if self.kind == "bool":
+            return kind is bool
+        if kind is not int and (kind is not float or self.kind == "int"):
+            return False
+        if kind is float and not math.isfinite(value):
+            return False
+        return (self.low is None or value >= self.low) and (self.high is None or value <= self.high)
+
+    def from_cell(self, cell: str):
+        """A CSV cell as this field's checked value ("" is None, except for text); ValueError if it does not fit."""
+        if self.kind == "text":
+            value = cell
+        elif cell == "":
+            return None
+        else:
+            try:
+                value = _PARSERS[self.kind](cell)
+            except ValueError:
+                raise ValueError(f"{_show(cell)} is not {self.describe()}") from None
+        self.check(value)
+        return value
+
+
+def _parse_bool(cell: str) -> bool:
+    if cell not in ("True", "False"):
+        raise ValueError(cell)
+    return cell == "True"
+
+
+_PARSERS = {"int": int, "float": float, "bool": _parse_bool}
+
+
+def _encodable(text: str) -> bool:
+    """False for text with lone surrogates (possible in JSON), which no file can hold."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _show(value) -> str:
+    """A value for a message: repr, cut short so that one line stays one line."""
+    shown = repr(value)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
+
+
+TEXT = Field("text")
+BOOL = Field("bool")
+PROBABILITY = Field("float", 0.0, 1.0)
+ENTROPY = Field("float", 0.0)  # nats
+TOKEN_ID = Field("int", 0, MAX_TOKEN_ID)
+INDEX = Field("int", 0, MAX_ROWS - 1)
+COUNT = Field("int", 0, MAX_COUNT)
+REAL = Field("float")
+
+ROW_FIELDS = {
+    "method": Field("text", choices=METHODS),
+    "rule": Field("text", choices=RULES),
+    "position": INDEX,
+    "block": INDEX,
+    "token_id": TOKEN_ID,
+    "token_text": TEXT,
+    "origin": Field("text", choices=ORIGINS),
+    "draft_token_id": TOKEN_ID,
+    "draft_token_text": TEXT,
+    "p_draft": PROBABILITY,
+    "p_target": PROBABILITY,
+    "accept_prob": PROBABILITY,
+    "h_draft": ENTROPY,
+    "h_target": ENTROPY,
+    "overlap": PROBABILITY,
+    "triggered": BOOL,
+}
+REQUIRED = ("position", "block", "token_id", "token_text", "origin")
+# Types only: DecodeSettings.validate() then checks their ranges, as it does for a run.
+SETTINGS_FIELDS = {
+    "method": ROW_FIELDS["method"],
+    "rule": ROW_FIELDS["rule"],
+    "k": COUNT,
+    "tau_h": REAL,
+    "tau_o": REAL,
+    "top_n": COUNT,
+    "temperature": REAL,
+    "top_p": REAL,
+    "max_new_tokens": COUNT,
+    "seed": COUNT,
+    "record_top": COUNT,
+}
+MODEL_FIELDS = {"draft_model": TEXT, "target_model": TEXT}
+STATS_FIELDS = {
+    "prompt_tokens": COUNT,
+    "seconds": ENTROPY,  # a finite number ≥ 0
+    "target_calls": COUNT,
+    "draft_calls": COUNT,
+    "stop_reason": Field("text", choices=STOP_REASONS),
+}
+CANDIDATE_PARTS = {"id": TOKEN_ID, "text": TEXT, "prob": PROBABILITY}
+# (id, text, prob) column names of candidates 1..MAX_CANDIDATES, per side, built once
+CANDIDATE_NAMES = {
+    side: [(f"{side}_top{j}_id", f"{side}_top{j}_text", f"{side}_top{j}_prob") for j in range(1, MAX_CANDIDATES + 1)]
+    for side in ("draft", "target")
+}
+_CANDIDATE = re.compile(r"(draft|target)_top([1-9][0-9]{0,5})_(id|text|prob)")
+
+
+def candidate_field(name: str) -> Field | None:
+    """The Field of a candidate column such as draft_top3_prob; None if `name` is not one."""
+    match = _CANDIDATE.fullmatch(name)
+    return CANDIDATE_PARTS[match[3]] if match and int(match[2]) <= MAX_CANDIDATES else None
+
+
+def candidate_count(names) -> int:
+    """How many candidates per side the names (CSV header, JSON row keys) hold: the largest j."""
+    return max((int(m[2]) for m in map(_CANDIDATE.fullmatch, names) if m), default=0)
+
+
+def check_value(name: str, value, field: Field) -> None:
+    """Check one non-None value; SchemaError(name) if it is of the wrong type or out of range."""
+    try:
+        field.check(value)
+    except ValueError as err:
+        raise SchemaError(name, str(err)) from None
+
+
+def check_fields(values: dict, fields: dict[str, Field]) -> None:
+    """Every key known to `fields`, every non-None value of its type and range."""
+    for name, value in values.items():
+        if name not in fields:
+            raise SchemaError(name, "not a field of the trace format")
+        if value is not None:
+            check_value(name, value, fields[name])
+
+
+def check_row(row: dict, method: str, top: int) -> None:
+    """The rules that tie a row's fields together, on a row whose values each passed `check_value`.
+
+    `top` bounds the candidates to look at: the CSV header's count, or the JSON row's largest.
+    """
+    for name in REQUIRED:
+        if row.get(name) is None:
+            raise SchemaError(name, "is empty, but every row needs it")
+    origin = row["origin"]
+    if origin not in METHOD_ORIGINS[method]:
+        raise SchemaError("origin", f"{origin!r} does not occur in {method} runs (only {', '.join(METHOD_ORIGINS[method])})")
+    for name in ORIGIN_NEEDS[origin]:
+        if row.get(name) is None:
+            raise SchemaError(name, f"is empty, but a {origin} row needs it")
+    _check_paired(row, "draft_token_id", "draft_token_text")
+    for side in ("draft", "target"):
+        check_candidates(row, side, top)
+
+
+def _check_paired(row: dict, id_name: str, text_name: str) -> None:
+    if row.get(id_name) is None and row.get(text_name) is not None:
+        raise SchemaError(text_name, f"is given without {id_name}")
+    if row.get(id_name) is not None and row.get(text_name) is None:
+        raise SchemaError(text_name, f"is missing, but {id_name} is given")
+
+
+def check_candidates(row: dict, side: str, top: int) -> None:
+    """Candidates 1..j of a side are given whole (id, text, prob) and without gaps."""
+    gap = None
+    for id_name, text_name, prob_name in CANDIDATE_NAMES[side][:top]:
+        _check_paired(row, id_name, text_name)
+        if (row.get(id_name) is None) != (row.get(prob_name) is None):
+            raise SchemaError(prob_name, f"must be given exactly when {id_name} is")
+        if row.get(id_name) is None:
+            gap = gap or id_name
+        elif gap:
+            raise SchemaError(id_name, f"follows an empty {gap}: candidates are listed without gaps")
+
+
+def check_block_drafts(drafted, k: int) -> None:
+    """A JSON block's drafts: at most k (id, text) pairs."""
+    if not isinstance(drafted, list) or len(drafted) > k:
+        raise SchemaError("drafted", f"must be a list of at most k = {k} [id, text] pairs")
+    for i, pair in enumerate(drafted):
+        if not (isinstance(pair, list) and len(pair) == 2):
+            raise SchemaError(f"drafted[{i}]", "must be an [id, text] pair")
+        check_value(f"drafted[{i}][0]", pair[0], TOKEN_ID)
+        check_value(f"drafted[{i}][1]", pair[1], TEXT)
