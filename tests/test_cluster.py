@@ -6,13 +6,18 @@ The cluster starts once per session (it costs seconds); each test starts its own
 import csv
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from easd.cli import main
 from easd.core.settings import DecodeSettings
 from easd.errors import SettingsError
-from easd.lab.evaluate import parse_methods, run_evaluation
+from easd.lab.evaluate import LocalRunner, parse_methods, run_evaluation
 from easd.lab.problems import load_problems
 from easd.pairs.tiny import load_tiny_pair
 
@@ -24,6 +29,7 @@ else:
 from easd.lab.cluster import RUNTIME_ENV, ClusterSettings, plan, ray_runner  # noqa: E402
 
 METHODS = "sd,easd,easd:no_overlap"
+ROOT = Path(__file__).resolve().parent.parent
 TIMINGS = {"seconds", "tokens_per_s", "saved_seconds"}  # the only columns a Ray run may change
 
 
@@ -54,71 +60,93 @@ def keys(found):
     return sorted((r["problem_id"], r["method"], r["sample"]) for r in found)
 
 
-def every_key(problems: int, samples: int = 1):
-    return sorted((str(p), m, str(s)) for p in range(problems) for m in METHODS.split(",") for s in range(samples))
-
-
-def test_a_ray_eval_writes_the_rows_of_a_local_eval(cluster, data, tmp_path, capsys):
-    command = ["eval", "--pair", "tiny-random", "--data", str(data), "--methods", METHODS, "--max-new-tokens", "12"]
-    assert main([*command, "--out", str(tmp_path / "local")]) == 0
-    assert main([*command, "--out", str(tmp_path / "ray"), "--ray", "--ray-actors", "2"]) == 0
-    local, remote = rows(tmp_path / "local"), rows(tmp_path / "ray")
-    assert keys(remote) == keys(local) == every_key(12)
-
-    def untimed(found):
-        return sorted(tuple((k, v) for k, v in row.items() if k not in TIMINGS) for row in found)
-
-    assert untimed(remote) == untimed(local)
-    summary = capsys.readouterr().out
-    assert "actor 0 (" in summary and "actor 1 (" in summary and "tokens/s" in summary  # per-actor throughput
-    assert json.loads((tmp_path / "ray" / "run.json").read_text())["pair"].startswith("draft tiny-random-draft")
+def every_key(problems: int):
+    return sorted((str(p), m, "0") for p in range(problems) for m in METHODS.split(","))
 
 
 def evaluation(data, runner, out, resume=False):
     problems = load_problems(data, "gsm8k")
     variants = parse_methods(METHODS, DecodeSettings(max_new_tokens=12))
-    return run_evaluation(runner, problems, variants, 2, out, {"pair": "tiny"}, resume=resume, progress=False)
+    return run_evaluation(runner, problems, variants, 1, out, {"pair": "tiny"}, resume=resume, progress=False)
 
 
-def test_an_actor_killed_mid_run_loses_nothing_and_writes_nothing_twice(cluster, data, tmp_path):
-    with ray_runner(load_tiny_pair, ClusterSettings(actors=2), work=24) as runner:
+def untimed(found):
+    return sorted(tuple((k, v) for k, v in row.items() if k not in TIMINGS) for row in found)
+
+
+@pytest.fixture(scope="class")
+def runner(cluster):
+    """Two actors on the tiny pair, shared by a class's tests: each actor start imports torch (seconds)."""
+    with ray_runner(load_tiny_pair, ClusterSettings(actors=2), work=12) as shared:
+        yield shared
+
+
+class TestTwoActors:
+    """Both of the cluster's CPUs busy with one runner's actors; the test after this class needs them free."""
+
+    def test_a_ray_eval_writes_the_rows_of_a_local_eval(self, runner, tiny_pair, data, tmp_path):
+        evaluation(data, LocalRunner(tiny_pair), tmp_path / "local")
+        evaluation(data, runner, tmp_path / "ray")
+        local, remote = rows(tmp_path / "local"), rows(tmp_path / "ray")
+        assert keys(remote) == keys(local) == every_key(12)
+        assert untimed(remote) == untimed(local)
+        assert all(actor.items > 0 for actor in runner.actors)  # both took a share
+
+    def test_an_actor_killed_mid_run_loses_nothing_and_writes_nothing_twice(self, runner, data, tmp_path):
+        victim = next(actor for actor in runner.actors if actor.alive)
 
         def kill_after_the_first_item(items):
             for n, finished in enumerate(runner(items)):
                 if n == 0:
-                    assert runner.actors[0].calls > 0  # it holds items right now
-                    ray.kill(runner.actors[0].handle)
+                    assert victim.calls > 0  # it holds items right now
+                    ray.kill(victim.handle)
                 yield finished
 
         evaluation(data, kill_after_the_first_item, tmp_path)
-        assert keys(rows(tmp_path)) == every_key(12, samples=2)
-        replacement = runner.actors[2]
-        assert replacement.replaces == 0 and replacement.items > 0 and not runner.actors[0].alive
-        assert "replaced actor 0" in runner.summary()
+        assert keys(rows(tmp_path)) == every_key(12)
+        replacement = runner.actors[-1]
+        assert replacement.replaces == victim.number and replacement.items > 0 and not victim.alive
+        assert f"replaced actor {victim.number}" in runner.summary()
 
+    def test_a_run_stopped_midway_resumes_on_the_same_actors(self, runner, data, tmp_path):
+        def stop_after_three_items(items):
+            for n, finished in enumerate(runner(items)):
+                if n == 3:
+                    raise KeyboardInterrupt  # as Ctrl-C in the driver would, with the next items in flight
+                yield finished
 
-def test_an_interrupted_driver_stops_the_actors_and_resume_finishes(cluster, data, tmp_path):
-    class Interrupted(KeyboardInterrupt):
-        pass
-
-    with pytest.raises(Interrupted):
-        with ray_runner(load_tiny_pair, ClusterSettings(actors=2), work=24) as runner:
-
-            def ctrl_c_after_three_items(items):
-                for n, finished in enumerate(runner(items)):
-                    if n == 3:
-                        raise Interrupted  # as Ctrl-C would, while other items are in flight
-                    yield finished
-
-            evaluation(data, ctrl_c_after_three_items, tmp_path)
-    for actor in runner.actors:  # the actors are gone, and their queued work with them
-        with pytest.raises(ray.exceptions.RayActorError):
-            ray.get(actor.handle.load.remote(), timeout=30)
-    assert len(rows(tmp_path)) == 3 * 3  # three items, three methods each
-
-    with ray_runner(load_tiny_pair, ClusterSettings(actors=2), work=24) as runner:
+        with pytest.raises(KeyboardInterrupt):
+            evaluation(data, stop_after_three_items, tmp_path)
+        assert len(rows(tmp_path)) == 3 * 3 and all(actor.calls == 0 for actor in runner.actors)
         evaluation(data, runner, tmp_path, resume=True)
-    assert keys(rows(tmp_path)) == every_key(12, samples=2)
+        assert keys(rows(tmp_path)) == every_key(12)
+
+
+def test_ctrl_c_on_the_command_line_stops_the_actors_and_resume_finishes(cluster, data, tmp_path, capsys):
+    """The real thing: `easd eval --ray ADDRESS` in its own process, joining this cluster, then SIGINT."""
+    address = ray.get_runtime_context().gcs_address
+    out = tmp_path / "out"
+    command = ["eval", "--pair", "tiny-random", "--data", str(data), "--methods", METHODS, "--max-new-tokens", "12"]
+    command += ["--out", str(out), "--ray", address, "--ray-actors", "2"]
+    process = subprocess.Popen([sys.executable, "-m", "easd", *command], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and len(rows(out) if (out / "results.csv").exists() else []) < 2 * 3:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=60) == 130
+    assert "rerun with --resume" in process.stderr.read()
+    written = rows(out)
+    assert 2 * 3 <= len(written) < 12 * 3
+    deadline = time.monotonic() + 60  # the driver killed its actors: their CPUs are free again
+    while time.monotonic() < deadline and ray.available_resources().get("CPU", 0) < 2:
+        time.sleep(0.1)
+    assert ray.available_resources().get("CPU", 0) == 2
+
+    assert main([*command, "--resume"]) == 0
+    after = rows(out)
+    assert keys(after) == every_key(12) and after[: len(written)] == written
+    assert json.loads((out / "run.json").read_text())["pair"].startswith("draft tiny-random-draft → target")
+    assert "actor 0 (" in capsys.readouterr().out  # per-actor throughput in the summary
 
 
 def test_actors_and_resources_default_to_what_the_cluster_has():

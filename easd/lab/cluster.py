@@ -19,6 +19,7 @@ call the driver is waiting on, so an item is written once however often it was r
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -36,6 +37,8 @@ ITEMS_PER_CALL = 1
 # Calls queued on each actor: the next one is already there when the current one finishes,
 # so an actor never idles while the driver writes. More only means more to retry when it dies.
 CALLS_IN_FLIGHT = 2
+# After this long without every actor loaded, say what the actors wait for (busy cluster, slow load).
+LOAD_NOTICE_SECONDS = 60
 # An item whose actor died this many times stops the job (it may be what kills them).
 MAX_ATTEMPTS = 3
 
@@ -178,6 +181,13 @@ class RayRunner:
         for _ in range(self.plan.actors):
             self.actors.append(self._spawn())  # one by one: each takes the next number
         loads = [actor.handle.load.remote() for actor in self.actors]
+        if len(ray.wait(loads, num_returns=len(loads), timeout=LOAD_NOTICE_SECONDS)[0]) < len(loads):
+            free = {name: ray.available_resources().get(name, 0) for name in ("CPU", "GPU")}
+            print(
+                f"still starting {len(loads)} actor(s) of {self.plan.cpus} CPU and {self.plan.gpus:g} GPU each; "
+                f"the cluster has {free['CPU']:g} CPUs and {free['GPU']:g} GPUs free (another job may hold them)",
+                file=sys.stderr,
+            )
         for actor, (description, seconds) in zip(self.actors, _get_all(ray, loads)):
             actor.load_seconds, self.pair_description = seconds, description
 
