@@ -37,7 +37,8 @@ TIMINGS = {"seconds", "tokens_per_s", "saved_seconds"}  # the only columns a Ray
 def cluster():
     import logging
 
-    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, runtime_env=RUNTIME_ENV)
+    # address="local": a cluster of its own, even where `ray start` runs one (or left its address behind)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, runtime_env=RUNTIME_ENV)
     yield
     ray.shutdown()
 
