@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
 
@@ -103,6 +104,7 @@ def _add_evaluation_commands(commands, formatter, pairs: dict) -> None:
     )
     evaluate.add_argument("--traces", action="store_true", help="also save every run's trace as JSON under --out/traces")
     _add_batch_flag(evaluate)
+    _add_ray_flags(evaluate)
     evaluate.set_defaults(run=run_eval)
 
     calibration = commands.add_parser(
@@ -130,6 +132,7 @@ def _add_evaluation_commands(commands, formatter, pairs: dict) -> None:
     sweep.add_argument("--out", type=Path, required=True, help="output folder: results.csv, sweep.csv, sweep.html")
     sweep.add_argument("--resume", action="store_true", help="continue the results in --out")
     _add_batch_flag(sweep)
+    _add_ray_flags(sweep)
     sweep.set_defaults(run=run_sweep)
 
 
@@ -143,6 +146,25 @@ def _add_batch_flag(parser: argparse.ArgumentParser) -> None:
         help="rows (problem × method × sample) decoded together in each forward pass; 1 decodes one at a time. "
         "A pass over 8 rows costs about 3x one row on a 2-core CPU, and far less on a GPU",
     )
+
+
+def _add_ray_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Ray cluster (pip install -r requirements-cluster.txt)")
+    group.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        metavar="ADDRESS",
+        help="decode on Ray actors, each loading the pair once: no ADDRESS starts a local cluster, 'auto' joins the one "
+        "`ray start` runs here, host:port or ray://host:10001 another",
+    )
+    group.add_argument(
+        "--ray-actors",
+        type=int,
+        help="actors (default: the cluster's GPUs ÷ --ray-gpus-per-actor, or CPUs ÷ --ray-cpus-per-actor)",
+    )
+    group.add_argument("--ray-cpus-per-actor", type=int, default=1, help="CPUs per actor, also its torch threads")
+    group.add_argument("--ray-gpus-per-actor", type=float, help="GPUs per actor (default: 1 when the cluster has GPUs, else 0)")
 
 
 def _add_data_flags(parser: argparse.ArgumentParser, limit: int | None) -> None:
@@ -233,11 +255,7 @@ def load_models(args: argparse.Namespace):
     """The pair the flags name, announced on stderr (stdout carries only the result)."""
     from .pairs.registry import default_pair_name, load_named_pair
 
-    if (args.draft is None) != (args.target is None):
-        missing = "--target" if args.target is None else "--draft"
-        raise SettingsError(missing, "is needed too: give --draft and --target together, or a --pair")
-    if args.draft is not None and args.pair is not None:
-        raise SettingsError("--pair", "cannot be combined with --draft/--target; choose one way to name the models")
+    args = _model_args(args)
     if args.draft is not None:
         from .pairs.loading import load_pair
 
@@ -372,10 +390,10 @@ def _problems(args: argparse.Namespace):
     return load_problems(args.data, args.format, args.limit, args.offset, args.shuffle)
 
 
-def _config(args: argparse.Namespace, pair, base: DecodeSettings, samples: int) -> dict:
+def _config(args: argparse.Namespace, pair: str, base: DecodeSettings, samples: int) -> dict:
     settings = {k: v for k, v in base.as_dict().items() if k not in ("method", "rule")}
     return {
-        "pair": pair.describe(),
+        "pair": pair,
         "data": str(args.data.resolve()),
         "format": args.format,
         "shuffle": args.shuffle,
@@ -388,7 +406,7 @@ def _config(args: argparse.Namespace, pair, base: DecodeSettings, samples: int) 
 def run_eval(args: argparse.Namespace) -> int:
     import time
 
-    from .lab.evaluate import LocalRunner, parse_methods, run_evaluation
+    from .lab.evaluate import parse_methods, run_evaluation
     from .lab.report import write_reports
 
     base = settings_from_args(args)
@@ -397,19 +415,19 @@ def run_eval(args: argparse.Namespace) -> int:
         raise SettingsError("--samples", f"must be ≥ 1 (got {args.samples})")
     _check_batch_size(args)
     problems = _problems(args)
-    pair = load_models(args)
     started = time.perf_counter()
     try:
-        run_evaluation(
-            LocalRunner(pair, args.batch_size),
-            problems,
-            variants,
-            args.samples,
-            args.out,
-            _config(args, pair, base, args.samples),
-            args.resume,
-            args.traces,
-        )
+        with _runner(args, len(problems) * args.samples) as (runner, pair):
+            run_evaluation(
+                runner,
+                problems,
+                variants,
+                args.samples,
+                args.out,
+                _config(args, pair, base, args.samples),
+                args.resume,
+                args.traces,
+            )
     except KeyboardInterrupt:
         print(
             f"\ninterrupted: every finished problem is in {args.out / 'results.csv'}; rerun with --resume to continue",
@@ -425,6 +443,43 @@ def run_eval(args: argparse.Namespace) -> int:
 def _check_batch_size(args: argparse.Namespace) -> None:
     if args.batch_size < 1:
         raise SettingsError("--batch-size", f"must be an integer ≥ 1 (got {args.batch_size})")
+
+
+@contextmanager
+def _runner(args: argparse.Namespace, work: int):
+    """(runner, the pair's description): the pair loaded here, or with --ray, Ray actors that each load it."""
+    from .lab.evaluate import LocalRunner
+
+    ray_flags = {"--ray-actors": args.ray_actors, "--ray-gpus-per-actor": args.ray_gpus_per_actor}
+    if args.ray is None:
+        stray = [flag for flag, value in ray_flags.items() if value is not None]
+        if stray:
+            raise SettingsError(stray[0], "needs --ray (it sizes the Ray actors)")
+        pair = load_models(args)
+        yield LocalRunner(pair, args.batch_size), pair.describe()
+        return
+    from functools import partial
+
+    from .lab.cluster import ClusterSettings, ray_runner
+
+    cluster = ClusterSettings(
+        args.ray, args.ray_actors, args.ray_cpus_per_actor, args.ray_gpus_per_actor, args.batch_size
+    ).validate()
+    load_pair = partial(load_models, _model_args(args))  # the flags' errors here, before any actor starts
+    with ray_runner(load_pair, cluster, work) as runner:
+        print(f"models: {runner.pair_description} on {len(runner.actors)} Ray actor(s)", file=sys.stderr)
+        yield runner, runner.pair_description
+        print(runner.summary())
+
+
+def _model_args(args: argparse.Namespace) -> argparse.Namespace:
+    """Only the flags that name the pair, checked: what `load_models` and each Ray actor need."""
+    if (args.draft is None) != (args.target is None):
+        missing = "--target" if args.target is None else "--draft"
+        raise SettingsError(missing, "is needed too: give --draft and --target together, or a --pair")
+    if args.draft is not None and args.pair is not None:
+        raise SettingsError("--pair", "cannot be combined with --draft/--target; choose one way to name the models")
+    return argparse.Namespace(**{name: getattr(args, name) for name in ("pair", "draft", "target", "dtype", "int8")})
 
 
 def _print_tables(*tables) -> None:
@@ -456,7 +511,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
 def run_sweep(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from .lab.evaluate import LocalRunner, Variant, grid_variants, run_evaluation
+    from .lab.evaluate import Variant, grid_variants, run_evaluation
     from .lab.report import write_sweep
 
     base = settings_from_args(args)
@@ -468,11 +523,9 @@ def run_sweep(args: argparse.Namespace) -> int:
         variant.settings.validate()
     _check_batch_size(args)
     problems = _problems(args)
-    pair = load_models(args)
     try:
-        run_evaluation(
-            LocalRunner(pair, args.batch_size), problems, variants, 1, args.out, _config(args, pair, base, 1), args.resume
-        )
+        with _runner(args, len(problems)) as (runner, pair):
+            run_evaluation(runner, problems, variants, 1, args.out, _config(args, pair, base, 1), args.resume)
     except KeyboardInterrupt:
         print("\ninterrupted; rerun with --resume to continue", file=sys.stderr)
         return 130
