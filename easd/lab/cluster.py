@@ -207,7 +207,7 @@ class RayRunner:
     def __call__(self, items: list[WorkItem]) -> Iterator[tuple[WorkItem, list[tuple[dict, Trace]]]]:
         import ray
 
-        size = self.plan.batch_size
+        size = max(1, min(self.plan.batch_size, -(-len(items) // (CALLS_IN_FLIGHT * len(self.actors)))))  # small jobs spread too
         queue = deque(items[i : i + size] for i in range(0, len(items), size))
         in_flight: dict = {}  # ObjectRef -> (Actor, the items of that call)
         attempts: dict[tuple, int] = {}
@@ -237,11 +237,13 @@ class RayRunner:
                 in_flight[ref][0].calls -= 1
 
     def _submit(self, queue: deque, in_flight: dict) -> None:
-        for actor in self.actors:
-            while actor.alive and actor.calls < CALLS_IN_FLIGHT and queue:
-                chunk = queue.popleft()
-                in_flight[actor.handle.decode.remote(chunk, self.plan.batch_size)] = (actor, chunk)
-                actor.calls += 1
+        """Top every live actor up to CALLS_IN_FLIGHT calls, one call per actor per round, so all get a share."""
+        for _ in range(CALLS_IN_FLIGHT):
+            for actor in self.actors:
+                if actor.alive and actor.calls < CALLS_IN_FLIGHT and queue:
+                    chunk = queue.popleft()
+                    in_flight[actor.handle.decode.remote(chunk, self.plan.batch_size)] = (actor, chunk)
+                    actor.calls += 1
 
     def _lost(self, actor: Actor, chunk: list[WorkItem], queue: deque, attempts: dict) -> None:
         """An actor died holding `chunk`: retry its items first, on a fresh actor in its place."""
