@@ -209,15 +209,16 @@ def step(page: Page, delta: int, values: dict) -> dict:
 def load_file(page: Page, values: dict) -> dict:
     session: Session = values[page.state]
     path = values[page.upload]
+    view = page.controls.read_view(values)
     try:
-        view = page.controls.read_view(values)
         traces = trace_io.load(path)
         if not traces:
             raise EasdError("the file holds no runs")
-        note = session.load_traces(traces, _file_name(path))
     except EasdError as err:
-        return {page.message: say(f"⚠️ Could not load that file: {in_page_words(err).removeprefix('⚠️ ')}")}
-    return render_all(page, session, view, message=note)
+        # the upload's server path is no business of the browser: name the file as the user knows it
+        reason = in_page_words(err).removeprefix("⚠️ ").replace(str(path), _file_name(path))
+        return {page.message: say(f"⚠️ Could not load that file: {reason}")}
+    return render_all(page, session, view, message=session.load_traces(traces, _file_name(path)))
 
 
 def poll(page: Page, host: ModelHost, values: dict) -> dict:
