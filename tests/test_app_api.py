@@ -2,6 +2,7 @@
 
 import json
 import threading
+import time
 import urllib.request
 
 import pytest
@@ -110,3 +111,22 @@ def test_two_users_at_once_both_finish(app_url):
         t.join(timeout=120)
     assert set(results) == {"a", "b"}
     assert all(len(runs_of(r)["sd"]["rows"]) == 20 for r in results.values())
+
+
+def test_one_client_flooding_does_not_lock_out_another(app_url):
+    """30 requests from one client in a burst: it keeps its share (2 in line) and the rest are refused
+    at once as busy, so a second client is served within a bounded time."""
+    flooder = Client(app_url, verbose=False)
+    jobs = [flooder.submit(prompt=f"flood {i}", max_new_tokens=16, api_name="/compare") for i in range(30)]
+    started = time.monotonic()
+    other = Client(app_url, verbose=False).predict(prompt="me too", max_new_tokens=8, api_name="/compare")
+    waited = time.monotonic() - started
+    assert len(runs_of(other)["sd"]["rows"]) == 8 and waited < 60
+    refusals = []
+    for job in jobs:
+        try:
+            job.result(timeout=120)
+        except Exception as err:  # noqa: BLE001 (the refusal is what is checked)
+            refusals.append(str(err))
+    assert refusals and all("busy: you already have" in r and "try again in about" in r for r in refusals)
+    assert len(refusals) <= 30 - 2

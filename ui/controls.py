@@ -144,10 +144,11 @@ class RuleView:
 
 
 def read_settings(values: dict[str, object], max_new_tokens_cap: int) -> DecodeSettings:
-    """A run's settings from raw values by setting name (missing ones take their defaults), checked
-    against the page's ranges; raises SettingsError naming the first bad one."""
+    """A run's settings from raw values by setting name (missing ones take their defaults, within the
+    cap as on the page), checked against the page's ranges; raises SettingsError naming the first bad one."""
     limits = fields(max_new_tokens_cap)
-    numbers = {name: check_number(name, values.get(name, getattr(DEFAULTS, name)), field) for name, field in limits.items()}
+    given = {name: values.get(name, min(getattr(DEFAULTS, name), field.high)) for name, field in limits.items()}
+    numbers = {name: check_number(name, given[name], field) for name, field in limits.items()}
     rule = check_rule(values.get("rule", DEFAULTS.rule))
     return DecodeSettings(rule=rule, record_top=WHATIF_TOP, **numbers).validate()
 
