@@ -6,7 +6,8 @@
     python app.py --draft ./small --target ./large --allow-pairs tiny-random
 
 Every flag can also come from the environment (EASD_PAIR, EASD_ALLOW_PAIRS, EASD_DRAFT, EASD_TARGET,
-EASD_DTYPE, EASD_INT8, EASD_HOST, EASD_PORT, EASD_MAX_NEW_TOKENS_CAP, EASD_CONCURRENCY, EASD_EVAL_DIRS), which is
+EASD_DTYPE, EASD_INT8, EASD_HOST, EASD_PORT, EASD_MAX_NEW_TOKENS_CAP, EASD_CONCURRENCY, EASD_MAX_QUEUED_PER_CLIENT,
+EASD_EVAL_DIRS), which is
 how a Hugging Face Space sets them. The browser can only choose among the pairs allowed here.
 """
 
@@ -70,6 +71,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="generations running at once; more wait in a queue",
     )
     parser.add_argument(
+        "--max-queued-per-client",
+        type=int,
+        default=int(env("EASD_MAX_QUEUED_PER_CLIENT", "2")),
+        help="generations one browser tab or API client may have running or waiting; more are refused as busy",
+    )
+    parser.add_argument(
         "--eval-dir",
         action="append",
         default=[d for d in env("EASD_EVAL_DIRS", "").split(os.pathsep) if d],
@@ -80,8 +87,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def make_host(args: argparse.Namespace) -> ModelHost:
     """The pairs the operator allows, by name; nothing the browser sends can add to them."""
-    if args.max_new_tokens_cap < 1 or args.concurrency < 1:
-        sys.exit("error: --max-new-tokens-cap and --concurrency must be at least 1")
+    if min(args.max_new_tokens_cap, args.concurrency, args.max_queued_per_client) < 1:
+        sys.exit("error: --max-new-tokens-cap, --concurrency and --max-queued-per-client must be at least 1")
     allowed = {}
     if args.draft or args.target:
         if not (args.draft and args.target):
@@ -98,7 +105,13 @@ def make_host(args: argparse.Namespace) -> ModelHost:
         name: loader or (lambda name=name: load_named_pair(name, args.dtype, args.int8)) for name, loader in allowed.items()
     }
     default = next(iter(loaders), None)
-    return ModelHost(loaders, default, max_new_tokens_cap=args.max_new_tokens_cap, concurrency=args.concurrency)
+    return ModelHost(
+        loaders,
+        default,
+        max_new_tokens_cap=args.max_new_tokens_cap,
+        concurrency=args.concurrency,
+        max_queued_per_client=args.max_queued_per_client,
+    )
 
 
 def gpu_decorator():
@@ -127,7 +140,7 @@ def main(argv: list[str] | None = None) -> None:
         css_paths=[str(ASSETS / "style.css")],
         max_file_size=MAX_UPLOAD,
         ssr_mode=False,
-        show_error=True,
+        show_error=False,  # handlers answer every failure in one line themselves (ui.layout.wire); nothing raw leaks
     )
 
 

@@ -11,11 +11,23 @@ class EasdError(Exception):
 
 
 class SettingsError(EasdError):
-    """A setting is out of range. `flag` names the command-line flag it came from."""
+    """A setting is out of range. `setting` is its name (a DecodeSettings field such as "tau_o", or
+    "prompt"; a leading "--" is dropped), `message` what is wrong with it.
 
-    def __init__(self, flag: str, message: str):
-        super().__init__(f"{flag}: {message}")
-        self.flag = flag
+    Each interface names the setting in its own words: the CLI by its flag (`--tau-o: must be …`,
+    which is also `str(err)`, the form logs and the command line print), the web page by the
+    slider's label (`τ_O: must be …`), the API by its parameter name (`tau_o: must be …`).
+    """
+
+    def __init__(self, setting: str, message: str):
+        self.setting = setting.removeprefix("--").replace("-", "_")
+        self.message = message
+        super().__init__(f"{self.flag}: {message}")
+
+    @property
+    def flag(self) -> str:
+        """The command-line flag of the setting, e.g. tau_o → --tau-o."""
+        return "--" + self.setting.replace("_", "-")
 
 
 class ModelLoadError(EasdError):

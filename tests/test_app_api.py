@@ -1,6 +1,9 @@
 """The `compare` API endpoint, called with gradio_client as the README shows."""
 
+import json
 import threading
+import time
+import urllib.request
 
 import pytest
 from gradio_client import Client
@@ -23,8 +26,6 @@ def test_compare_returns_both_traces_that_agree_until_the_first_penalty(app_url)
 
 
 def test_compare_result_loads_as_traces(app_url, tmp_path):
-    import json
-
     result = Client(app_url, verbose=False).predict(
         prompt="def add(a, b):", max_new_tokens=12, temperature=0.8, seed=5, api_name="/compare"
     )
@@ -33,12 +34,68 @@ def test_compare_result_loads_as_traces(app_url, tmp_path):
     assert [t.settings.method for t in traces] == ["sd", "easd"] and all(len(t.records) == 12 for t in traces)
 
 
+BAD_INPUTS = [  # each wrong type or value, and the one line the API answers, in its parameter names
+    ({"prompt": "  "}, "prompt: is empty"),
+    ({"prompt": 12345}, "prompt: must be text"),
+    ({"prompt": "x", "tau_o": 2.0}, "tau_o: must be a number from 0 to 1"),
+    ({"prompt": "x", "tau_h": "NaN"}, "tau_h: must be a number from 0 to 4"),
+    ({"prompt": "x", "k": "abc"}, "k: must be a whole number from 1 to 12"),
+    ({"prompt": "x", "k": 13}, "k: must be a whole number from 1 to 12"),
+    ({"prompt": "x", "k": 2.5}, "k: must be a whole number"),
+    ({"prompt": "x", "k": True}, "k: must be a whole number"),
+    ({"prompt": "x", "top_n": 21}, "top_n: must be a whole number from 1 to 20"),
+    ({"prompt": "x", "max_new_tokens": "64"}, "max_new_tokens: must be a whole number from 1 to 400"),
+    ({"prompt": "x", "max_new_tokens": 401}, "max_new_tokens: must be a whole number from 1 to 400"),
+    ({"prompt": "x", "seed": 2**64}, "seed: must be a whole number from 0 to 2^63 − 1"),
+    ({"prompt": "x", "seed": -1}, "seed: must be a whole number from 0"),
+    ({"prompt": "x", "temperature": [1]}, "temperature: must be a number from 0 to 1.5"),
+    ({"prompt": "x", "rule": "all"}, "rule: must be one of full, no_overlap"),
+    ({"prompt": "x", "rule": None}, "rule: must be one of"),
+    ({"prompt": "x", "chat": "yes"}, "chat: must be true or false"),
+    ({"prompt": "x", "pair": "qwen-coder"}, "pair: must be one of tiny-random"),
+    ({"prompt": "x", "pair": 7}, "pair: must be one of tiny-random"),
+]
+
+
+ARGUMENTS = dict(prompt="x", tau_h=1.0, tau_o=0.8, top_n=5, k=4, temperature=0.0, top_p=1.0, max_new_tokens=8)
+ARGUMENTS |= dict(rule="full", seed=0, pair="", chat=True)  # /compare's parameters, in order
+
+
+def call_raw(app_url: str, **arguments) -> str:
+    """POST /compare's arguments as raw JSON (for what gradio_client cannot send: lone surrogates,
+    NaN) and return the error line the server streams back."""
+    body = json.dumps(
+        {"data": list((ARGUMENTS | arguments).values())}
+    ).encode()  # ensure_ascii: a lone surrogate travels as \\ud800, NaN as NaN
+    post = urllib.request.Request(f"{app_url}gradio_api/call/compare", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(post, timeout=30) as response:
+        event_id = json.loads(response.read())["event_id"]
+    with urllib.request.urlopen(f"{app_url}gradio_api/call/compare/{event_id}", timeout=60) as response:
+        stream = response.read().decode()
+    assert "event: error" in stream, stream[:300]
+    return stream.split("event: error", 1)[1].split("data:", 1)[1].strip()
+
+
 @pytest.mark.parametrize(
-    "arguments, message", [({"prompt": "  "}, "--prompt: is empty"), ({"prompt": "x", "tau_o": 2.0}, "--tau-o")]
+    "arguments, message",
+    [
+        ({"prompt": "x\ud800y"}, "prompt: holds characters that are not valid text"),
+        ({"tau_h": float("nan")}, "tau_h: must be a number from 0 to 4 (got nan)"),
+        ({"tau_o": float("inf")}, "tau_o: must be a number from 0 to 1 (got inf)"),
+        ({"k": float("-inf")}, "k: must be a whole number from 1 to 12 (got -inf)"),
+    ],
 )
-def test_bad_input_is_a_clear_error(app_url, arguments, message):
-    with pytest.raises(Exception, match=message):
+def test_what_gradio_client_cannot_send_is_refused_too(app_url, arguments, message):
+    line = call_raw(app_url, **arguments)
+    assert message in line and "Traceback" not in line
+
+
+@pytest.mark.parametrize("arguments, message", BAD_INPUTS)
+def test_bad_input_is_one_clear_line(app_url, arguments, message):
+    with pytest.raises(Exception) as caught:
         Client(app_url, verbose=False).predict(**arguments, api_name="/compare")
+    text = str(caught.value)
+    assert message in text and "Traceback" not in text and "\n" not in text.strip()
 
 
 def test_two_users_at_once_both_finish(app_url):
@@ -54,3 +111,22 @@ def test_two_users_at_once_both_finish(app_url):
         t.join(timeout=120)
     assert set(results) == {"a", "b"}
     assert all(len(runs_of(r)["sd"]["rows"]) == 20 for r in results.values())
+
+
+def test_one_client_flooding_does_not_lock_out_another(app_url):
+    """30 requests from one client in a burst: it keeps its share (2 in line) and the rest are refused
+    at once as busy, so a second client is served within a bounded time."""
+    flooder = Client(app_url, verbose=False)
+    jobs = [flooder.submit(prompt=f"flood {i}", max_new_tokens=16, api_name="/compare") for i in range(30)]
+    started = time.monotonic()
+    other = Client(app_url, verbose=False).predict(prompt="me too", max_new_tokens=8, api_name="/compare")
+    waited = time.monotonic() - started
+    assert len(runs_of(other)["sd"]["rows"]) == 8 and waited < 60
+    refusals = []
+    for job in jobs:
+        try:
+            job.result(timeout=120)
+        except Exception as err:  # noqa: BLE001 (the refusal is what is checked)
+            refusals.append(str(err))
+    assert refusals and all("busy: you already have" in r and "try again in about" in r for r in refusals)
+    assert len(refusals) <= 30 - 2

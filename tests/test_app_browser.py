@@ -157,3 +157,66 @@ def test_evaluation_tab_opens_an_allowed_folder_and_shows_answers(browser, eval_
     wait(browser).until(lambda d: d.find_element(By.CSS_SELECTOR, "#eval_problems [data-testid='cell-0-2']")).click()
     wait(browser).until(lambda d: "sd:" in text_of(d, "eval_left_answer") and "easd:" in text_of(d, "eval_right_answer"))
     next(b for b in browser.find_elements(By.CSS_SELECTOR, "button[role=tab]") if b.text.strip() == "Compare").click()
+
+
+PANELS = ["lane_sd", "lane_easd", "title_sd", "title_easd", "stats_sd", "stats_easd", "comparison", "inspector", "stepper"]
+PANELS += ["message"]
+INJECTED_JS = """
+const panels = arguments[0].map((id) => document.getElementById(id)).filter(Boolean);
+let count = 0;
+for (const panel of panels) {
+  count += panel.querySelectorAll('img, script, iframe, input, svg, object, embed, a, form').length;
+  for (const el of panel.querySelectorAll('*')) {
+    for (const attr of el.attributes) if (attr.name.startsWith('on')) count += 1;
+    for (const kind of ['mouseover', 'focus', 'click']) el.dispatchEvent(new Event(kind, {bubbles: false}));
+  }
+}
+return count;
+"""
+
+
+@pytest.fixture(scope="module")
+def hostile_sources(tmp_path_factory, tiny_pair):
+    from easd.core.decoding import Generation
+    from easd.core.settings import DecodeSettings
+
+    folder = tmp_path_factory.mktemp("hostile")
+    runs = [
+        Generation(tiny_pair, "Tom has 3 apples.", DecodeSettings(method=m, max_new_tokens=24, record_top=5)).run()
+        for m in ("sd", "easd")
+    ]
+    trace_io.write_csv(runs, folder / "t.csv")
+    trace_io.write_json(runs, folder / "t.json")
+    return folder
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_hostile_values_in_every_field_run_nothing(browser, hostile_sources, tmp_path, fmt):
+    """Every field of the format, in four groups (each group's fields all hostile at once): load, click
+    tokens, hover everything, step blocks, open every figure; nothing may run and nothing be injected."""
+    from hostile import csv_fields, hostile_csv, hostile_json, json_fields
+
+    source = hostile_sources / f"t.{fmt}"
+    fields = csv_fields(source) if fmt == "csv" else json_fields(source)
+    baseline = browser.execute_script(INJECTED_JS, PANELS)
+    for group in range(4):
+        chosen = fields[group::4]
+        target = tmp_path / f"{fmt}_group{group}.{fmt}"
+        path = hostile_csv(source, chosen, target) if fmt == "csv" else hostile_json(source, chosen, target)
+        browser.find_element(By.ID, "clear").click()
+        wait(browser).until(lambda d: text_of(d, "message") == "" and "no tokens yet" in text_of(d, "lane_sd"))
+        browser.find_element(By.CSS_SELECTOR, "input[type=file]").send_keys(str(path))
+        wait(browser).until(lambda d: text_of(d, "message") != "")
+        for lane in ("sd", "easd"):
+            shown = tokens(browser, lane)
+            if shown:
+                shown[-1].click()
+                wait(browser).until(lambda d: "Token #" in text_of(d, "inspector") or "went wrong" in text_of(d, "message"))
+        for _ in range(2):
+            browser.find_element(By.ID, "step_next").click()
+        for tab in browser.find_elements(By.CSS_SELECTOR, "button[role=tab]"):
+            if tab.text.strip() in ("Signal timeline", "Top-5 heatmap", "What-if map"):
+                tab.click()
+        assert browser.execute_script(INJECTED_JS, PANELS) == baseline, (fmt, chosen)
+        assert browser.execute_script("return window.__xss === undefined"), (fmt, chosen)
+        assert "Traceback" not in text_of(browser, "message")

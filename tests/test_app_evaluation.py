@@ -1,44 +1,62 @@
-"""The Evaluation tab's loading and rendering, without a browser."""
+"""The Evaluation tab's loading and rendering, without a browser: handlers called as the page calls them."""
 
-import html
-
+import gradio as gr
 import pandas as pd
+import pytest
 
+from easd.errors import EasdError
 from easd.lab.results import load_results
 from ui import evaluation
 
 
-def test_only_allowed_folders_open(eval_folder, tmp_path):
-    for forged in (str(tmp_path), "1", "-1", "../etc"):
-        assert evaluation.load_folder(forged, [str(eval_folder)])[0].startswith("⚠️ That folder is not one")
-    shown = evaluation.load_folder("0", [str(eval_folder)])
-    assert shown[0].startswith("Opened") and isinstance(shown[1], pd.DataFrame) and list(shown[1]["method"]) == ["sd", "easd"]
+@pytest.fixture(scope="module")
+def tab():
+    with gr.Blocks():
+        return evaluation.build_evaluation_tab([])
 
 
-def test_uploads_need_results_and_bad_files_get_a_message(eval_folder, tmp_path):
-    assert "results.csv is needed" in evaluation.load_uploads([str(eval_folder / "summary.csv")])[0]
+def test_only_allowed_folders_open(tab, eval_folder, tmp_path):
+    for forged in (str(tmp_path), "1", "-1", "../etc", 3):
+        with pytest.raises(EasdError, match="That folder is not one"):
+            evaluation.load_folder(tab, [str(eval_folder)], {tab.folder: forged})
+    shown = evaluation.load_folder(tab, [str(eval_folder)], {tab.folder: "0"})
+    assert shown[tab.message].startswith("<p>Opened")
+    assert isinstance(shown[tab.summary], pd.DataFrame) and list(shown[tab.summary]["method"]) == ["sd", "easd"]
+
+
+def test_uploads_need_results_and_bad_files_get_a_message(tab, eval_folder, tmp_path):
+    with pytest.raises(EasdError, match="results.csv is needed"):
+        evaluation.load_uploads(tab, {tab.uploads: [str(eval_folder / "summary.csv")]})
     (tmp_path / "results.csv").write_text("not,our,columns\n1,2,3\n")
-    assert evaluation.load_uploads([str(tmp_path / "results.csv")])[0].startswith("⚠️ Could not read")
-    shown = evaluation.load_uploads([str(eval_folder / "results.csv")])  # summary and paired are computed when absent
-    assert "mcnemar_p" in shown[2].columns
+    with pytest.raises(EasdError, match="^Could not read") as caught:
+        evaluation.load_uploads(tab, {tab.uploads: [str(tmp_path / "results.csv")]})
+    assert str(tmp_path) not in str(caught.value)  # no server path in the message
+    header_only = tmp_path / "header" / "results.csv"
+    header_only.parent.mkdir()
+    header_only.write_text((eval_folder / "results.csv").read_text().splitlines()[0] + "\n")
+    with pytest.raises(EasdError, match="^Could not read"):
+        evaluation.load_uploads(tab, {tab.uploads: [str(header_only)]})
+    shown = evaluation.load_uploads(tab, {tab.uploads: [str(eval_folder / "results.csv")]})  # summary and paired computed
+    assert "mcnemar_p" in shown[tab.paired].columns
 
 
 def test_answers_side_by_side_are_escaped(eval_folder):
     results = load_results(eval_folder / "results.csv")
     results.loc[0, "text"] = "<script>alert(1)</script>"
+    results.loc[0, "prediction"] = '"><img src=x onerror=alert(1)>'
     table = evaluation.problem_table(results)
     assert list(table.columns[:3]) == ["problem_id", "sample", "gold"] and len(table) == 3
     html = evaluation.answer_html(results, results.loc[0, "problem_id"], results.loc[0, "sample"], results.loc[0, "method"])
-    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert "<script>" not in html and "&lt;script&gt;" in html and "<img" not in html
 
 
-def test_header_only_or_nan_results_get_one_line(eval_folder, tmp_path):
+def test_header_only_or_nan_results_get_one_line(tab, eval_folder, tmp_path):
     lines = (eval_folder / "results.csv").read_text(encoding="utf-8").splitlines(keepends=True)
     (tmp_path / "results.csv").write_text(lines[0], encoding="utf-8")
-    message = evaluation.load_uploads([str(tmp_path / "results.csv")])[0]
-    assert message == "⚠️ Could not read those files: results.csv: holds no results yet, only its header"
+    with pytest.raises(EasdError, match="results.csv: holds no results yet, only its header"):
+        evaluation.load_uploads(tab, {tab.uploads: [str(tmp_path / "results.csv")]})
     results = pd.read_csv(eval_folder / "results.csv", dtype=str, keep_default_na=False)
     results.loc[1, "new_tokens"] = "nan"
     results.to_csv(tmp_path / "results.csv", index=False)
-    message = evaluation.load_uploads([str(tmp_path / "results.csv")])[0]
-    assert html.unescape(message) == "⚠️ Could not read those files: results.csv: row 3, column new_tokens: 'nan' is not a number"
+    with pytest.raises(EasdError, match="results.csv: row 3, column new_tokens: 'nan' is not a number"):
+        evaluation.load_uploads(tab, {tab.uploads: [str(tmp_path / "results.csv")]})

@@ -60,3 +60,10 @@ def wait_for_page(url: str, server: subprocess.Popen, seconds: float = 120) -> s
         except OSError:
             time.sleep(0.5)
     raise AssertionError(f"app.py did not serve {url} within {seconds:.0f} s")
+
+
+def test_max_queued_per_client_comes_from_the_flag_or_the_environment(monkeypatch):
+    assert app.make_host(app.parse_args(["--pair", "none"])).max_queued_per_client == 2
+    monkeypatch.setenv("EASD_MAX_QUEUED_PER_CLIENT", "5")
+    assert app.make_host(app.parse_args(["--pair", "none"])).max_queued_per_client == 5
+    assert app.make_host(app.parse_args(["--pair", "none", "--max-queued-per-client", "1"])).max_queued_per_client == 1

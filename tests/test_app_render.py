@@ -6,6 +6,7 @@ from easd.core import trace as trace_io
 from easd.core.settings import DecodeSettings
 from easd.core.trace import TokenRecord, Trace
 from ui import figures
+from ui.controls import RuleView
 from ui.inspector import inspector_html
 from ui.lanes import lane_html, tooltip
 from ui.session import Session
@@ -33,7 +34,7 @@ def test_token_text_is_escaped_in_lanes_and_tooltips():
 def test_inspector_and_stepper_escape_too():
     trace = nasty_trace()
     for record in trace.records:
-        html = inspector_html("easd", record, "full", 1.0, 0.8, 5)
+        html = inspector_html("easd", record, RuleView())
         assert "<img" not in html and "<script" not in html
     stepper = stepper_html("EASD", block_views(trace), 0)
     assert "<img" not in stepper and "<script" not in stepper
@@ -62,7 +63,7 @@ def test_inspector_explains_every_origin(run, origin):
         r for seed in range(3) for r in run(method="easd", seed=seed, max_new_tokens=48, temperature=1.0, record_top=20).records
     ]
     record = next(r for r in records if r.origin == origin)
-    html = inspector_html("easd", record, "full", 1.0, 0.8, 5)
+    html = inspector_html("easd", record, RuleView())
     assert f"Token #{record.position}" in html and "rank" in html
     if origin == "easd_penalty":
         assert "refused" in html and "Rule <code>full</code> at these settings: <b>fires</b>" in html
@@ -74,11 +75,11 @@ def test_figures_build_from_live_and_loaded_traces(run, tmp_path):
     sd, easd = run(method="sd", max_new_tokens=30, record_top=20), run(method="easd", max_new_tokens=30, record_top=20)
     trace_io.write_csv([sd, easd], tmp_path / "t.csv")
     for trace in (easd, trace_io.load(tmp_path / "t.csv")[1]):
-        assert len(figures.signal_timeline(trace, 1.0, 0.8, 5, selected=4).data) >= 3
+        assert len(figures.signal_timeline(trace, RuleView(), selected=4).data) >= 3
         assert len(figures.topk_heatmap(trace, selected=4).data) == 2
-    grid = figures.whatif_map(sd, "full", 5, 1.0, 0.8)
+    grid = figures.whatif_map(sd, RuleView())
     assert grid.data[0].z.shape == (len(figures.TAU_H_GRID), len(figures.TAU_O_GRID))
-    assert figures.whatif_map(None, "full", 5, 1.0, 0.8).data == ()
+    assert figures.whatif_map(None, RuleView()).data == ()
 
 
 def test_stepper_shows_every_draft_from_json_and_the_examined_ones_from_csv(run, tmp_path):

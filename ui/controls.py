@@ -1,18 +1,165 @@
-"""The settings panel: sliders and fields, returned as handles, plus their mapping to DecodeSettings."""
+"""The settings panel, and the one boundary where its values (or an API call's) become settings.
+
+`FIELDS` says once, per setting, what the page calls it and the range its slider offers; the
+sliders are built from it and every value that arrives (from the page or the `/compare` API) is
+checked against the same ranges by type, so a crafted request gets no more than the page allows.
+What passes becomes one validated object: `DecodeSettings` for a run, `RuleView` for re-reading
+a finished trace. Defaults come from `DecodeSettings`.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import asdict, dataclass, replace
 
 import gradio as gr
 
+from easd.core.acceptance import rule_fires
 from easd.core.settings import RULES, DecodeSettings, overlap_needed
+from easd.errors import SettingsError
 
+DEFAULTS = DecodeSettings()
 WHATIF_TOP = 20  # candidates kept per token, so the what-if covers every n the slider offers
+MAX_SEED = 2**63 - 1  # torch seeds are 64-bit signed
+
+
+@dataclass(frozen=True)
+class Field:
+    """One numeric setting as the page shows it: its label, what it means, and its slider's range."""
+
+    label: str  # how the page names it, also in error messages
+    meaning: str
+    low: float
+    high: float
+    step: float
+    integer: bool = False
+
+    def describe(self) -> str:
+        kind = "a whole number" if self.integer else "a number"
+        return f"{kind} from {self.low:g} to {self.high:g}" if self.high < MAX_SEED else f"{kind} from {self.low:g} to 2^63 − 1"
+
+
+FIELDS: dict[str, Field] = {
+    "tau_h": Field("τ_H", "entropy threshold (nats)", 0, 4, 0.05),
+    "tau_o": Field("τ_O", "overlap threshold", 0, 1, 0.05),
+    "top_n": Field("n", "top-n candidates compared", 1, WHATIF_TOP, 1, integer=True),
+    "k": Field("k", "draft tokens per block", 1, 12, 1, integer=True),
+    "temperature": Field("temperature", "0 = greedy", 0, 1.5, 0.05),
+    "top_p": Field("top-p", "nucleus mass", 0.05, 1, 0.05),
+    "max_new_tokens": Field("max new tokens", "per run", 1, DEFAULTS.max_new_tokens, 1, integer=True),  # high: the cap
+    "seed": Field("seed", "same for both runs", 0, MAX_SEED, 1, integer=True),
+}
+OTHER_LABELS = {"rule": "EASD rule", "prompt": "Prompt", "pair": "Model pair", "chat": "chat template"}
+WHATIF_FIELDS = ("rule", "tau_h", "tau_o", "top_n")  # the settings a finished trace can be re-read under
+
+
+def fields(max_new_tokens_cap: int) -> dict[str, Field]:
+    """FIELDS with this app's cap on new tokens."""
+    cap = replace(FIELDS["max_new_tokens"], high=max_new_tokens_cap, meaning=f"at most {max_new_tokens_cap} per run")
+    return FIELDS | {"max_new_tokens": cap}
+
+
+def page_words(err: SettingsError) -> str:
+    """A settings error as the page says it: the slider's label, not a command-line flag."""
+    label = FIELDS[err.setting].label if err.setting in FIELDS else OTHER_LABELS.get(err.setting, err.setting)
+    return f"{label}: {err.message}"
+
+
+def api_words(err: SettingsError) -> str:
+    """A settings error as the API says it: the parameter's name."""
+    return f"{err.setting}: {err.message}"
+
+
+# --- checking values at the boundary --------------------------------------------------------------
+
+
+def check_number(name: str, value, field: Field) -> int | float:
+    """`value` if it is a finite number in the field's range (a whole one where the field counts)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and field.integer:
+        ok = isinstance(value, int) or value.is_integer()
+        value = int(value) if ok else value
+    if not (ok and field.low <= value <= field.high):
+        raise SettingsError(name, f"must be {field.describe()} (got {_shown(value)})")
+    return value
+
+
+def check_rule(value) -> str:
+    if not (isinstance(value, str) and value in RULES):
+        raise SettingsError("rule", f"must be one of {', '.join(RULES)} (got {_shown(value)})")
+    return value
+
+
+def check_prompt(value) -> str:
+    if not isinstance(value, str):
+        raise SettingsError("prompt", f"must be text (got {_shown(value)})")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SettingsError(
+            "prompt", "holds characters that are not valid text (lone surrogates); retype or paste it again"
+        ) from None
+    return value
+
+
+def check_flag(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise SettingsError(name, f"must be true or false (got {_shown(value)})")
+    return value
+
+
+def _shown(value) -> str:
+    """A bad value, short enough for one line."""
+    shown = repr(value)
+    return shown if len(shown) <= 40 else shown[:37] + "…"
+
+
+@dataclass(frozen=True)
+class RuleView:
+    """The settings a finished trace is re-read under without regenerating (the what-if), checked.
+
+    Field names match `easd.core.whatif`'s keyword arguments, so `**view.as_kwargs()` passes it whole.
+    """
+
+    rule: str = DEFAULTS.rule
+    tau_h: float = DEFAULTS.tau_h
+    tau_o: float = DEFAULTS.tau_o
+    top_n: int = DEFAULTS.top_n
+
+    @classmethod
+    def read(cls, values: dict[str, object]) -> RuleView:
+        """From raw values by setting name; raises SettingsError naming the first bad one."""
+        numbers = {name: check_number(name, values[name], FIELDS[name]) for name in WHATIF_FIELDS[1:]}
+        return cls(rule=check_rule(values["rule"]), **numbers)
+
+    def as_kwargs(self) -> dict:
+        return asdict(self)
+
+    def fires(self, h_draft, h_target, overlap):
+        """Whether the rule fires for these signals: the loop's own `rule_fires`."""
+        return rule_fires(self.rule, h_draft, h_target, overlap, tau_h=self.tau_h, tau_o=self.tau_o, top_n=self.top_n)
+
+    def overlap_meaning(self) -> str:
+        return f"= at least **{overlap_needed(self.tau_o, self.top_n)} of {self.top_n}** shared"
+
+
+def read_settings(values: dict[str, object], max_new_tokens_cap: int) -> DecodeSettings:
+    """A run's settings from raw values by setting name (missing ones take their defaults, within the
+    cap as on the page), checked against the page's ranges; raises SettingsError naming the first bad one."""
+    limits = fields(max_new_tokens_cap)
+    given = {name: values.get(name, min(getattr(DEFAULTS, name), field.high)) for name, field in limits.items()}
+    numbers = {name: check_number(name, given[name], field) for name, field in limits.items()}
+    rule = check_rule(values.get("rule", DEFAULTS.rule))
+    return DecodeSettings(rule=rule, record_top=WHATIF_TOP, **numbers).validate()
+
+
+# --- the panel ------------------------------------------------------------------------------------
 
 
 @dataclass
 class Controls:
+    """The settings' components, by setting name (see `settings`), plus the τ_O reading and the chat box."""
+
     tau_h: gr.Slider
     tau_o: gr.Slider
     tau_o_meaning: gr.Markdown
@@ -25,62 +172,54 @@ class Controls:
     seed: gr.Number
     chat: gr.Checkbox
 
-    def inputs(self) -> list:
-        """In the order `settings_from` takes them."""
-        return [
-            self.tau_h,
-            self.tau_o,
-            self.top_n,
-            self.k,
-            self.temperature,
-            self.top_p,
-            self.max_new_tokens,
-            self.rule,
-            self.seed,
-        ]
+    def settings(self) -> dict[str, gr.components.Component]:
+        """Every run setting's component, by setting name."""
+        return {name: getattr(self, name) for name in (*FIELDS, "rule")}
 
-    def whatif_inputs(self) -> list:
-        """The settings a finished trace can be re-read under without regenerating."""
-        return [self.tau_h, self.tau_o, self.top_n, self.rule]
+    def whatif(self) -> dict[str, gr.components.Component]:
+        return {name: getattr(self, name) for name in WHATIF_FIELDS}
+
+    def read_settings(self, values: dict, max_new_tokens_cap: int) -> DecodeSettings:
+        """The run's settings from an event's input values (keyed by component)."""
+        return read_settings({name: values[c] for name, c in self.settings().items()}, max_new_tokens_cap)
+
+    def read_view(self, values: dict) -> RuleView:
+        return RuleView.read({name: values[c] for name, c in self.whatif().items()})
 
 
 def build_controls(max_new_tokens_cap: int) -> Controls:
-    d = DecodeSettings()
+    limits = fields(max_new_tokens_cap)
+
+    def slider(name: str, **extra) -> gr.Slider:
+        f = limits[name]
+        value = min(getattr(DEFAULTS, name), f.high)
+        return gr.Slider(f.low, f.high, value=value, step=f.step, label=f"{f.label}: {f.meaning}", elem_id=name, **extra)
+
     with gr.Group():
-        tau_h = gr.Slider(0, 4, value=d.tau_h, step=0.05, label="τ_H: entropy threshold (nats)", elem_id="tau_h")
+        tau_h = slider("tau_h")
         with gr.Row():
-            tau_o = gr.Slider(0, 1, value=d.tau_o, step=0.05, label="τ_O: overlap threshold", elem_id="tau_o", scale=3)
-            tau_o_meaning = gr.Markdown(overlap_meaning(d.tau_o, d.top_n), elem_id="tau_o_meaning")
-        top_n = gr.Slider(1, WHATIF_TOP, value=d.top_n, step=1, label="n: top-n candidates compared", elem_id="top_n")
-        k = gr.Slider(1, 12, value=d.k, step=1, label="k: draft tokens per block", elem_id="k")
-        rule = gr.Dropdown(list(RULES), value=d.rule, label="EASD rule (full, or the paper's ablations)", elem_id="rule")
+            tau_o = slider("tau_o", scale=3)
+            tau_o_meaning = gr.Markdown(RuleView().overlap_meaning(), elem_id="tau_o_meaning")
+        top_n = slider("top_n")
+        k = slider("k")
+        rule = gr.Dropdown(list(RULES), value=DEFAULTS.rule, label="EASD rule (full, or the paper's ablations)", elem_id="rule")
     with gr.Accordion("Sampling and length", open=False, elem_id="sampling"):
-        temperature = gr.Slider(0, 1.5, value=d.temperature, step=0.05, label="temperature (0 = greedy)", elem_id="temperature")
-        top_p = gr.Slider(0.05, 1, value=d.top_p, step=0.05, label="top-p", elem_id="top_p")
-        cap = max_new_tokens_cap
-        max_new_tokens = gr.Slider(
-            1, cap, value=min(d.max_new_tokens, cap), step=1, label=f"max new tokens (≤ {cap})", elem_id="max_new_tokens"
-        )
-        seed = gr.Number(value=d.seed, precision=0, minimum=0, label="seed (same for both runs)", elem_id="seed")
+        temperature = slider("temperature")
+        top_p = slider("top_p")
+        max_new_tokens = slider("max_new_tokens")
+        # no precision or bounds here: Gradio would round or refuse in its own words; read_settings checks it
+        seed = gr.Number(value=DEFAULTS.seed, label=f"seed ({FIELDS['seed'].meaning})", elem_id="seed")
         chat = gr.Checkbox(value=True, label="use the chat template", elem_id="chat")
-    return Controls(tau_h, tau_o, tau_o_meaning, top_n, k, temperature, top_p, max_new_tokens, rule, seed, chat)
-
-
-def overlap_meaning(tau_o: float, top_n: int) -> str:
-    return f"= at least **{overlap_needed(tau_o, int(top_n))} of {int(top_n)}** shared"
-
-
-def settings_from(tau_h, tau_o, top_n, k, temperature, top_p, max_new_tokens, rule, seed) -> DecodeSettings:
-    """The sliders' values as validated settings (raises SettingsError naming the bad one)."""
-    return DecodeSettings(
+    return Controls(
+        tau_h=tau_h,
+        tau_o=tau_o,
+        tau_o_meaning=tau_o_meaning,
+        top_n=top_n,
+        k=k,
+        temperature=temperature,
+        top_p=top_p,
+        max_new_tokens=max_new_tokens,
         rule=rule,
-        k=int(k),
-        tau_h=float(tau_h),
-        tau_o=float(tau_o),
-        top_n=int(top_n),
-        temperature=float(temperature),
-        top_p=float(top_p),
-        max_new_tokens=int(max_new_tokens),
-        seed=int(seed or 0),
-        record_top=WHATIF_TOP,
-    ).validate()
+        seed=seed,
+        chat=chat,
+    )

@@ -3,7 +3,6 @@ figures, and any problem's answers side by side."""
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,13 +14,16 @@ from easd.lab import report
 from easd.lab.results import load_results
 
 from .figures import empty_figure
+from .html import Html, join, number, tag
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EvaluationTab:
+    """Every component of the tab; its handlers return dicts keyed by these."""
+
     folder: gr.Dropdown
     uploads: gr.File
-    message: gr.Markdown
+    message: gr.HTML
     summary: gr.Dataframe
     paired: gr.Dataframe
     accuracy: gr.Plot
@@ -56,7 +58,7 @@ def build_evaluation_tab(folders: list[str]) -> EvaluationTab:
         choices = [(Path(folder).name or folder, str(i)) for i, folder in enumerate(folders)]
         folder = gr.Dropdown(choices, value=None, label="Evaluation folder", interactive=bool(folders), elem_id="eval_folder")
         uploads = gr.File(file_count="multiple", file_types=[".csv"], label="…or upload CSV files", elem_id="eval_upload")
-    message = gr.Markdown(elem_id="eval_message")
+    message = gr.HTML(elem_id="eval_message")
     summary = gr.Dataframe(
         label="summary.csv: accuracy with 95% Wilson intervals, speed, interventions", interactive=False, elem_id="eval_summary"
     )
@@ -76,72 +78,83 @@ def build_evaluation_tab(folders: list[str]) -> EvaluationTab:
         left_answer = gr.HTML(elem_id="eval_left_answer")
         right_answer = gr.HTML(elem_id="eval_right_answer")
     return EvaluationTab(
-        folder,
-        uploads,
-        message,
-        summary,
-        paired,
-        accuracy,
-        speed,
-        problems,
-        left_method,
-        right_method,
-        left_answer,
-        right_answer,
-        gr.State(None),
+        folder=folder,
+        uploads=uploads,
+        message=message,
+        summary=summary,
+        paired=paired,
+        accuracy=accuracy,
+        speed=speed,
+        problems=problems,
+        left_method=left_method,
+        right_method=right_method,
+        left_answer=left_answer,
+        right_answer=right_answer,
+        results=gr.State(None),
     )
 
 
 # --- loading ------------------------------------------------------------------------------------
+# Handlers take the tab and their inputs as a dict keyed by component, and return a dict keyed by
+# component; an EasdError they raise is shown in the tab's message line (see ui.layout.wire).
 
 
-def load_folder(choice: str | None, allowed: list[str]) -> list:
+def load_folder(tab: EvaluationTab, allowed: list[str], values: dict) -> dict:
     """Open allowed folder number `choice`; anything else the browser sends is refused."""
+    choice = values[tab.folder]
     if not choice:
-        return [gr.skip()] * 9
-    if not (choice.isdigit() and int(choice) < len(allowed)):
-        return _message("⚠️ That folder is not one this app was allowed to open.")
+        return {}
+    if not (isinstance(choice, str) and choice.isdigit() and int(choice) < len(allowed)):
+        raise EasdError("That folder is not one this app was allowed to open.")
     path = Path(allowed[int(choice)])
     files = {name: path / name for name in ("results.csv", "summary.csv", "paired.csv") if (path / name).exists()}
-    return _show(files, f"Opened {html.escape(path.name)}")
+    return _show(tab, files, f"Opened {path.name}")
 
 
-def load_uploads(paths: list[str] | None) -> list:
+def load_uploads(tab: EvaluationTab, values: dict) -> dict:
+    paths = values[tab.uploads]
     if not paths:
-        return [gr.skip()] * 9
+        return {}
     files = {Path(p).name: Path(p) for p in paths}
-    return _show(files, f"Loaded {', '.join(html.escape(name) for name in files)}")
+    return _show(tab, files, f"Loaded {', '.join(files)}")
 
 
-def _show(files: dict[str, Path], note: str) -> list:
+def _show(tab: EvaluationTab, files: dict[str, Path], note: str) -> dict:
     if "results.csv" not in files:
-        return _message("⚠️ results.csv is needed (summary.csv and paired.csv alone cannot show problems).")
+        raise EasdError("results.csv is needed (summary.csv and paired.csv alone cannot show problems).")
     try:
         results = load_results(files["results.csv"])
         summary = pd.read_csv(files["summary.csv"]) if "summary.csv" in files else report.summary_table(results)
         paired = pd.read_csv(files["paired.csv"]) if "paired.csv" in files else report.paired_table(results)
-    except (KeyError, ValueError, pd.errors.ParserError, UnicodeDecodeError, EasdError) as err:
-        return _message(
-            f"⚠️ Could not read those files: {html.escape(str(err).splitlines()[0] if str(err) else type(err).__name__)}"
-        )
-    methods = list(dict.fromkeys(results["method"]))
+        methods = list(dict.fromkeys(results["method"]))
+        shown = {
+            tab.summary: summary.round(4),
+            tab.paired: paired.round(4),
+            tab.accuracy: report.accuracy_figure(summary),
+            tab.speed: report.speed_figure(summary),
+            tab.problems: problem_table(results),
+        }
+    except (KeyError, ValueError, TypeError, IndexError, pd.errors.ParserError, UnicodeDecodeError, EasdError) as err:
+        raise EasdError(f"Could not read those files: {_one_line(err, files)}") from None
+    if not methods:
+        raise EasdError("Could not read those files: results.csv holds no rows.")
     left = "sd" if "sd" in methods else methods[0]
-    right = next((m for m in methods if m.startswith("easd")), methods[-1])
-    return [
-        f"{note}: {results['problem_id'].nunique()} problems, methods {', '.join(methods)}",
-        summary.round(4),
-        paired.round(4),
-        report.accuracy_figure(summary),
-        report.speed_figure(summary),
-        problem_table(results),
-        gr.Dropdown(methods, value=left),
-        gr.Dropdown(methods, value=right),
-        results,
-    ]
+    right = next((m for m in methods if str(m).startswith("easd")), methods[-1])
+    message = f"{note}: {results['problem_id'].nunique()} problems, methods {', '.join(map(str, methods))}"
+    return shown | {
+        tab.message: tag("p", message),
+        tab.left_method: gr.Dropdown(methods, value=left),
+        tab.right_method: gr.Dropdown(methods, value=right),
+        tab.results: results,
+    }
 
 
-def _message(text: str) -> list:
-    return [text] + [gr.skip()] * 8
+def _one_line(err: Exception, files: dict[str, Path]) -> str:
+    """The error's first line, with the files' folders (server paths) left out."""
+    line = (str(err).splitlines() or [type(err).__name__])[0] or type(err).__name__
+    for path in files.values():
+        line = line.replace(str(path.parent) + "/", "").replace(str(path.parent), "…")
+    return line
 
 
 def problem_table(results: pd.DataFrame) -> pd.DataFrame:
@@ -156,23 +169,31 @@ def problem_table(results: pd.DataFrame) -> pd.DataFrame:
 # --- answers side by side -----------------------------------------------------------------------
 
 
-def show_answers(results: pd.DataFrame | None, left: str, right: str, event: gr.SelectData) -> list:
+def show_answers(tab: EvaluationTab, values: dict, event: gr.SelectData) -> dict:
+    results = values[tab.results]
     if results is None or event is None or event.index is None:
-        return [gr.skip(), gr.skip()]
-    table = problem_table(results)
-    row = table.iloc[event.index[0]]
-    return [answer_html(results, row["problem_id"], row["sample"], method) for method in (left, right)]
+        return {}
+    row = problem_table(results).iloc[event.index[0]]
+    sides = {tab.left_answer: values[tab.left_method], tab.right_answer: values[tab.right_method]}
+    return {side: answer_html(results, row["problem_id"], row["sample"], method) for side, method in sides.items()}
 
 
-def answer_html(results: pd.DataFrame, problem_id: str, sample, method: str) -> str:
+def answer_html(results: pd.DataFrame, problem_id: str, sample, method: str) -> Html:
     match = results[(results["problem_id"] == problem_id) & (results["sample"] == sample) & (results["method"] == method)]
     if match.empty:
-        return f"<p>{html.escape(method)} did not run on problem {html.escape(str(problem_id))}.</p>"
+        return tag("p", f"{method} did not run on problem {problem_id}.")
     row = match.iloc[0]
     verdict = "✓ correct" if row["correct"] else "✗ wrong"
-    first = "" if pd.isna(row["first_penalty_position"]) else f", first penalty at token {int(row['first_penalty_position'])}"
-    head = (
-        f"<h4>{html.escape(method)}: {verdict}</h4><p>answer <code>{html.escape(row['prediction'])}</code> "
-        f"(gold <code>{html.escape(row['gold'])}</code>), {int(row['new_tokens'])} tokens, {int(row['penalized'])} penalties{first}</p>"
+    first = (
+        ""
+        if pd.isna(row["first_penalty_position"])
+        else f", first penalty at token {number(row['first_penalty_position'], '.0f')}"
     )
-    return f'{head}<pre class="answer">{html.escape(row["text"])}</pre>'
+    counts = f"), {number(row['new_tokens'], '.0f')} tokens, {number(row['penalized'], '.0f')} penalties{first}"
+    head = join(
+        [
+            tag("h4", f"{method}: {verdict}"),
+            tag("p", "answer ", tag("code", row["prediction"]), " (gold ", tag("code", row["gold"]), counts),
+        ]
+    )
+    return join([head, tag("pre", row["text"], class_="answer")])

@@ -1,4 +1,4 @@
-"""The Plotly figures: signal timeline, top-5 heatmaps, and the what-if map.
+"""The Plotly figures: signal timeline, top-5 heatmaps, and the what-if map (`FIGURES`: one entry each).
 
 All three read a finished (or growing) trace; the what-if map re-evaluates the rule with
 `easd.core.whatif`, the same rule function the decoding loop runs. Token text shown inside a figure
@@ -8,6 +8,7 @@ is escaped too: Plotly interprets a small set of HTML tags in text.
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 
 import numpy as np
 import plotly.graph_objects as go
@@ -16,7 +17,8 @@ from plotly.subplots import make_subplots
 from easd.core import whatif
 from easd.core.trace import Trace
 
-from .lanes import visible_text
+from .controls import RuleView
+from .lanes import lane_window, visible_text
 
 PENALTY_COLOUR = "#D55E00"  # Okabe–Ito vermillion, as in the lanes
 DRAFT_COLOUR, TARGET_COLOUR = "#0072B2", "#E69F00"
@@ -34,13 +36,18 @@ def empty_figure(message: str = "") -> go.Figure:
     return figure
 
 
-def signal_timeline(trace: Trace | None, tau_h: float, tau_o: float, top_n: int, selected: int | None = None) -> go.Figure:
-    """H_draft, H_target and overlap per position, the τ lines, and penalized positions."""
+def signal_timeline(trace: Trace | None, view: RuleView, selected: int | None = None) -> go.Figure:
+    """H_draft, H_target and overlap per position, the τ lines, and penalized positions (the lane's
+    window of a huge trace). Positions are the rows' indices, so a loaded file's own numbering never
+    reaches the axis."""
     if trace is None or not trace.records:
         return empty_figure("signals appear here as tokens are generated")
-    positions = [r.position for r in trace.records]
-    h_draft, h_target = whatif.signal_column(trace, "h_draft"), whatif.signal_column(trace, "h_target")
-    overlap = whatif.overlap_counts(trace, top_n) / top_n
+    tau_h, tau_o, top_n = view.tau_h, view.tau_o, view.top_n
+    window = lane_window(trace, selected)
+    positions = list(window)
+    h_draft = whatif.signal_column(trace, "h_draft")[window.start : window.stop]
+    h_target = whatif.signal_column(trace, "h_target")[window.start : window.stop]
+    overlap = whatif.overlap_counts(trace, top_n)[window.start : window.stop] / top_n
     figure = make_subplots(specs=[[{"secondary_y": True}]])
     figure.add_trace(
         go.Scatter(x=positions, y=h_draft, name="H draft", mode="lines+markers", line_color=DRAFT_COLOUR, marker_size=4)
@@ -58,12 +65,12 @@ def signal_timeline(trace: Trace | None, tau_h: float, tau_o: float, top_n: int,
         ),
         secondary_y=True,
     )
-    penalized = [r.position for r in trace.records if r.origin == "easd_penalty"]
+    penalized = [i for i in window if trace.records[i].origin == "easd_penalty"]
     if penalized:
         figure.add_trace(
             go.Scatter(
                 x=penalized,
-                y=[h_target[positions.index(p)] for p in penalized],
+                y=[h_target[i - window.start] for i in penalized],
                 name="penalized",
                 mode="markers",
                 marker=dict(symbol="x", size=11, color=PENALTY_COLOUR),
@@ -88,10 +95,10 @@ def topk_heatmap(trace: Trace | None, selected: int | None = None, ranks: int = 
     text cells make the browser crawl."""
     if trace is None or not trace.records:
         return empty_figure("top-5 candidates appear here")
-    centre = selected if selected is not None else trace.records[-1].position
+    centre = selected if selected is not None else len(trace.records) - 1
     first = max(0, min(centre - HEATMAP_WINDOW // 2, len(trace.records) - HEATMAP_WINDOW))
     window = trace.records[first : first + HEATMAP_WINDOW]
-    positions = [r.position for r in window]
+    positions = list(range(first, first + len(window)))
     figure = make_subplots(
         rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, subplot_titles=("draft top-5", "target top-5")
     )
@@ -119,22 +126,23 @@ def topk_heatmap(trace: Trace | None, selected: int | None = None, ranks: int = 
             col=1,
         )
         figure.update_yaxes(autorange="reversed", title_text="rank", row=row, col=1)
-    for record in window:
-        outline = dict(line_color="#000", line_width=2) if record.position == selected else None
+    for position, record in zip(positions, window):
+        outline = dict(line_color="#000", line_width=2) if position == selected else None
         if record.origin == "easd_penalty":
             outline = dict(line_color=PENALTY_COLOUR, line_width=3)
         if outline:
             for row in (1, 2):
-                figure.add_vrect(x0=record.position - 0.5, x1=record.position + 0.5, row=row, col=1, **outline)
+                figure.add_vrect(x0=position - 0.5, x1=position + 0.5, row=row, col=1, **outline)
     figure.update_xaxes(title_text="position", dtick=2, row=2, col=1)
     figure.update_layout(height=380, margin=dict(l=50, r=20, t=40, b=40))
     return figure
 
 
-def whatif_map(sd_trace: Trace | None, rule: str, top_n: int, tau_h: float, tau_o: float) -> go.Figure:
+def whatif_map(sd_trace: Trace | None, view: RuleView) -> go.Figure:
     """Share of the SD trace's drafted positions where the rule would fire, over τ_H × τ_O."""
     if sd_trace is None or not whatif.drafted_positions(sd_trace).any():
         return empty_figure("the what-if map needs a finished SD run")
+    rule, tau_h, tau_o, top_n = view.rule, view.tau_h, view.tau_o, view.top_n
     grid = whatif.fire_share_grid(sd_trace, rule, TAU_H_GRID, TAU_O_GRID, top_n)
     figure = go.Figure(
         go.Heatmap(
@@ -161,3 +169,22 @@ def whatif_map(sd_trace: Trace | None, rule: str, top_n: int, tau_h: float, tau_
     figure.update_xaxes(title_text="τ_O")
     figure.update_yaxes(title_text="τ_H (nats)")
     return figure
+
+
+@dataclass(frozen=True)
+class Focus:
+    """What the figures show: the focused lane's trace, the SD trace (None while running), the rule
+    view, and the selected row's index."""
+
+    trace: Trace | None
+    sd: Trace | None
+    view: RuleView
+    selected: int | None
+
+
+# Every figure of the page, by name: its tab title and how to draw it. Adding a figure is one entry here.
+FIGURES = {
+    "timeline": ("Signal timeline", lambda f: signal_timeline(f.trace, f.view, f.selected)),
+    "heatmap": ("Top-5 heatmap", lambda f: topk_heatmap(f.trace, f.selected)),
+    "whatif": ("What-if map", lambda f: whatif_map(f.sd, f.view)),
+}

@@ -2,95 +2,129 @@
 
 from __future__ import annotations
 
-import html
-
 from easd.core.acceptance import RULE_CONDITIONS, rule_conditions
 from easd.core.settings import overlap_needed
 from easd.core.trace import TokenRecord
 from easd.core.whatif import record_overlap
 
-from .lanes import ORIGIN_LABELS, TITLES, format_number, visible_text
+from .controls import RuleView
+from .html import Html, join, number, tag
+from .lanes import TITLES, origin_class, origin_label, visible_text
 
 CONDITION_LABELS = {"draft_entropy": "H_draft ≥ τ_H", "target_entropy": "H_target ≥ τ_H", "overlap": "overlap ≥ τ_O"}
 
 
-def inspector_html(lane: str, record: TokenRecord | None, rule: str, tau_h: float, tau_o: float, top_n: int) -> str:
+def inspector_html(lane: str, record: TokenRecord | None, view: RuleView) -> Html:
     if record is None:
-        return '<div class="inspector empty">Click a token in either lane to inspect it.</div>'
+        return tag("div", "Click a token in either lane to inspect it.", class_="inspector empty")
     parts = [_header(lane, record), _decision(record)]
     if record.draft_token_id is not None:
-        parts.append(_signals(record, rule, tau_h, tau_o, top_n))
-    parts.append(_candidates(record, top_n))
-    return f'<div class="inspector">{"".join(parts)}</div>'
+        parts.append(_signals(record, view))
+    parts.append(_candidates(record, view.top_n))
+    return tag("div", *parts, class_="inspector")
 
 
-def _esc(text: str | None) -> str:
-    return html.escape(visible_text(text or ""))
+def _code(text) -> Html:
+    return tag("code", visible_text(text or ""))
 
 
-def _header(lane: str, record: TokenRecord) -> str:
-    origin = ORIGIN_LABELS.get(record.origin, record.origin)
-    return (
-        f"<h4>Token #{record.position} in {TITLES.get(lane, lane)}: <code>{_esc(record.token_text)}</code></h4>"
-        f'<p><span class="tok o-{record.origin}">{html.escape(origin)}</span> · block {record.block}</p>'
+def _header(lane: str, record: TokenRecord) -> Html:
+    return join(
+        [
+            tag("h4", f"Token #{record.position} in {TITLES.get(lane, lane)}: ", _code(record.token_text)),
+            tag(
+                "p",
+                tag("span", origin_label(record.origin), class_=["tok", origin_class(record.origin)]),
+                f" · block {record.block}",
+            ),
+        ]
     )
 
 
-def _decision(record: TokenRecord) -> str:
-    drafted = f"<code>{_esc(record.draft_token_text)}</code>"
-    chosen = f"<code>{_esc(record.token_text)}</code>"
-    odds = f"(q = {format_number(record.p_draft)}, p = {format_number(record.p_target)}, acceptance probability {format_number(record.accept_prob)})"
+def _decision(record: TokenRecord) -> Html:
+    drafted, chosen = _code(record.draft_token_text), _code(record.token_text)
+    odds = f"(q = {number(record.p_draft)}, p = {number(record.p_target)}, acceptance probability {number(record.accept_prob)})"
     explanations = {
-        "draft_accepted": f"The draft proposed {drafted} {odds}; the target's test kept it.",
-        "target_resample": f"The draft proposed {drafted} {odds}; the target's test rejected it, so {chosen} was drawn from the residual max(0, p − q).",
-        "easd_penalty": f"The draft proposed {drafted} {odds} and the target's test accepted it, but both models were uncertain and agreed, so EASD <b>refused</b> it and the target chose {chosen} instead.",
-        "bonus": f"All drafts of the block were kept, so the target added {chosen} from its own next-token distribution.",
-        "target": f"The target alone chose {chosen}.",
-        "draft": f"The draft alone chose {chosen}.",
+        "draft_accepted": ("The draft proposed ", drafted, f" {odds}; the target's test kept it."),
+        "target_resample": (
+            "The draft proposed ",
+            drafted,
+            f" {odds}; the target's test rejected it, so ",
+            chosen,
+            " was drawn from the residual max(0, p − q).",
+        ),
+        "easd_penalty": (
+            "The draft proposed ",
+            drafted,
+            f" {odds} and the target's test accepted it, but both models were uncertain and agreed, so EASD ",
+            tag("b", "refused"),
+            " it and the target chose ",
+            chosen,
+            " instead.",
+        ),
+        "bonus": ("All drafts of the block were kept, so the target added ", chosen, " from its own next-token distribution."),
+        "target": ("The target alone chose ", chosen, "."),
+        "draft": ("The draft alone chose ", chosen, "."),
     }
-    return f"<p>{explanations.get(record.origin, '')}</p>"
+    return tag("p", *explanations.get(record.origin, ()) if isinstance(record.origin, str) else ())
 
 
-def _signals(record: TokenRecord, rule: str, tau_h: float, tau_o: float, top_n: int) -> str:
-    overlap = record_overlap(record, top_n)
+def _signals(record: TokenRecord, view: RuleView) -> Html:
+    if not all(_is_real(value) for value in (record.h_draft, record.h_target)):
+        return tag("p", "This row does not record both entropies, so the rule cannot be re-read here.")
+    overlap = record_overlap(record, view.top_n)
     if overlap is None:
-        return f"<p>This trace kept fewer than n = {top_n} candidates per token; lower n to see the rule.</p>"
-    held = rule_conditions(record.h_draft, record.h_target, overlap, tau_h=tau_h, tau_o=tau_o, top_n=top_n)
-    needed = overlap_needed(tau_o, top_n)
+        return tag("p", f"This trace kept fewer than n = {view.top_n} candidates per token; lower n to see the rule.")
+    held = rule_conditions(record.h_draft, record.h_target, overlap, tau_h=view.tau_h, tau_o=view.tau_o, top_n=view.top_n)
     values = {
-        "draft_entropy": f"H_draft = {format_number(record.h_draft)} nats vs τ_H = {tau_h:g}",
-        "target_entropy": f"H_target = {format_number(record.h_target)} nats vs τ_H = {tau_h:g}",
-        "overlap": f"{overlap} of top-{top_n} shared vs at least {needed} (τ_O = {tau_o:g})",
+        "draft_entropy": f"H_draft = {number(record.h_draft)} nats vs τ_H = {view.tau_h:g}",
+        "target_entropy": f"H_target = {number(record.h_target)} nats vs τ_H = {view.tau_h:g}",
+        "overlap": f"{overlap} of top-{view.top_n} shared vs at least {overlap_needed(view.tau_o, view.top_n)} (τ_O = {view.tau_o:g})",
     }
-    rows = "".join(
-        f'<tr class="{"used" if name in RULE_CONDITIONS[rule] else "unused"}"><td>{"✓" if held[name] else "✗"}</td>'
-        f"<td>{CONDITION_LABELS[name]}</td><td>{values[name]}</td></tr>"
-        for name in CONDITION_LABELS
+    rows = [
+        tag(
+            "tr",
+            tag("td", "✓" if held[name] else "✗"),
+            tag("td", label),
+            tag("td", values[name]),
+            class_="used" if name in RULE_CONDITIONS[view.rule] else "unused",
+        )
+        for name, label in CONDITION_LABELS.items()
+    ]
+    fires = view.fires(record.h_draft, record.h_target, overlap)
+    verdict = tag(
+        "p",
+        "Rule ",
+        tag("code", view.rule),
+        " at these settings: ",
+        tag("b", "fires" if fires else "does not fire"),
+        f" (during the run: {'fired' if record.triggered else 'did not fire'}).",
     )
-    fires = all(held[name] for name in RULE_CONDITIONS[rule])
-    verdict = f"Rule <code>{rule}</code> at these settings: <b>{'fires' if fires else 'does not fire'}</b>"
-    verdict += f" (during the run: {'fired' if record.triggered else 'did not fire'})."
-    return f'<table class="conditions">{rows}</table><p>{verdict}</p>'
+    return join([tag("table", *rows, class_="conditions"), verdict])
 
 
-def _candidates(record: TokenRecord, top_n: int) -> str:
+def _is_real(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _candidates(record: TokenRecord, top_n: int) -> Html:
     n = max(top_n, 5)
     draft, target = record.draft_top[:n], record.target_top[:n]
     shared = {t for t, _, _ in draft} & {t for t, _, _ in target}
-    rows = []
+    head = tag("tr", *(tag("th", name) for name in ("rank", "draft token", "q", "target token", "p")))
+    rows = [head]
     for rank in range(max(len(draft), len(target))):
-        cells = [f"<td>{rank + 1}</td>"]
+        cells = [tag("td", rank + 1)]
         for candidates in (draft, target):
-            cells.append(_candidate_cells(candidates[rank] if rank < len(candidates) else None, record, shared))
-        rows.append(f"<tr>{''.join(cells)}</tr>")
-    head = "<tr><th>rank</th><th>draft token</th><th>q</th><th>target token</th><th>p</th></tr>"
-    return f'<table class="candidates">{head}{"".join(rows)}</table><p class="hint">bold: in both top lists · ▸ drafted · ★ emitted</p>'
+            cells += _candidate_cells(candidates[rank] if rank < len(candidates) else None, record, shared)
+        rows.append(tag("tr", *cells))
+    hint = tag("p", "bold: in both top lists · ▸ drafted · ★ emitted", class_="hint")
+    return join([tag("table", *rows, class_="candidates"), hint])
 
 
-def _candidate_cells(candidate, record: TokenRecord, shared: set[int]) -> str:
+def _candidate_cells(candidate, record: TokenRecord, shared: set) -> list[Html]:
     if candidate is None:
-        return "<td></td><td></td>"
+        return [tag("td"), tag("td")]
     token, text, prob = candidate
     marks = ("▸" if token == record.draft_token_id else "") + ("★" if token == record.token_id else "")
-    style = ' class="shared"' if token in shared else ""
-    return f"<td{style}>{marks}<code>{_esc(text)}</code></td><td>{prob:.3f}</td>"
+    return [tag("td", marks, _code(text), class_="shared" if token in shared else None), tag("td", number(prob))]

@@ -1,17 +1,18 @@
 """Token lanes: a trace rendered as coloured, hoverable, clickable spans of escaped text.
 
-Token text is model output, so every piece of it goes through `html.escape` before it
-becomes HTML: the span text, the tooltip and the legend alike. Nothing here decides anything
-about the method; it only draws what a trace (and `easd.core.whatif`) says.
+Token text is model output and a loaded trace may hold anything in any field, so every span is
+built with `ui.html` (text and attributes escaped by construction), and the CSS class of an
+origin comes from a fixed table, never from the trace. Nothing here decides anything about the
+method; it only draws what a trace (and `easd.core.whatif`) says.
 """
 
 from __future__ import annotations
 
-import html
-
 import numpy as np
 
 from easd.core.trace import TokenRecord, Trace
+
+from .html import Html, join, number, tag
 
 # Okabe–Ito colours, safe for the common forms of colour blindness; CSS classes in assets/style.css.
 ORIGIN_LABELS = {
@@ -22,35 +23,58 @@ ORIGIN_LABELS = {
     "target": "target only",
     "draft": "draft only",
 }
+ORIGIN_CLASSES = {origin: f"o-{origin}" for origin in ORIGIN_LABELS}  # an origin not listed gets "o-unknown"
 TITLES = {"sd": "SD", "easd": "EASD", "target": "target only", "draft": "draft only"}
 _VISIBLE = {"\n": "↵\n", "\t": "⇥", "\r": "␍"}
+MAX_LANE_TOKENS = 2000  # spans drawn per lane: a huge loaded trace is shown as a window around the selection
 
 
-def visible_text(text: str) -> str:
+def visible_text(text) -> str:
     """Token text with invisible characters made visible; the result still needs escaping."""
-    if text == "":
+    if text is None or text == "":
         return "∅"
+    text = str(text)  # a loaded file may hold a number where text belongs
     return "".join(_VISIBLE.get(ch, ch if ch.isprintable() or ch == " " else f"\\x{ord(ch):02x}") for ch in text)
 
 
-def legend_html() -> str:
-    items = "".join(
-        f'<span class="tok o-{origin}">{html.escape(label)}</span>'
+def origin_class(origin) -> str:
+    return ORIGIN_CLASSES.get(origin, "o-unknown") if isinstance(origin, str) else "o-unknown"
+
+
+def origin_label(origin) -> str:
+    return ORIGIN_LABELS.get(origin, str(origin)) if isinstance(origin, str) else str(origin)
+
+
+def legend_html() -> Html:
+    items = [
+        tag("span", label, class_=["tok", ORIGIN_CLASSES[origin]])
         for origin, label in ORIGIN_LABELS.items()
         if origin not in ("target", "draft")
-    )
-    extra = (
-        '<span class="tok fork-mark">fork› first difference</span><span class="tok whatif">would be penalized (what-if)</span>'
-    )
-    return f'<div class="legend">{items}{extra}</div>'
+    ]
+    items += [
+        tag("span", "fork› first difference", class_="tok fork-mark"),
+        tag("span", "would be penalized (what-if)", class_="tok whatif"),
+    ]
+    return tag("div", *items, class_="legend")
 
 
 def lane_title(lane: str, trace: Trace | None) -> str:
+    """Plain text (escaped where it is shown)."""
     if trace is None:
         return TITLES[lane]
     settings = trace.settings
+    method = TITLES.get(settings.method, settings.method) if isinstance(settings.method, str) else str(settings.method)
     rule = f", rule {settings.rule}" if settings.method == "easd" else ""
-    return f"{TITLES.get(settings.method, settings.method)}{rule}"
+    return f"{method}{rule}"
+
+
+def lane_window(trace: Trace, selected: int | None) -> range:
+    """The indices of the records a lane draws: all of them, or MAX_LANE_TOKENS around the selection."""
+    count = len(trace.records)
+    if count <= MAX_LANE_TOKENS:
+        return range(count)
+    start = min(max((selected or 0) - MAX_LANE_TOKENS // 2, 0), count - MAX_LANE_TOKENS)
+    return range(start, start + MAX_LANE_TOKENS)
 
 
 def lane_html(
@@ -61,54 +85,49 @@ def lane_html(
     fork: int | None = None,
     whatif: np.ndarray | None = None,
     running: bool = False,
-) -> str:
+) -> Html:
     """One lane: a span per token, with data-lane/data-pos for clicks and a tooltip per token.
 
     Only spans, no wrapper: while a run streams, each update then just *appends* to the last one,
     which Gradio sends as a small diff instead of the whole lane again.
     """
     if trace is None or not trace.records:
-        return f'<span class="empty">{"generating…" if running else "no tokens yet"}</span>'
+        return tag("span", "generating…" if running else "no tokens yet", class_="empty")
     marks = whatif if whatif is not None else np.zeros(len(trace.records), dtype=bool)
-    return "".join(_span(lane, r, r.position == selected, r.position == fork, bool(m)) for r, m in zip(trace.records, marks))
+    window = lane_window(trace, selected)
+    spans = [_span(lane, i, trace.records[i], i == selected, i == fork, bool(marks[i])) for i in window]
+    if len(window) < len(trace.records):
+        note = (
+            f"showing tokens {window.start}–{window.stop - 1} of {len(trace.records):,}; click a token near an end to move on ›"
+        )
+        spans.insert(0, tag("span", note, class_="empty"))
+    return join(spans)
 
 
-def _span(lane: str, record: TokenRecord, selected: bool, fork: bool, whatif: bool) -> str:
-    classes = ["tok", f"o-{record.origin}"]
-    classes += ["sel"] * selected + ["fork"] * fork + ["whatif"] * whatif
-    tip = html.escape(tooltip(record), quote=True)
-    text = html.escape(visible_text(record.token_text))
-    return f'<span class="{" ".join(classes)}" data-lane="{lane}" data-pos="{record.position}" title="{tip}">{text}</span>'
+def _span(lane: str, index: int, record: TokenRecord, selected: bool, fork: bool, whatif: bool) -> Html:
+    classes = ["tok", origin_class(record.origin), selected and "sel", fork and "fork", whatif and "whatif"]
+    return tag("span", visible_text(record.token_text), class_=classes, data_lane=lane, data_pos=index, title=tooltip(record))
 
 
 def tooltip(record: TokenRecord) -> str:
     """Plain text (escaped by the caller): origin, signals, p and q of the drafted token, both top-5."""
-    lines = [f"#{record.position} {ORIGIN_LABELS.get(record.origin, record.origin)} (block {record.block})"]
-    signals = [
-        f"H_d {format_number(record.h_draft)}",
-        f"H_t {format_number(record.h_target)}",
-        f"overlap {format_number(record.overlap)}",
-    ]
+    lines = [f"#{record.position} {origin_label(record.origin)} (block {record.block})"]
+    signals = [f"H_d {number(record.h_draft)}", f"H_t {number(record.h_target)}", f"overlap {number(record.overlap)}"]
     lines.append(" · ".join(signals))
     if record.draft_token_id is not None:
-        lines.append(
-            f"drafted “{visible_text(record.draft_token_text or '')}”: q={format_number(record.p_draft)} p={format_number(record.p_target)}"
-        )
+        drafted = visible_text(record.draft_token_text or "")
+        lines.append(f"drafted “{drafted}”: q={number(record.p_draft)} p={number(record.p_target)}")
     for side, candidates in (("draft", record.draft_top), ("target", record.target_top)):
         if candidates:
-            lines.append(f"{side} top-5: " + ", ".join(f"“{visible_text(t)}” {p:.2f}" for _, t, p in candidates[:5]))
+            lines.append(f"{side} top-5: " + ", ".join(f"“{visible_text(t)}” {number(p, '.2f')}" for _, t, p in candidates[:5]))
     return "\n".join(lines)
 
 
-def format_number(value) -> str:
-    return "–" if value is None else f"{value:.3f}"
-
-
 def fork_position(sd: Trace | None, easd: Trace | None) -> int | None:
-    """The first position where the two lanes' tokens differ (None while they agree)."""
+    """The first index where the two lanes' tokens differ (None while they agree)."""
     if sd is None or easd is None:
         return None
-    for a, b in zip(sd.records, easd.records):
+    for index, (a, b) in enumerate(zip(sd.records, easd.records)):
         if a.token_id != b.token_id:
-            return a.position
+            return index
     return None

@@ -1,10 +1,14 @@
-"""What one browser session holds: its two traces, the selected token, the step-through position.
+"""What one browser session holds: its two traces, the selected token, the step-through position,
+and the one folder its downloads are written to.
 
-Lives in `gr.State`, one copy per user; the model pair is never in here.
+Lives in `gr.State`, one copy per user; the model pair is never in here. Gradio calls `close`
+when the tab closes or the state expires, which deletes the folder: nothing a session wrote
+outlives it.
 """
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,13 +23,22 @@ from .lanes import fork_position
 @dataclass
 class Session:
     traces: dict[str, Trace | None] = field(default_factory=lambda: dict.fromkeys(LANES))
-    selected: tuple[str, int] | None = None  # (lane, position)
+    selected: tuple[str, int] | None = None  # (lane, index of the record)
     step_lane: str = "easd"
     step: int = 0
     running: bool = False
+    folder: Path | None = None  # made on the first export, reused (files replaced) by later ones
 
     def clear(self) -> None:
+        """Forget the traces and the selection; the download folder is emptied too."""
+        self.close()
         self.__dict__.update(Session().__dict__)
+
+    def close(self) -> None:
+        """Delete the session's download folder (the tab closed, the state expired, or Clear)."""
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
 
     @property
     def fork(self) -> int | None:
@@ -34,16 +47,16 @@ class Session:
     def selected_record(self) -> tuple[str, TokenRecord | None]:
         if self.selected is None:
             return "", None
-        lane, position = self.selected
+        lane, index = self.selected
         trace = self.traces.get(lane)
-        if trace is None or not 0 <= position < len(trace.records):
+        if trace is None or not 0 <= index < len(trace.records):
             return lane, None
-        return lane, trace.records[position]
+        return lane, trace.records[index]
 
-    def select(self, lane: str, position: int) -> None:
+    def select(self, lane: str, index: int) -> None:
         trace = self.traces.get(lane)
-        if trace is not None and 0 <= position < len(trace.records):
-            self.selected = (lane, position)
+        if trace is not None and 0 <= index < len(trace.records):
+            self.selected = (lane, index)
 
     def load_traces(self, traces: list[Trace], source: str) -> str:
         """Put loaded runs into the lanes: SD and EASD by method, anything else in file order."""
@@ -62,8 +75,9 @@ class Session:
         traces = [t for t in self.traces.values() if t is not None and t.records]
         if not traces:
             return None
-        folder = Path(tempfile.mkdtemp(prefix="easd-trace-"))
-        paths = folder / "easd-trace.csv", folder / "easd-trace.json"
+        if self.folder is None or not self.folder.is_dir():
+            self.folder = Path(tempfile.mkdtemp(prefix="easd-session-"))
+        paths = self.folder / "easd-trace.csv", self.folder / "easd-trace.json"
         trace_io.write_csv(traces, paths[0])
         trace_io.write_json(traces, paths[1])
         return str(paths[0]), str(paths[1])

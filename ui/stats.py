@@ -1,31 +1,36 @@
-"""Live figures under each lane, and the comparison line once both runs have ended."""
+"""Live figures under each lane, and the comparison line once both runs have ended.
+
+Built with `ui.html`: a loaded trace's summary (its stop reason, its counts) is shown as escaped text.
+"""
 
 from __future__ import annotations
 
 from easd.core.trace import Trace
 
+from .html import Html, join, number, tag
 
-def stats_markdown(trace: Trace | None) -> str:
+
+def stats_html(trace: Trace | None) -> Html:
     if trace is None:
-        return ""
+        return Html("")
     s = trace.summary()
     parts = [
-        f"**{s['new_tokens']}** tokens",
-        f"**{_fmt(s['tokens_per_s'], '.1f')}** tokens/s",
-        f"acceptance **{_fmt(s['acceptance_rate'], '.2f')}**",
-        f"accepted/block **{_fmt(s['mean_accepted_length'], '.2f')}**",
-        f"target calls **{_fmt(s['target_calls'], 'd')}**",
-        f"penalties **{s['penalized']}**",
+        join([tag("b", number(s["new_tokens"], "d")), " tokens"]),
+        join([tag("b", number(s["tokens_per_s"], ".1f")), " tokens/s"]),
+        join(["acceptance ", tag("b", number(s["acceptance_rate"], ".2f"))]),
+        join(["accepted/block ", tag("b", number(s["mean_accepted_length"], ".2f"))]),
+        join(["target calls ", tag("b", number(s["target_calls"], "d"))]),
+        join(["penalties ", tag("b", number(s["penalized"], "d"))]),
     ]
     if s["stop_reason"]:
         parts.append(f"stop: {s['stop_reason']}")
-    return " · ".join(parts)
+    return tag("p", join(parts, " · "), class_="stats")
 
 
-def comparison_markdown(sd: Trace | None, easd: Trace | None, fork: int | None) -> str:
+def comparison_html(sd: Trace | None, easd: Trace | None, fork: int | None) -> Html:
     """One line: where EASD changed the text, how often it intervened, and what it cost in speed."""
     if sd is None or easd is None or not sd.records or not easd.records:
-        return ""
+        return Html("")
     a, b = sd.summary(), easd.summary()
     if fork is None:
         change = "EASD's text is identical to SD's"
@@ -33,13 +38,14 @@ def comparison_markdown(sd: Trace | None, easd: Trace | None, fork: int | None) 
         change = f"the texts fork at token {fork}"
         if b["first_penalty_position"] is not None:
             change += f" (EASD's first penalty is at token {b['first_penalty_position']})"
-    rate = f"{b['penalized']} penalties ({100 * (b['penalized_rate'] or 0):.1f}% of EASD's tokens)"
+    share = b["penalized_rate"] * 100 if _is_real(b["penalized_rate"]) else None
+    rate = f"{number(b['penalized'], 'd')} penalties ({number(share, '.1f')}% of EASD's tokens)"
     speed = ""
-    if a["tokens_per_s"] and b["tokens_per_s"]:
+    if _is_real(a["tokens_per_s"]) and _is_real(b["tokens_per_s"]) and a["tokens_per_s"] and b["tokens_per_s"]:
         speed = f"; EASD ran at {b['tokens_per_s'] / a['tokens_per_s']:.2f}× SD's tokens/s"
-    acceptance = f"; acceptance {_fmt(b['acceptance_rate'], '.2f')} vs SD's {_fmt(a['acceptance_rate'], '.2f')}"
-    return f"**Comparison:** {change}; {rate}{speed}{acceptance}."
+    acceptance = f"; acceptance {number(b['acceptance_rate'], '.2f')} vs SD's {number(a['acceptance_rate'], '.2f')}"
+    return tag("p", tag("b", "Comparison:"), f" {change}; {rate}{speed}{acceptance}.", class_="comparison")
 
 
-def _fmt(value, spec: str) -> str:
-    return "–" if value is None else format(value, spec)
+def _is_real(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

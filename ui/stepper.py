@@ -7,12 +7,12 @@ only holds drafts up to the first refusal, and the later ones are shown as unkno
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass
 
 from easd.core.decoding import BLOCK_END
 from easd.core.trace import TokenRecord, Trace
 
+from .html import Html, join, number, tag
 from .lanes import visible_text
 
 END_REASONS = {
@@ -54,49 +54,51 @@ def _end_of(records: list[TokenRecord]) -> str:
     return BLOCK_END.get(records[-1].origin, "single")
 
 
-def stepper_html(lane_title: str, views: list[BlockView], step: int) -> str:
+def stepper_html(lane_title: str, views: list[BlockView], step: int) -> Html:
     if not views:
-        return '<div class="stepper empty">Finish or load a run to step through its blocks.</div>'
+        return tag("div", "Finish or load a run to step through its blocks.", class_="stepper empty")
     step = min(max(step, 0), len(views) - 1)
     view = views[step]
-    head = f"<h4>{html.escape(lane_title)}: block {step + 1} of {len(views)}</h4>"
-    return f'<div class="stepper">{head}{_drafts(view)}{_ending(view)}</div>'
+    head = tag("h4", f"{lane_title}: block {step + 1} of {len(views)}")
+    return tag("div", head, _drafts(view), _ending(view), class_="stepper")
 
 
-def _drafts(view: BlockView) -> str:
+def _code(text) -> Html:
+    return tag("code", visible_text(text))
+
+
+def _drafts(view: BlockView) -> Html:
     if not view.drafted:
-        return "<p>No drafts in this block.</p>"
+        return tag("p", "No drafts in this block.")
     cells = []
     for i, (_, text) in enumerate(view.drafted):
         record = view.records[i] if i < len(view.records) and view.records[i].draft_token_id is not None else None
         status, mark = _draft_status(record)
-        cells.append(f'<span class="draft {status}">{mark} <code>{html.escape(visible_text(text))}</code></span>')
+        cells.append(tag("span", f"{mark} ", _code(text), class_=["draft", status]))
     if not view.complete:
-        cells.append('<span class="draft unknown">… later drafts are not kept in CSV traces</span>')
-    return f'<p>The draft proposed {len(view.drafted)} token(s):</p><div class="drafts">{"".join(cells)}</div>'
+        cells.append(tag("span", "… later drafts are not kept in CSV traces", class_="draft unknown"))
+    return join([tag("p", f"The draft proposed {len(view.drafted)} token(s):"), tag("div", *cells, class_="drafts")])
 
 
 def _draft_status(record: TokenRecord | None) -> tuple[str, str]:
     if record is None:
         return "unseen", "· never examined"
-    return {
+    statuses = {
         "draft_accepted": ("kept", "✓ kept"),
         "target_resample": ("rejected", "✗ rejected"),
         "easd_penalty": ("refused", "⚠ refused by EASD"),
-    }.get(record.origin, ("unseen", "·"))
+    }
+    return statuses.get(record.origin, ("unseen", "·")) if isinstance(record.origin, str) else ("unseen", "·")
 
 
-def _ending(view: BlockView) -> str:
+def _ending(view: BlockView) -> Html:
     last = view.records[-1]
-    emitted = "".join(f"<code>{html.escape(visible_text(r.token_text))}</code>" for r in view.records)
-    reason = END_REASONS.get(view.end, view.end)
-    detail = ""
+    reason = END_REASONS.get(view.end, view.end) if isinstance(view.end, str) else str(view.end)
+    detail: list = []
     if last.origin == "easd_penalty":
-        detail = (
-            f" H_draft = {last.h_draft:.2f}, H_target = {last.h_target:.2f}, overlap = {last.overlap:.2f}; "
-            f"instead of <code>{html.escape(visible_text(last.draft_token_text or ''))}</code> the target chose "
-            f"<code>{html.escape(visible_text(last.token_text))}</code>."
-        )
+        signals = f" H_draft = {number(last.h_draft, '.2f')}, H_target = {number(last.h_target, '.2f')}, overlap = {number(last.overlap, '.2f')}; "
+        detail = [signals, "instead of ", _code(last.draft_token_text or ""), " the target chose ", _code(last.token_text), "."]
     elif last.origin == "target_resample":
-        detail = f" The target resampled <code>{html.escape(visible_text(last.token_text))}</code> from max(0, p − q)."
-    return f"<p><b>Why it ended:</b> {reason}.{detail}</p><p>Emitted: {emitted}</p>"
+        detail = [" The target resampled ", _code(last.token_text), " from max(0, p − q)."]
+    why = tag("p", tag("b", "Why it ended:"), f" {reason}.", *detail)
+    return join([why, tag("p", "Emitted: ", *(_code(r.token_text) for r in view.records))])

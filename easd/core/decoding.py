@@ -525,10 +525,10 @@ def _cut_at_eos(records: list[TokenRecord], eos_ids: frozenset[int]) -> list[Tok
 def encode_prompt(pair: ModelPair, prompt: str, chat: bool) -> list[int]:
     """Token ids of the prompt, through the chat template when asked and when there is one."""
     if not prompt or not prompt.strip():
-        raise SettingsError("--prompt", "is empty; give the text the models should continue or answer")
+        raise SettingsError("prompt", "is empty; give the text the models should continue or answer")
     if len(prompt) > pair.context_length * MAX_PROMPT_CHARS_PER_TOKEN:
         raise SettingsError(
-            "--prompt", f"is {len(prompt):,} characters, more than the model's context of {pair.context_length:,} tokens can hold"
+            "prompt", f"is {len(prompt):,} characters, more than the model's context of {pair.context_length:,} tokens can hold"
         )
     tokenizer = pair.tokenizer
     if chat and tokenizer.chat_template:
@@ -538,6 +538,6 @@ def encode_prompt(pair: ModelPair, prompt: str, chat: bool) -> list[int]:
         ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     if len(ids) >= pair.context_length:
         raise SettingsError(
-            "--prompt", f"is {len(ids):,} tokens; the model's context is {pair.context_length:,} tokens, so shorten it"
+            "prompt", f"is {len(ids):,} tokens; the model's context is {pair.context_length:,} tokens, so shorten it"
         )
     return ids

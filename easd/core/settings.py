@@ -1,8 +1,8 @@
 """The settings of one generation run, with their defaults and allowed ranges.
 
 Every field has a default taken from the paper (README, "The method") or from what runs well on a
-2-core CPU. `validate()` checks them all and names the command-line flag of the first bad one,
-so the CLI, the app and the evaluation report range errors the same way.
+2-core CPU. `validate()` checks them all and names the first bad one
+(`SettingsError.setting`), which the CLI shows as its flag and the app as its slider's label.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class DecodeSettings:
         return max(self.record_top, self.top_n, 5)
 
     def validate(self) -> DecodeSettings:
-        """Raise SettingsError naming the flag of the first setting out of range; else return self."""
+        """Raise SettingsError naming the first setting out of range; else return self."""
         for check in _CHECKS:
             check(self)
         return self
@@ -62,11 +62,6 @@ def overlap_needed(tau_o: float, top_n: int) -> int:
     return math.ceil(tau_o * top_n - 1e-9)
 
 
-def flag(name: str) -> str:
-    """The command-line flag of a settings field, e.g. tau_h → --tau-h."""
-    return "--" + name.replace("_", "-")
-
-
 def _coerce(cls: type, name: str, value):
     default = getattr(cls, name)
     if isinstance(default, bool) or value is None:
@@ -80,7 +75,7 @@ def _coerce(cls: type, name: str, value):
 
 def _require(condition: bool, name: str, allowed: str, value) -> None:
     if not condition:
-        raise SettingsError(flag(name), f"must be {allowed} (got {value!r})")
+        raise SettingsError(name, f"must be {allowed} (got {value!r})")
 
 
 def _check_choices(s: DecodeSettings) -> None:

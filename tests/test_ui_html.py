@@ -1,0 +1,136 @@
+"""The HTML helpers (escaping by construction) and the page's handlers given bad input."""
+
+import gradio as gr
+import pytest
+
+from easd.errors import SettingsError
+from ui import handlers
+from ui.backend import Busy, Client, ModelHost
+from ui.controls import FIELDS, RuleView, page_words, read_settings
+from ui.html import Html, join, number, tag, text
+from ui.layout import wire
+from ui.page import build_page
+from ui.session import Session
+
+
+def test_text_and_attributes_are_escaped():
+    payload = '"><img src=x onerror=alert(1)>'
+    assert text(payload) == "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;"
+    built = tag("span", payload, class_=["tok", payload], data_pos=payload, title=None, hidden=True)
+    assert built == (
+        '<span class="tok &quot;&gt;&lt;img src=x onerror=alert(1)&gt;" data-pos="&quot;&gt;&lt;img src=x onerror=alert(1)&gt;"'
+        " hidden>&quot;&gt;&lt;img src=x onerror=alert(1)&gt;</span>"
+    )
+    assert tag("p", tag("b", "x"), "<i>") == "<p><b>x</b>&lt;i&gt;</p>"  # fragments pass, text is escaped
+    assert isinstance(join(["a", tag("b", "c")]), Html) and join(["<", ">"], " & ") == "&lt; &amp; &gt;"
+
+
+def test_names_come_from_code_only():
+    for bad in ("img src=x", "", "1a"):
+        with pytest.raises(ValueError):
+            tag(bad)
+    with pytest.raises(ValueError):
+        tag("span", **{"on click": "x"})
+
+
+def test_numbers_never_crash_the_page():
+    assert number(None) == "–" and number(0.12345) == "0.123" and number(3, "d") == "3"
+    assert number("<b>") == "<b>" and number(float("nan")) == "nan" and number(2.5, "d") == "2.5"
+
+
+@pytest.fixture(scope="module")
+def page():
+    with gr.Blocks():
+        return build_page(ModelHost({}, None, max_new_tokens_cap=64), [])
+
+
+BAD_SETTINGS = [
+    ("k", "abc", "k: must be a whole number from 1 to 12"),
+    ("k", float("nan"), "k: must be a whole number from 1 to 12"),
+    ("top_n", 0, "n: must be a whole number from 1 to 20"),
+    ("tau_o", None, "τ_O: must be a number from 0 to 1"),
+    ("tau_h", float("inf"), "τ_H: must be a number from 0 to 4"),
+    ("max_new_tokens", 65, "max new tokens: must be a whole number from 1 to 64"),
+    ("seed", 2**64, "seed: must be a whole number from 0 to 2^63 − 1"),
+    ("seed", 1.5, "seed: must be a whole number"),
+    ("temperature", "0.5", "temperature: must be a number from 0 to 1.5"),
+    ("top_p", 0, "top-p: must be a number from 0.05 to 1"),
+    ("rule", "any", "EASD rule: must be one of full"),
+]
+
+
+@pytest.mark.parametrize("name, value, message", BAD_SETTINGS)
+def test_each_bad_setting_is_named_as_the_page_names_it(name, value, message):
+    with pytest.raises(SettingsError) as caught:
+        read_settings({name: value}, 64)
+    assert page_words(caught.value).startswith(message)
+    assert not page_words(caught.value).startswith("--")
+
+
+def test_generate_answers_bad_input_in_the_page_words(page, tiny_pair):
+    host = ModelHost({}, None)
+    values = {c: getattr(RuleView(), n, None) for n, c in page.controls.settings().items()}
+    values |= {c: v for c, v in zip(page.controls.settings().values(), [1.0, 0.8, 5, 4, 0.0, 1.0, 16, 0, "full"])}
+    values |= {page.pair: None, page.prompt: "x", page.controls.chat: True, page.state: Session()}
+    run = wire(handlers.generate, page, host, show=lambda t: {page.message: handlers.say(t)})
+    messages = [str(next(iter(u.values()))) for u in run(values | {page.controls.k: "abc"}, None)]
+    assert messages == ["<p>⚠️ k: must be a whole number from 1 to 12 (got &#x27;abc&#x27;)</p>"]
+    messages = [str(next(iter(u.values()))) for u in run(values | {page.controls.seed: float("inf")}, None)]
+    assert "seed: must be a whole number" in messages[0]
+    messages = [str(next(iter(u.values()))) for u in run(values, None)]
+    assert "no model pair is served here" in messages[0]
+
+
+def test_what_if_and_step_handlers_refuse_forged_values(page):
+    say = lambda t: {page.message: handlers.say(t)}  # noqa: E731
+    values = {c: getattr(RuleView(), n) for n, c in page.controls.whatif().items()} | {page.state: Session()}
+    answer = wire(handlers.rerender, page, show=say)(values | {page.controls.top_n: 10**9})
+    assert list(answer) == [page.message] and "n: must be a whole number from 1 to 20" in answer[page.message]
+    assert wire(handlers.step, page, 1, show=say)({page.step_lane: "<img>", page.state: Session()}) == {}
+    event = gr.EventData(None, {"lane": "sd", "pos": "1; alert(1)"})
+    assert page.inspector in wire(handlers.select_token, page, show=say)(values, event)  # ignored, page redrawn
+
+
+def test_unexpected_failures_are_one_generic_line(page, caplog):
+    def broken(page, values):
+        raise RuntimeError("/srv/secret/path exploded")
+
+    answer = wire(broken, page, show=lambda t: {page.message: t})({})
+    assert "Something went wrong" in answer[page.message] and "/srv" not in answer[page.message]
+    assert "exploded" in caplog.text  # the traceback goes to the server log
+
+
+def test_one_client_gets_its_share_of_the_line():
+    host = ModelHost({}, None, max_queued_per_client=2)
+    me, other = Client("me", "10.0.0.1"), Client("other", "10.0.0.1")
+    with host.turn(me):
+        host.gate.release()  # let a second of mine in line without blocking this test
+        with host.turn(me):
+            with pytest.raises(Busy, match=r"busy: you already have 2 request\(s\) waiting; try again in about \d+ s"):
+                with host.turn(me):
+                    pass
+            host.gate.release()
+            with host.turn(other):
+                pass
+            host.gate.acquire()
+        host.gate.acquire()
+    assert not +host._in_line  # everyone left the line
+
+
+def test_session_folder_is_removed_on_clear_and_close(run):
+    session = Session()
+    session.load_traces([run(method="easd", max_new_tokens=4)], "t.json")
+    csv, _ = session.export()
+    folder = session.folder
+    assert folder.is_dir() and session.export()[0] == csv  # the next export replaces, not adds
+    session.clear()
+    assert not folder.exists()
+    session.load_traces([run(method="easd", max_new_tokens=4)], "t.json")
+    session.export()
+    folder = session.folder
+    session.close()
+    assert not folder.exists()
+
+
+def test_fields_match_the_settings():
+    assert set(FIELDS) <= set(read_settings({}, 64).as_dict())

@@ -1,0 +1,273 @@
+"""What the Compare tab's events do: named functions that take the page (and the host) explicitly.
+
+Each handler gets its inputs as one dict keyed by component (its event's inputs are a set) and
+returns a dict keyed by component, so no list of outputs is counted by hand. Every value from the
+page passes `ui.controls` first; every error a user can act on comes back as one line in the page's
+words (a slider's label, never a command-line flag). Handlers only render traces and hand work to
+the engine; none of them re-implements the method.
+"""
+
+from __future__ import annotations
+
+import time
+
+import gradio as gr
+
+from easd.core import trace as trace_io
+from easd.core.compare import LANES, Comparison
+from easd.core.whatif import would_penalize
+from easd.errors import EasdError, SettingsError
+
+from . import figures
+from .backend import Client, ModelHost
+from .controls import DEFAULTS, RuleView, api_words, check_flag, check_prompt, page_words, read_settings
+from .html import Html, tag
+from .inspector import inspector_html
+from .lanes import lane_html, lane_title
+from .page import Page
+from .session import Session
+from .stats import comparison_html, stats_html
+from .stepper import block_views, stepper_html
+
+LANES_EVERY_S = 0.25  # at most four lane updates a second: faster only floods the browser with HTML
+FIGURES_EVERY_S = 2.0  # figures redraw less often: a figure per token made the browser fall behind
+MAX_WHATIF_ROWS = 200_000  # rows re-read per slider move or click (outside the queue); a bigger trace is shown, not re-read
+
+
+# --- rendering a session ----------------------------------------------------------------------------
+
+
+def say(text: str) -> Html:
+    """A line for the page's message area, escaped (it may quote a file name or a bad value)."""
+    return tag("p", text) if text else Html("")
+
+
+def render_lanes(page: Page, session: Session, view: RuleView) -> dict:
+    traces, fork = session.traces, session.fork
+    marks = _whatif_marks(session, view)
+    out = {page.comparison: comparison_html(traces["sd"], traces["easd"], fork) if not session.running else Html("")}
+    for lane in LANES:
+        selected = session.selected[1] if session.selected and session.selected[0] == lane else None
+        whatif = marks if lane == "sd" else None
+        out[page.titles[lane]] = tag("h3", lane_title(lane, traces[lane]))
+        out[page.lanes[lane]] = lane_html(
+            lane, traces[lane], selected=selected, fork=fork, whatif=whatif, running=session.running
+        )
+        out[page.stats[lane]] = stats_html(traces[lane])
+    return out
+
+
+def _whatif_marks(session: Session, view: RuleView):
+    sd = session.traces["sd"]
+    if sd is None or session.running or sd.settings.method != "sd" or len(sd.records) > MAX_WHATIF_ROWS:
+        return None
+    return would_penalize(sd, **view.as_kwargs())
+
+
+def render_panels(page: Page, session: Session, view: RuleView) -> dict:
+    lane, record = session.selected_record()
+    trace = session.traces.get(lane or "easd") or session.traces["sd"]
+    selected = session.selected[1] if record is not None else None
+    sd = session.traces["sd"] if not session.running else None
+    if sd is not None and len(sd.records) > MAX_WHATIF_ROWS:
+        sd = None
+    focus = figures.Focus(trace=trace, sd=sd, view=view, selected=selected)
+    views = block_views(session.traces.get(session.step_lane))
+    out = {page.figures[name]: draw(focus) for name, (_, draw) in figures.FIGURES.items()}
+    out[page.inspector] = inspector_html(lane, record, view)
+    out[page.stepper] = stepper_html(lane_title(session.step_lane, session.traces.get(session.step_lane)), views, session.step)
+    return out
+
+
+def render_files(page: Page, session: Session) -> dict:
+    paths = None if session.running else session.export()
+    if paths is None:
+        return {button: gr.DownloadButton(value=None, interactive=False) for button in (page.download_csv, page.download_json)}
+    return {
+        page.download_csv: gr.DownloadButton(value=paths[0], interactive=True),
+        page.download_json: gr.DownloadButton(value=paths[1], interactive=True),
+    }
+
+
+def render_all(page: Page, session: Session, view: RuleView, message: str = "") -> dict:
+    return (
+        render_lanes(page, session, view)
+        | render_panels(page, session, view)
+        | render_files(page, session)
+        | {page.message: say(message)}
+    )
+
+
+def in_page_words(err: EasdError) -> str:
+    return "⚠️ " + (page_words(err) if isinstance(err, SettingsError) else str(err))
+
+
+def in_api_words(err: EasdError) -> str:
+    return api_words(err) if isinstance(err, SettingsError) else str(err)
+
+
+# --- the handlers -------------------------------------------------------------------------------
+
+
+def generate(page: Page, host: ModelHost, values: dict, request: gr.Request):
+    """Run SD and EASD side by side, streaming both lanes (and, less often, the figures)."""
+    session: Session = values[page.state]
+    view = page.controls.read_view(values)
+    settings = page.controls.read_settings(values, host.max_new_tokens_cap)
+    chat = check_flag("chat", values[page.controls.chat])
+    comparison = Comparison(ready_pair(host, values[page.pair]), check_prompt(values[page.prompt]), settings, chat=chat)
+    with host.turn(client_of(request)):
+        session.clear()
+        session.traces, session.running = comparison.traces, True
+        lanes_shown = figures_shown = time.monotonic()
+        try:
+            for _ in comparison:
+                now = time.monotonic()
+                if now - lanes_shown < LANES_EVERY_S:
+                    continue
+                lanes_shown = now
+                update = render_lanes(page, session, view) | {page.message: Html("")}
+                if now - figures_shown >= FIGURES_EVERY_S:
+                    update |= render_panels(page, session, view)
+                    figures_shown = now
+                yield update
+        finally:
+            session.running = False
+    yield render_all(page, session, view, message=f"Done: {_stop_note(session)}")
+
+
+def compare(
+    host: ModelHost,
+    prompt: str,
+    tau_h: float = DEFAULTS.tau_h,
+    tau_o: float = DEFAULTS.tau_o,
+    top_n: int = DEFAULTS.top_n,
+    k: int = DEFAULTS.k,
+    temperature: float = DEFAULTS.temperature,
+    top_p: float = DEFAULTS.top_p,
+    max_new_tokens: int = DEFAULTS.max_new_tokens,
+    rule: str = DEFAULTS.rule,
+    seed: int = DEFAULTS.seed,
+    pair: str = "",
+    chat: bool = True,
+    request: gr.Request = None,
+) -> dict:
+    """Run SD and EASD with the same prompt, seed and settings; returns both traces (easd-trace JSON)."""
+    values = dict(tau_h=tau_h, tau_o=tau_o, top_n=top_n, k=k, temperature=temperature, top_p=top_p, rule=rule, seed=seed)
+    settings = read_settings(values | {"max_new_tokens": max_new_tokens}, host.max_new_tokens_cap)
+    comparison = Comparison(ready_pair(host, pair or host.default), check_prompt(prompt), settings, chat=check_flag("chat", chat))
+    with host.turn(client_of(request)):
+        traces = comparison.run()
+    return trace_io.to_json_dict(list(traces.values()))
+
+
+def stop(page: Page, values: dict) -> dict:
+    session: Session = values[page.state]
+    session.running = False
+    return render_all(page, session, page.controls.read_view(values), message=f"Stopped: {_stop_note(session)}")
+
+
+def clear(page: Page, values: dict) -> dict:
+    session: Session = values[page.state]
+    session.clear()
+    return render_all(page, session, page.controls.read_view(values)) | {page.prompt: ""}
+
+
+def rerender(page: Page, values: dict) -> dict:
+    """A what-if slider moved: re-read the finished traces under the new rule view, no model call."""
+    session: Session = values[page.state]
+    view = page.controls.read_view(values)
+    return (
+        render_lanes(page, session, view)
+        | render_panels(page, session, view)
+        | {page.controls.tau_o_meaning: view.overlap_meaning()}
+    )
+
+
+def select_token(page: Page, values: dict, event: gr.EventData) -> dict:
+    session: Session = values[page.state]
+    data = getattr(event, "_data", None) or {}
+    lane, index = data.get("lane"), data.get("pos")
+    if lane in LANES and isinstance(index, int) and not isinstance(index, bool):
+        session.select(lane, index)
+    view = page.controls.read_view(values)
+    return render_lanes(page, session, view) | render_panels(page, session, view)
+
+
+def step(page: Page, delta: int, values: dict) -> dict:
+    """Move the step-through by `delta` blocks (0: the lane changed, start again)."""
+    session: Session = values[page.state]
+    lane = values[page.step_lane]
+    if lane not in LANES:
+        return {}
+    views = block_views(session.traces.get(lane))
+    session.step = 0 if lane != session.step_lane else min(max(session.step + delta, 0), max(len(views) - 1, 0))
+    session.step_lane = lane
+    return {page.stepper: stepper_html(lane_title(lane, session.traces.get(lane)), views, session.step)}
+
+
+def load_file(page: Page, values: dict) -> dict:
+    session: Session = values[page.state]
+    path = values[page.upload]
+    view = page.controls.read_view(values)
+    try:
+        traces = trace_io.load(path)
+        if not traces:
+            raise EasdError("the file holds no runs")
+    except EasdError as err:
+        # the upload's server path is no business of the browser: name the file as the user knows it
+        reason = in_page_words(err).removeprefix("⚠️ ").replace(str(path), _file_name(path))
+        return {page.message: say(f"⚠️ Could not load that file: {reason}")}
+    return render_all(page, session, view, message=session.load_traces(traces, _file_name(path)))
+
+
+def poll(page: Page, host: ModelHost, values: dict) -> dict:
+    """The pair's load state, and whether Generate may be pressed."""
+    name = values[page.pair]
+    if name not in host.allowed:
+        return {
+            page.status: "No model pair is loaded here: load a trace file to view it.",
+            page.generate: gr.Button(interactive=False),
+            page.timer: gr.Timer(active=False),
+        }
+    state = host.ensure_loading(name)
+    ready = state.status == "ready"
+    note = f"\n\n{state.pair.note}" if ready and state.pair.note else ""
+    return {
+        page.status: f"**{name}**: {state.describe()}{note}",
+        page.generate: gr.Button(interactive=ready),
+        page.timer: gr.Timer(active=state.status == "loading"),
+    }
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+
+def ready_pair(host: ModelHost, name):
+    if not host.allowed:
+        raise EasdError("no model pair is served here; this app can only view trace files")
+    if not (isinstance(name, str) and name in host.allowed):
+        raise SettingsError("pair", f"must be one of {', '.join(host.allowed)} (got {repr(name)[:40]})")
+    pair = host.pair(name)
+    if pair is None:
+        raise EasdError(f"the pair {name} is not ready yet ({host.states[name].describe()})")
+    return pair
+
+
+def client_of(request: gr.Request | None) -> Client:
+    """The session and address a request comes from (empty when called without a request, as in tests)."""
+    if request is None:
+        return Client()
+    address = request.client.host if request.client is not None else ""
+    return Client(session=request.session_hash or "", address=address or "")
+
+
+def _stop_note(session: Session) -> str:
+    counts = [
+        f"{lane.upper()} {len(t.records)} tokens ({t.stats.stop_reason})" for lane, t in session.traces.items() if t is not None
+    ]
+    return ", ".join(counts)
+
+
+def _file_name(path) -> str:
+    return str(path).replace("\\", "/").rsplit("/", 1)[-1]

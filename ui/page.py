@@ -1,0 +1,155 @@
+"""The Compare tab's components: built once by `build_page`, handed to every handler as a `Page`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from easd.core.compare import LANES
+
+from . import figures
+from .backend import ModelHost
+from .controls import Controls, RuleView, build_controls
+from .html import tag
+from .inspector import inspector_html
+from .lanes import lane_html, lane_title, legend_html
+from .session import Session
+from .stepper import stepper_html
+
+SESSION_TTL_S = 1800  # a session's traces go 30 minutes after its last run or load, or when its tab closes
+LANE_JS = """
+element.addEventListener('click', (event) => {
+  const span = event.target.closest('span[data-pos]');
+  if (span) trigger('token_click', {lane: span.dataset.lane, pos: parseInt(span.dataset.pos)});
+});
+"""
+INTRO = (
+    "**Speculative decoding (SD)** lets a small *draft* model propose a few tokens that a large *target* model "
+    "checks in one pass, keeping exactly the target's output distribution. **Entropy-aware SD (EASD)** adds one "
+    "rule: when both models are uncertain (high entropy) yet agree (their top-n candidates overlap), the drafted "
+    "token is refused and the target picks another. Both runs below share the prompt, seed and settings, so they "
+    "are identical up to EASD's first penalty (marked *fork›*), and every difference after it comes from the penalty."
+)
+
+
+@dataclass(kw_only=True)
+class Page:
+    """Every component a handler reads or writes. Handlers return dicts keyed by these."""
+
+    state: gr.State
+    pair: gr.Dropdown
+    status: gr.Markdown
+    prompt: gr.Textbox
+    generate: gr.Button
+    stop: gr.Button
+    clear: gr.Button
+    message: gr.HTML
+    controls: Controls
+    titles: dict[str, gr.HTML]  # by lane
+    lanes: dict[str, gr.HTML]
+    stats: dict[str, gr.HTML]
+    comparison: gr.HTML
+    inspector: gr.HTML
+    step_lane: gr.Radio
+    step_prev: gr.Button
+    step_next: gr.Button
+    stepper: gr.HTML
+    figures: dict[str, gr.Plot]  # by name, see figures.FIGURES
+    download_csv: gr.DownloadButton
+    download_json: gr.DownloadButton
+    upload: gr.UploadButton
+    timer: gr.Timer
+
+    def lane_outputs(self) -> list:
+        return [*self.titles.values(), *self.lanes.values(), *self.stats.values(), self.comparison]
+
+    def panel_outputs(self) -> list:
+        return [self.inspector, self.stepper, *self.figures.values()]
+
+    def everything(self) -> list:
+        return [*self.lane_outputs(), *self.panel_outputs(), self.download_csv, self.download_json, self.message]
+
+
+def build_page(host: ModelHost, examples: list[str]) -> Page:
+    state = gr.State(Session(), time_to_live=SESSION_TTL_S, delete_callback=Session.close)
+    gr.Markdown("# EASD Lab: SD and entropy-aware SD, side by side")
+    gr.Markdown(INTRO)
+    with gr.Row():
+        with gr.Column(scale=3):
+            prompt = gr.Textbox(
+                label="Prompt", lines=4, placeholder="Ask a math word problem or a coding question…", elem_id="prompt"
+            )
+            gr.Examples(examples=[[e] for e in examples], inputs=[prompt], label="Examples")
+            with gr.Row():
+                generate = gr.Button("Generate", variant="primary", interactive=False, elem_id="generate")
+                stop = gr.Button("Stop", variant="stop", elem_id="stop")
+                clear = gr.Button("Clear", elem_id="clear")
+            message = gr.HTML(elem_id="message")
+        with gr.Column(scale=2):
+            names = list(host.allowed)
+            pair = gr.Dropdown(
+                names,
+                value=host.default,
+                label="Model pair (allowed by the operator)",
+                elem_id="pair",
+                interactive=len(names) > 1,
+            )
+            status = gr.Markdown("Starting…", elem_id="status")
+            controls = build_controls(host.max_new_tokens_cap)
+    gr.HTML(legend_html())
+    titles, lanes, stats = {}, {}, {}
+    with gr.Row(equal_height=False):
+        for lane in LANES:
+            with gr.Column():
+                titles[lane] = gr.HTML(tag("h3", lane_title(lane, None)), elem_id=f"title_{lane}")
+                lanes[lane] = gr.HTML(lane_html(lane, None), js_on_load=LANE_JS, elem_id=f"lane_{lane}", elem_classes=["lane"])
+                stats[lane] = gr.HTML(elem_id=f"stats_{lane}")
+    comparison = gr.HTML(elem_id="comparison")
+    with gr.Row(equal_height=False):
+        with gr.Column():
+            gr.Markdown("### Inspector")
+            inspector = gr.HTML(inspector_html("", None, RuleView()), elem_id="inspector")
+        with gr.Column():
+            gr.Markdown("### Step through the blocks")
+            with gr.Row():
+                step_lane = gr.Radio([("SD", "sd"), ("EASD", "easd")], value="easd", show_label=False, elem_id="step_lane")
+                step_prev = gr.Button("◀ previous block", elem_id="step_prev", size="sm")
+                step_next = gr.Button("next block ▶", elem_id="step_next", size="sm")
+            stepper = gr.HTML(stepper_html("", [], 0), elem_id="stepper")
+    plots = {}
+    with gr.Tabs():
+        for name, (title, _) in figures.FIGURES.items():
+            with gr.Tab(title, elem_id=f"tab_{name}"):
+                plots[name] = gr.Plot(figures.empty_figure(), show_label=False, elem_id=name)
+    with gr.Row():
+        download_csv = gr.DownloadButton("Download trace (CSV)", interactive=False, elem_id="download_csv")
+        download_json = gr.DownloadButton("Download trace (JSON)", interactive=False, elem_id="download_json")
+        upload = gr.UploadButton(
+            "Load a trace file (.csv / .json)", file_types=[".csv", ".json"], type="filepath", elem_id="upload"
+        )
+    return Page(
+        state=state,
+        pair=pair,
+        status=status,
+        prompt=prompt,
+        generate=generate,
+        stop=stop,
+        clear=clear,
+        message=message,
+        controls=controls,
+        titles=titles,
+        lanes=lanes,
+        stats=stats,
+        comparison=comparison,
+        inspector=inspector,
+        step_lane=step_lane,
+        step_prev=step_prev,
+        step_next=step_next,
+        stepper=stepper,
+        figures=plots,
+        download_csv=download_csv,
+        download_json=download_json,
+        upload=upload,
+        timer=gr.Timer(1.0),
+    )
