@@ -127,13 +127,17 @@ def _add_evaluation_commands(commands, formatter, pairs: dict) -> None:
 
 
 def _add_data_flags(parser: argparse.ArgumentParser, limit: int | None) -> None:
+    from .lab.problems import FORMATS
+
     group = parser.add_argument_group("data")
-    group.add_argument("--data", type=Path, required=True, help="a JSONL file of problems")
+    group.add_argument("--data", type=Path, required=True, help="a JSONL file of problems, or GPQA-Diamond's CSV")
     group.add_argument(
         "--format",
-        default="gsm8k",
-        choices=("gsm8k", "math", "choice"),
-        help="gsm8k: question/answer '#### N'; math: problem + solution/answer with \\boxed{}; choice: question, options, answer letter",
+        default="auto",
+        choices=("auto", *FORMATS),
+        help="auto: detect from the first record's fields; gsm8k: question/answer '#### N'; math: problem + solution/answer "
+        "with \\boxed{}; choice: question, options, answer letter; math500, aime (AIME24/25, AMC23), minerva, olympiad, "
+        'gpqa (CSV): the benchmarks as distributed (README, "Benchmark files")',
     )
     group.add_argument("--limit", type=int, default=limit, help="how many problems (after --shuffle and --offset)")
     group.add_argument("--offset", type=int, default=0, help="skip this many problems first")
@@ -343,7 +347,9 @@ def _problems(args: argparse.Namespace):
         value = getattr(args, option)
         if value is not None and value < (1 if option == "limit" else 0):
             raise SettingsError(f"--{option}", f"must be {'≥ 1' if option == 'limit' else '≥ 0'} (got {value})")
-    return load_problems(args.data, args.format, args.limit, args.offset, args.shuffle)
+    problems = load_problems(args.data, args.format, args.limit, args.offset, args.shuffle)
+    args.format = problems[0].format  # --format auto resolved: config, grading and reports name the real format
+    return problems
 
 
 def _config(args: argparse.Namespace, pair, base: DecodeSettings, samples: int) -> dict:
