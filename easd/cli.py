@@ -62,6 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=int, default=1, help="passes over the prompts; all of them count")
     bench.set_defaults(run=run_bench)
 
+    commands.add_parser(
+        "lm-eval",
+        add_help=False,
+        help="run EleutherAI's lm-evaluation-harness with EASD as its model 'easd' (needs requirements-research.txt); "
+        "every flag after it is lm-eval's own, e.g. --model_args pair=qwen-coder,method=easd,tau_h=1.5 --tasks gsm8k_cot_zeroshot",
+    )  # main() hands its command line to lm-eval before parsing; this entry is for --help
+
     listing = commands.add_parser("pairs", help="list the named model pairs, their size, memory and availability here")
     listing.set_defaults(run=run_pairs)
     _add_evaluation_commands(commands, formatter, PAIRS)
@@ -452,7 +459,40 @@ def run_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- lm-eval ------------------------------------------------------------------------------------
+
+
+def run_lm_eval(argv: list[str]) -> int:
+    """lm-eval's own CLI with the easd model registered; `--model easd` unless another --model is given."""
+    try:
+        from lm_eval._cli import HarnessCLI
+        from lm_eval.utils import setup_logging
+
+        from .lab import harness
+    except ImportError as err:
+        raise EasdError(f"lm-eval: {err.name or 'lm_eval'} is not installed; pip install -r requirements-research.txt") from None
+    if argv[:1] not in (["run"], ["ls"], ["validate"], ["-h"], ["--help"]):
+        argv = ["run", *argv]  # lm-eval's own legacy form: flags without a subcommand mean `run`
+    if argv[0] == "run" and not any(a == "--model" or a.startswith("--model=") for a in argv):
+        argv = [*argv, "--model", harness.MODEL_NAME]
+    setup_logging()
+    cli = HarnessCLI()
+    saved, sys.argv = sys.argv, ["python -m easd lm-eval", *argv]  # HarnessCLI reads sys.argv
+    try:
+        cli.execute(cli.parse_args())
+    finally:
+        sys.argv = saved
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["lm-eval"]:  # every flag after it is lm-eval's, so our parser must not see them
+        try:
+            return run_lm_eval(argv[1:])
+        except EasdError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
