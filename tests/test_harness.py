@@ -7,6 +7,7 @@ as .ci/run sets: then a missing lm-eval fails.
 import importlib
 import json
 import os
+import re
 import textwrap
 
 import pytest
@@ -82,7 +83,10 @@ def offline(monkeypatch):
 def evaluate(task_folder, **model_args):
     model = EasdLM(pair="tiny-random", **model_args)
     results = simple_evaluate(
-        model=model, tasks=[TASK], task_manager=TaskManager(include_path=str(task_folder)), log_samples=True
+        model=model,
+        tasks=[TASK],
+        task_manager=TaskManager(include_path=str(task_folder), include_defaults=False),
+        log_samples=True,
     )
     samples = sorted(results["samples"][TASK], key=lambda s: s["doc_id"])
     return results["results"][TASK]["exact_match,none"], [s["resps"][0][0] for s in samples]
@@ -116,10 +120,15 @@ def test_the_cli_registers_the_model_and_hands_over_to_lm_eval(task_folder, tmp_
         ("pair=no-such-pair", "--model_args pair: unknown pair 'no-such-pair'"),
     ],
 )
-def test_bad_model_args_are_one_line_in_lm_eval_words(task_folder, capsys, model_args, message):
-    code = main(["lm-eval", "--model_args", model_args, "--tasks", TASK, "--include_path", str(task_folder)])
+def test_bad_model_args_are_named_in_lm_eval_words(model_args, message):
+    with pytest.raises(EasdError, match=f"^{re.escape(message)}"):
+        EasdLM.create_from_arg_string(model_args)  # how lm-eval builds the model from --model_args
+
+
+def test_a_bad_model_arg_on_the_command_line_is_one_line_with_exit_2(task_folder, capsys):
+    code = main(["lm-eval", "--model_args", "pair=tiny-random,k=0", "--tasks", TASK, "--include_path", str(task_folder)])
     err = capsys.readouterr().err
-    assert code == 2 and err.strip().splitlines()[-1].startswith(f"error: {message}"), err
+    assert code == 2 and err.strip().splitlines()[-1] == "error: --model_args k: must be an integer from 1 to 64 (got 0)", err
 
 
 def test_scoring_requests_refuse_clearly(tiny_pair):
