@@ -61,6 +61,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--repeats", type=int, default=1, help="passes over the prompts; all of them count")
     bench.set_defaults(run=run_bench)
+    suite = bench.add_argument_group('Spec-Bench (README, "Spec-Bench")')
+    suite.add_argument(
+        "--suite",
+        nargs=2,
+        metavar=("spec-bench", "FILE"),
+        help="run target-only, SD and EASD on Spec-Bench's question file instead of the built-in prompts",
+    )
+    suite.add_argument("--per-category", type=int, default=5, help="with --suite: questions per category (≥ 1)")
+    suite.add_argument(
+        "--answers", type=Path, metavar="DIR", help="with --suite: write one Spec-Bench answer file per method into DIR"
+    )
 
     commands.add_parser(
         "lm-eval",
@@ -311,6 +322,9 @@ def _fmt(value, spec: str) -> str:
 def run_bench(args: argparse.Namespace) -> int:
     from .lab.bench import run_benchmark
 
+    if args.suite is not None:
+        return run_suite(args)
+
     if not 1 <= args.prompts <= 10:
         raise SettingsError("--prompts", f"must be from 1 to 10 (got {args.prompts})")
     if args.repeats < 1:
@@ -320,6 +334,25 @@ def run_bench(args: argparse.Namespace) -> int:
         DecodeSettings(k=args.k, tau_h=tau_h, max_new_tokens=args.max_new_tokens).validate()
     pair = load_models(args)
     return run_benchmark(pair, args.prompts, args.max_new_tokens, args.k, tau_hs, args.repeats)
+
+
+def run_suite(args: argparse.Namespace) -> int:
+    """`bench --suite spec-bench FILE`: Spec-Bench's questions, table and answer files."""
+    from .lab import specbench
+
+    name, path = args.suite
+    if name != "spec-bench":
+        raise SettingsError("--suite", f"must be spec-bench followed by its question file (got {name!r})")
+    if args.per_category < 1:
+        raise SettingsError("--per-category", f"must be ≥ 1 (got {args.per_category})")
+    if args.answers is not None and not args.answers.parent.resolve().is_dir():
+        raise SettingsError("--answers", f"the folder {args.answers.parent} does not exist")
+    methods = specbench.methods_for(args.k, _numbers("--tau-h", args.tau_h), args.max_new_tokens)
+    for method in methods:
+        method.settings.validate()
+    questions = specbench.load_questions(Path(path), args.per_category)
+    pair = load_models(args)
+    return specbench.run_spec_bench(pair, questions, methods, args.answers)
 
 
 def _numbers(option: str, text: str) -> list[float]:
