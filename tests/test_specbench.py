@@ -124,3 +124,10 @@ def test_bad_suite_input_is_one_line_before_models_load(tmp_path, capsys, extra,
     code = main(["bench", "--pair", "tiny-random", *[a.format(**paths) for a in extra]])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith(f"error: {message}") and "models:" not in err, err
+
+
+def test_a_question_longer_than_the_context_is_named(tmp_path, capsys):
+    data = write_questions(tmp_path / "q.jsonl", [{"question_id": 7, "category": "rag", "turns": ["apples " * 600]}])
+    code = main(["bench", "--pair", "tiny-random", "--suite", "spec-bench", str(data), "--max-new-tokens", "4"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and err.startswith("error: --suite: question 7, turn 1 does not fit the pair (is "), err

@@ -28,7 +28,7 @@ from ..core.decoding import Generation
 from ..core.pair import ModelPair
 from ..core.settings import DecodeSettings
 from ..core.trace import Trace
-from ..errors import EasdError
+from ..errors import EasdError, SettingsError
 
 BASELINE = "vanilla"  # Spec-Bench's name for plain autoregressive decoding with the target
 # MT-bench's categories, which Spec-Bench's leaderboard reports together as "Multi-turn Conversation"
@@ -119,9 +119,15 @@ def decode_turn(pair: ModelPair, prompt: str, settings: DecodeSettings) -> Trace
 def answer_question(pair: ModelPair, question: Question, settings: DecodeSettings) -> Answer:
     """Every turn of one question; each turn's prompt holds the earlier turns and this method's answers."""
     answer, messages = Answer(question), []
-    for turn in question.turns:
+    for number, turn in enumerate(question.turns, 1):
         messages.append({"role": "user", "content": turn})
-        trace = decode_turn(pair, chat_text(pair, messages), settings)
+        try:
+            trace = decode_turn(pair, chat_text(pair, messages), settings)
+        except SettingsError as err:  # a prompt longer than the pair's context: name the question, not --prompt
+            problem = str(err).removeprefix(f"{err.flag}: ")
+            raise EasdError(
+                f"--suite: question {question.question_id}, turn {number} does not fit the pair ({problem})"
+            ) from None
         text = pair.tokenizer.decode(trace.token_ids, skip_special_tokens=True).strip()
         messages.append({"role": "assistant", "content": text})
         answer.turns.append(text)
