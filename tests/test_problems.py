@@ -299,3 +299,10 @@ def test_eval_runs_a_gpqa_csv_end_to_end_and_records_the_detected_format(tmp_pat
     config = json.loads((out / "run.json").read_text())
     results = (out / "results.csv").read_text()
     assert config["format"] == "gpqa" and "recA" in results and "recB" in results
+
+
+def test_a_csv_of_another_shape_names_its_columns(tmp_path):
+    path = tmp_path / "other.csv"
+    path.write_text("text,label\nhello,1,surplus cell\n")
+    with pytest.raises(EasdError, match=r"fields \(label, text\) that match no known format"):
+        load_problems(path, "auto")

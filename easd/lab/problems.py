@@ -112,7 +112,7 @@ def read_records(path: Path) -> list[tuple[int, dict | str]]:
 
 def detect_format(row: dict, path: Path) -> str:
     """The format whose fields the first record has (see the module docstring)."""
-    keys, answer = set(row), row.get("answer")
+    keys, answer = {key for key in row if isinstance(key, str)}, row.get("answer")  # a CSV row's surplus cells sit under None
     checks = (
         ("gpqa", set(GPQA_FIELDS[:3]) <= keys),
         ("olympiad", {"question", "final_answer"} <= keys),
