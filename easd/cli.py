@@ -67,6 +67,24 @@ def build_parser() -> argparse.ArgumentParser:
         "first --tau-h, and transformers' batched generate of the target as the reference)",
     )
     bench.set_defaults(run=run_bench)
+    suite = bench.add_argument_group('Spec-Bench (README, "Spec-Bench")')
+    suite.add_argument(
+        "--suite",
+        nargs=2,
+        metavar=("spec-bench", "FILE"),
+        help="run target-only, SD and EASD on Spec-Bench's question file instead of the built-in prompts",
+    )
+    suite.add_argument("--per-category", type=int, default=5, help="with --suite: questions per category (≥ 1)")
+    suite.add_argument(
+        "--answers", type=Path, metavar="DIR", help="with --suite: write one Spec-Bench answer file per method into DIR"
+    )
+
+    commands.add_parser(
+        "lm-eval",
+        add_help=False,
+        help="run EleutherAI's lm-evaluation-harness with EASD as its model 'easd' (needs requirements-research.txt); "
+        "every flag after it is lm-eval's own, e.g. --model_args pair=qwen-coder,method=easd,tau_h=1.5 --tasks gsm8k_cot_zeroshot",
+    )  # main() hands its command line to lm-eval before parsing; this entry is for --help
 
     listing = commands.add_parser("pairs", help="list the named model pairs, their size, memory and availability here")
     listing.set_defaults(run=run_pairs)
@@ -168,13 +186,17 @@ def _add_ray_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_data_flags(parser: argparse.ArgumentParser, limit: int | None) -> None:
+    from .lab.problems import FORMATS
+
     group = parser.add_argument_group("data")
-    group.add_argument("--data", type=Path, required=True, help="a JSONL file of problems")
+    group.add_argument("--data", type=Path, required=True, help="a JSONL file of problems, or GPQA-Diamond's CSV")
     group.add_argument(
         "--format",
-        default="gsm8k",
-        choices=("gsm8k", "math", "choice"),
-        help="gsm8k: question/answer '#### N'; math: problem + solution/answer with \\boxed{}; choice: question, options, answer letter",
+        default="auto",
+        choices=("auto", *FORMATS),
+        help="auto: detect from the first record's fields; gsm8k: question/answer '#### N'; math: problem + solution/answer "
+        "with \\boxed{}; choice: question, options, answer letter; math500, aime (AIME24/25, AMC23), minerva, olympiad, "
+        'gpqa (CSV): the benchmarks as distributed (README, "Benchmark files")',
     )
     group.add_argument("--limit", type=int, default=limit, help="how many problems (after --shuffle and --offset)")
     group.add_argument("--offset", type=int, default=0, help="skip this many problems first")
@@ -337,6 +359,9 @@ def _fmt(value, spec: str) -> str:
 def run_bench(args: argparse.Namespace) -> int:
     from .lab.bench import run_benchmark
 
+    if args.suite is not None:
+        return run_suite(args)
+
     if not 1 <= args.prompts <= 10:
         raise SettingsError("--prompts", f"must be from 1 to 10 (got {args.prompts})")
     if args.repeats < 1:
@@ -353,6 +378,25 @@ def run_bench(args: argparse.Namespace) -> int:
         return run_batched_benchmark(load_models(args), sizes, args.max_new_tokens, args.k, tau_hs[0])
     pair = load_models(args)
     return run_benchmark(pair, args.prompts, args.max_new_tokens, args.k, tau_hs, args.repeats)
+
+
+def run_suite(args: argparse.Namespace) -> int:
+    """`bench --suite spec-bench FILE`: Spec-Bench's questions, table and answer files."""
+    from .lab import specbench
+
+    name, path = args.suite
+    if name != "spec-bench":
+        raise SettingsError("--suite", f"must be spec-bench followed by its question file (got {name!r})")
+    if args.per_category < 1:
+        raise SettingsError("--per-category", f"must be ≥ 1 (got {args.per_category})")
+    if args.answers is not None and not args.answers.parent.resolve().is_dir():
+        raise SettingsError("--answers", f"the folder {args.answers.parent} does not exist")
+    methods = specbench.methods_for(args.k, _numbers("--tau-h", args.tau_h), args.max_new_tokens)
+    for method in methods:
+        method.settings.validate()
+    questions = specbench.load_questions(Path(path), args.per_category)
+    pair = load_models(args)
+    return specbench.run_spec_bench(pair, questions, methods, args.answers)
 
 
 def _numbers(option: str, text: str) -> list[float]:
@@ -387,7 +431,9 @@ def _problems(args: argparse.Namespace):
         value = getattr(args, option)
         if value is not None and value < (1 if option == "limit" else 0):
             raise SettingsError(f"--{option}", f"must be {'≥ 1' if option == 'limit' else '≥ 0'} (got {value})")
-    return load_problems(args.data, args.format, args.limit, args.offset, args.shuffle)
+    problems = load_problems(args.data, args.format, args.limit, args.offset, args.shuffle)
+    args.format = problems[0].format  # --format auto resolved: config, grading and reports name the real format
+    return problems
 
 
 def _config(args: argparse.Namespace, pair: str, base: DecodeSettings, samples: int) -> dict:
@@ -534,7 +580,40 @@ def run_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- lm-eval ------------------------------------------------------------------------------------
+
+
+def run_lm_eval(argv: list[str]) -> int:
+    """lm-eval's own CLI with the easd model registered; `--model easd` unless another --model is given."""
+    try:
+        from lm_eval._cli import HarnessCLI
+        from lm_eval.utils import setup_logging
+
+        from .lab import harness
+    except ImportError as err:
+        raise EasdError(f"lm-eval: {err.name or 'lm_eval'} is not installed; pip install -r requirements-research.txt") from None
+    if argv[:1] not in (["run"], ["ls"], ["validate"], ["-h"], ["--help"]):
+        argv = ["run", *argv]  # lm-eval's own legacy form: flags without a subcommand mean `run`
+    if argv[0] == "run" and not any(a == "--model" or a.startswith("--model=") for a in argv):
+        argv = [*argv, "--model", harness.MODEL_NAME]
+    setup_logging()
+    cli = HarnessCLI()
+    saved, sys.argv = sys.argv, ["python -m easd lm-eval", *argv]  # HarnessCLI reads sys.argv
+    try:
+        cli.execute(cli.parse_args())
+    finally:
+        sys.argv = saved
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["lm-eval"]:  # every flag after it is lm-eval's, so our parser must not see them
+        try:
+            return run_lm_eval(argv[1:])
+        except EasdError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from easd.errors import EasdError
-from easd.lab.problems import choice_letter, extract_answer, is_correct, last_boxed, load_problems, normalize_number
+from easd.lab.problems import LETTERS, choice_letter, extract_answer, is_correct, last_boxed, load_problems, normalize_number
 
 
 @pytest.mark.parametrize(
@@ -141,3 +141,168 @@ def test_missing_file_and_empty_selection(tmp_path):
     path = write_jsonl(tmp_path / "g.jsonl", [{"question": "Q", "answer": "#### 1"}])
     with pytest.raises(EasdError, match="no problems left"):
         load_problems(path, "gsm8k", offset=5)
+
+
+# --- the paper's benchmarks, in the shapes they are distributed in (our own made-up records) -----
+
+MATH500 = {
+    "problem": "What is $1+1$?",
+    "solution": "Add: $\\boxed{2}$.",
+    "answer": "2",
+    "subject": "Prealgebra",
+    "level": 1,
+    "unique_id": "test/prealgebra/1.json",
+}
+AIME = {"id": 60, "problem": "Find the number.", "solution": "It is 33.", "answer": "033", "url": "u", "year": "2024"}
+AMC = {"id": 0, "question": "How many?", "answer": 27.0, "url": "u"}
+MINERVA = {"problem": "Compute the mass.", "solution": "So $m = \\boxed{3 \\times 10^{5}}$ kg.", "type": "Physics"}
+OLYMPIAD = {
+    "id": 2231,
+    "subfield": "Algebra",
+    "context": "Let $f(x)=x^2-5x+6$.",
+    "question": "Find all roots of $f$.",
+    "solution": ["..."],
+    "final_answer": ["$2$", "$3$"],
+    "is_multiple_answer": True,
+}
+GPQA_HEADER = "Record ID,Question,Correct Answer,Incorrect Answer 1,Incorrect Answer 2,Incorrect Answer 3,Subdomain\n"
+
+
+def write_gpqa(path, rows):
+    import csv
+
+    with path.open("w", newline="", encoding="utf-8") as file:
+        writer = csv.writer(file)
+        writer.writerow(GPQA_HEADER.strip().split(","))
+        writer.writerows(rows)
+    return path
+
+
+GPQA_ROWS = [
+    ["recA", "Which gas is\nnoble?", "Neon", "Oxygen", "Nitrogen", "Chlorine", "Chemistry"],
+    ["recB", "Which is a lepton?", "Electron", "Proton", "Neutron", "Pion", "Physics"],
+]
+
+
+@pytest.mark.parametrize(
+    "row, format, problem_id, gold",
+    [
+        (MATH500, "math500", "test/prealgebra/1.json", "2"),
+        (AIME, "aime", "60", "033"),
+        (AMC, "aime", "0", "27.0"),
+        (MINERVA, "minerva", "0", "3 \\times 10^{5}"),
+        (OLYMPIAD, "olympiad", "2231", "2, 3"),
+        ({"question": "Q?", "answer": "#### 4"}, "gsm8k", "0", "4"),
+        ({"problem": "P", "answer": "x^2"}, "math", "0", "x^2"),
+        ({"question": "Q", "options": ["a", "b"], "answer": "B"}, "choice", "0", "B"),
+    ],
+)
+def test_auto_detects_each_benchmark_and_reads_its_fields(tmp_path, row, format, problem_id, gold):
+    [problem] = load_problems(write_jsonl(tmp_path / "d.jsonl", [row]), "auto")
+    assert (problem.format, problem.id, problem.gold) == (format, problem_id, gold)
+    assert "\\boxed{}" in problem.prompt
+
+
+def test_olympiad_prepends_the_context_and_skips_a_null_one(tmp_path):
+    [with_context, without] = load_problems(
+        write_jsonl(tmp_path / "o.jsonl", [OLYMPIAD, {**OLYMPIAD, "id": 1, "context": None, "final_answer": ["$5$"]}]), "auto"
+    )
+    assert with_context.prompt.startswith("Let $f(x)=x^2-5x+6$.\n\nFind all roots") and without.prompt.startswith("Find all")
+    assert without.gold == "5"
+
+
+@pytest.mark.parametrize(
+    "prediction, gold, format, correct",
+    [
+        ("33", "033", "aime", True),  # AIME's zero-padded answers are numbers
+        ("27", "27.0", "aime", True),
+        ("28", "27.0", "aime", False),
+        ("300000", "3 \\times 10^{5}", "minerva", True),
+        ("\\frac{1}{2}", "0.5", "math500", True),
+        ("3, 2", "2, 3", "olympiad", True),  # every answer, in any order
+        ("2", "2, 3", "olympiad", False),  # one of two is not enough
+        ("2, 3, 4", "2, 3", "olympiad", False),  # nor is an extra one
+        ("(1, 2)", "(1,2)", "olympiad", True),  # one answer that holds a comma stays whole
+        ("B", "B", "gpqa", True),
+        ("A", "B", "gpqa", False),
+    ],
+)
+def test_each_benchmark_is_graded_as_its_answers_expect(prediction, gold, format, correct):
+    assert is_correct(prediction, gold, format) is correct
+
+
+def test_gpqa_csv_shuffles_options_by_the_question_alone(tmp_path):
+    first = load_problems(write_gpqa(tmp_path / "gpqa.csv", GPQA_ROWS), "auto")
+    again = load_problems(write_gpqa(tmp_path / "other.csv", GPQA_ROWS[::-1]), "gpqa")  # another file, another order
+    assert [p.id for p in first] == ["recA", "recB"] and first[0].format == "gpqa"
+    assert {p.id: p.options for p in first} == {p.id: p.options for p in again}
+    for problem, row in zip(first, GPQA_ROWS):
+        assert sorted(problem.options) == sorted(row[2:6])
+        assert problem.options[LETTERS.index(problem.gold)] == row[2]  # the gold letter points at the correct answer
+        assert f"({problem.gold}) {row[2]}" in problem.prompt
+    assert "Which gas is\nnoble?" in first[0].prompt  # a quoted field over two lines
+    orders = {
+        load_problems(write_gpqa(tmp_path / f"{i}.csv", [[f"r{i}", f"Q{i}", "w", "x", "y", "z", ""]]), "gpqa")[0].gold
+        for i in range(12)
+    }
+    assert len(orders) > 1  # the correct answer is not always in one place
+
+
+def test_a_file_matching_no_format_names_its_fields_and_the_formats(tmp_path):
+    path = write_jsonl(tmp_path / "d.jsonl", [{"prompt": "x", "target": "y"}])
+    with pytest.raises(EasdError, match=r"fields \(prompt, target\) that match no known format; known: gsm8k, .*gpqa") as err:
+        load_problems(path, "auto")
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        ([MATH500, {**MATH500, "unique_id": "b", "problem": None}], "line 2 .* is not a math500 problem"),
+        ([AIME, {**AIME, "id": 61, "answer": "\\pi"}], "line 2 .* answer '.*' is not a number"),
+        ([OLYMPIAD, {**OLYMPIAD, "id": 5, "final_answer": []}], "line 2 .* final_answer is empty"),
+        ([MINERVA, {**MINERVA, "solution": "no box"}], "line 2 .* no \\\\boxed"),
+        ([AIME, {**AIME, "problem": "again"}], "line 2 .* repeats the id '60' of line 1"),
+        ([AIME, "{not json"], "line 2 .* not a JSON object"),
+    ],
+)
+def test_a_bad_line_anywhere_stops_loading_with_its_number(tmp_path, rows, message):
+    path = tmp_path / "d.jsonl"
+    path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in rows) + "\n")
+    with pytest.raises(EasdError, match=message):
+        load_problems(path, "auto", limit=1)  # checked even past --limit
+
+
+def test_a_gpqa_row_with_a_missing_answer_is_named(tmp_path):
+    path = write_gpqa(tmp_path / "g.csv", [GPQA_ROWS[0], ["recC", "Q", "right", "", "x", "y", ""]])
+    with pytest.raises(EasdError, match="line 4 .* empty or missing column\\(s\\): Incorrect Answer 1"):
+        load_problems(path, "auto")
+
+
+def test_eval_stops_on_a_bad_line_before_loading_models(tmp_path, capsys):
+    from easd.cli import main
+
+    data = write_jsonl(tmp_path / "d.jsonl", [MATH500, {**MATH500, "unique_id": "x", "answer": None, "solution": "?"}])
+    code = main(["eval", "--pair", "tiny-random", "--data", str(data), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: --data: line 2 of") and "models:" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_eval_runs_a_gpqa_csv_end_to_end_and_records_the_detected_format(tmp_path, capsys):
+    from easd.cli import main
+
+    out = tmp_path / "out"
+    data = write_gpqa(tmp_path / "gpqa.csv", GPQA_ROWS)
+    args = ["eval", "--pair", "tiny-random", "--data", str(data), "--out", str(out), "--methods", "sd", "--max-new-tokens", "4"]
+    assert main(args) == 0
+    config = json.loads((out / "run.json").read_text())
+    results = (out / "results.csv").read_text()
+    assert config["format"] == "gpqa" and "recA" in results and "recB" in results
+
+
+def test_a_csv_of_another_shape_names_its_columns(tmp_path):
+    path = tmp_path / "other.csv"
+    path.write_text("text,label\nhello,1,surplus cell\n")
+    with pytest.raises(EasdError, match=r"fields \(label, text\) that match no known format"):
+        load_problems(path, "auto")

@@ -1,13 +1,21 @@
 """Reasoning problems: loading them, asking for a boxed answer, extracting it, and grading it.
 
-Formats (one JSON object per line):
-  gsm8k   {"question": ..., "answer": "... #### 72"}
-  math    {"problem": ..., "solution": "... \\boxed{...} ..."} or {"problem": ..., "answer": ...}
-  choice  {"question": ..., "options": [...] or {"A": ...}, "answer": "B"}  (also "choices", "label")
+Formats (one JSON object per line, except gpqa's CSV); README, "Benchmark files", maps each field:
+  gsm8k     {"question": ..., "answer": "... #### 72"}
+  math      {"problem": ..., "solution": "... \\boxed{...} ..."} or {"problem": ..., "answer": ...}
+  choice    {"question": ..., "options": [...] or {"A": ...}, "answer": "B"}  (also "choices", "label")
+  math500   MATH-500 as on the hub: problem, solution, answer, subject, level, unique_id
+  aime      AIME24/25 and AMC23 as in the Qwen2.5-Math evaluation data: problem or question, a numeric answer, id
+  minerva   Minerva Math: problem, solution whose last \\boxed{} is the answer
+  olympiad  OlympiadBench: question, final_answer (a list), context prepended when present
+  gpqa      GPQA-Diamond's CSV: Question, Correct Answer, Incorrect Answer 1..3
+`auto` picks one from the first record's fields (`detect_format`).
 """
 
 from __future__ import annotations
 
+import csv
+import hashlib
 import json
 import logging
 import multiprocessing
@@ -19,19 +27,34 @@ from pathlib import Path
 
 from ..errors import EasdError
 
-FORMATS = ("gsm8k", "math", "choice")
+# How each format's answer is graded: a number (GSM8K-style normalisation), math-verify's
+# equivalence, every one of several answers (OlympiadBench), or an option letter.
+GRADING = {
+    "gsm8k": "number",
+    "math": "math",
+    "choice": "letter",
+    "math500": "math",
+    "aime": "number",
+    "minerva": "math",
+    "olympiad": "all_answers",
+    "gpqa": "letter",
+}
+FORMATS = tuple(GRADING)
 INSTRUCTION = "Solve the problem step by step, then give the final answer in \\boxed{}."
 CHOICE_INSTRUCTION = "Think step by step, then give the letter of the correct option in \\boxed{}."
 MATH_VERIFY_SECONDS = 10.0  # our own limit: math-verify's SIGALRM timeouts only work in the main thread
 LETTERS = "ABCDEFGHIJ"
+ID_FIELDS = ("unique_id", "id", "Record ID")  # MATH-500, Qwen2.5-Math's data and OlympiadBench, GPQA's CSV
+GPQA_FIELDS = ("Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3")
 
 
 @dataclass(frozen=True)
 class Problem:
-    id: str  # the line number in the data file, so ids stay stable under --shuffle, --offset and --limit
+    id: str  # the dataset's own id (unique_id, id) where it has one, else the line number: stable under --shuffle
     prompt: str  # what the model is asked
-    gold: str  # the reference answer, as the data gives it
+    gold: str  # the reference answer, as the data gives it (several OlympiadBench answers joined by ", ")
     format: str
+    options: tuple[str, ...] = ()  # the options in the order shown, for formats that shuffle them (gpqa)
 
 
 # --- loading ------------------------------------------------------------------------------------
@@ -40,48 +63,184 @@ class Problem:
 def load_problems(
     path: str | Path, format: str, limit: int | None = None, offset: int = 0, shuffle: int | None = None
 ) -> list[Problem]:
-    """Problems from a JSONL file; with `shuffle` a fixed seeded order, then `offset` and `limit`."""
-    if format not in FORMATS:
-        raise EasdError(f"--format: must be one of {', '.join(FORMATS)} (got {format!r})")
+    """Problems from a JSONL (or gpqa CSV) file; with `shuffle` a fixed seeded order, then `offset` and `limit`.
+
+    Every record is checked before any is returned, so a bad line stops a run before it decodes anything.
+    """
+    if format not in FORMATS + ("auto",):
+        raise EasdError(f"--format: must be auto or one of {', '.join(FORMATS)} (got {format!r})")
     path = Path(path)
     if not path.is_file():
         raise EasdError(f"--data: no such file: {path}")
-    lines = [(i, line) for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()) if line.strip()]
+    records = read_records(path)
+    if not records:
+        raise EasdError(f"--data: {path} holds no problems")
+    if format == "auto":
+        number, first = records[0]
+        if not isinstance(first, dict):
+            raise EasdError(f"--data: line {number + 1} of {path} is not a JSON object, so --format auto cannot read its fields")
+        format = detect_format(first, path)
+    problems = [_problem(number, row, format, path) for number, row in records]
+    _check_unique_ids(problems, records, path)
     if shuffle is not None:
-        random.Random(shuffle).shuffle(lines)
-    chosen = lines[offset : None if limit is None else offset + limit]
+        random.Random(shuffle).shuffle(problems)
+    chosen = problems[offset : None if limit is None else offset + limit]
     if not chosen:
-        raise EasdError(f"--offset/--limit: no problems left in {path} ({len(lines)} in the file)")
-    return [_problem(number, line, format, path) for number, line in chosen]
+        raise EasdError(f"--offset/--limit: no problems left in {path} ({len(problems)} in the file)")
+    return chosen
 
 
-def _problem(number: int, line: str, format: str, path: Path) -> Problem:
+def read_records(path: Path) -> list[tuple[int, dict | str]]:
+    """(line number from 0, record) for every non-blank record; a JSONL line that does not parse stays a string."""
+    text = path.read_text(encoding="utf-8-sig")
+    if path.suffix.lower() == ".csv":
+        reader = csv.DictReader(text.splitlines(keepends=True))
+        records, start = [], 1  # the header is line 0
+        for row in reader:
+            records.append((start, row))
+            start = reader.line_num  # a quoted field may span lines; the next record starts after this one
+        return records
+    records = []
+    for number, line in enumerate(text.splitlines()):
+        if line.strip():
+            try:
+                records.append((number, json.loads(line)))
+            except json.JSONDecodeError:
+                records.append((number, line))
+    return records
+
+
+def detect_format(row: dict, path: Path) -> str:
+    """The format whose fields the first record has (see the module docstring)."""
+    keys, answer = {key for key in row if isinstance(key, str)}, row.get("answer")  # a CSV row's surplus cells sit under None
+    checks = (
+        ("gpqa", set(GPQA_FIELDS[:3]) <= keys),
+        ("olympiad", {"question", "final_answer"} <= keys),
+        ("math500", {"problem", "answer", "unique_id"} <= keys),
+        ("choice", "question" in keys and bool({"options", "choices"} & keys)),
+        ("gsm8k", "question" in keys and "####" in str(answer)),
+        ("aime", bool({"problem", "question"} & keys) and {"answer", "id"} <= keys),
+        ("minerva", {"problem", "solution"} <= keys and "answer" not in keys),
+        ("math", {"problem", "answer"} <= keys),
+    )
+    for name, matches in checks:
+        if matches:
+            return name
+    raise EasdError(
+        f"--format auto: the first record of {path.name} has fields ({', '.join(sorted(keys)) or 'none'}) that match no known format; "
+        f'known: {", ".join(FORMATS)} (README, "Benchmark files"), or give --format'
+    )
+
+
+def _problem(number: int, row: dict | str, format: str, path: Path) -> Problem:
     try:
-        row = json.loads(line)
-        prompt, gold = {"gsm8k": _gsm8k, "math": _math, "choice": _choice}[format](row)
-    except (json.JSONDecodeError, KeyError, IndexError, TypeError, ValueError) as err:
+        if not isinstance(row, dict):
+            raise ValueError("not a JSON object")
+        prompt, gold, options = _LOADERS[format](row)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as err:
         raise EasdError(f"--data: line {number + 1} of {path} is not a {format} problem ({type(err).__name__}: {err})") from None
-    return Problem(str(number), prompt, gold, format)
+    return Problem(_problem_id(row, number), prompt, gold, format, options)
 
 
-def _gsm8k(row: dict) -> tuple[str, str]:
-    return f"{row['question'].strip()}\n\n{INSTRUCTION}", row["answer"].rsplit("####", 1)[1].strip()
+def _problem_id(row: dict, number: int) -> str:
+    for name in ID_FIELDS:
+        if row.get(name) not in (None, ""):
+            return str(row[name])
+    return str(number)
 
 
-def _math(row: dict) -> tuple[str, str]:
+def _check_unique_ids(problems: list[Problem], records: list, path: Path) -> None:
+    """Results are keyed by problem id, so two problems with one id would overwrite each other."""
+    first: dict[str, int] = {}
+    for problem, (number, _) in zip(problems, records):
+        if problem.id in first:
+            raise EasdError(
+                f"--data: line {number + 1} of {path} repeats the id {problem.id!r} of line {first[problem.id] + 1}; ids must be unique"
+            )
+        first[problem.id] = number
+
+
+def _ask(question: str) -> str:
+    return f"{question.strip()}\n\n{INSTRUCTION}"
+
+
+def _gsm8k(row: dict) -> tuple[str, str, tuple]:
+    return _ask(row["question"]), row["answer"].rsplit("####", 1)[1].strip(), ()
+
+
+def _math(row: dict) -> tuple[str, str, tuple]:
     gold = row.get("answer") or extract_answer(row["solution"])[0]
     if gold is None:
         raise ValueError("no answer and no \\boxed{} in the solution")
-    return f"{row['problem'].strip()}\n\n{INSTRUCTION}", str(gold)
+    return _ask(row["problem"]), str(gold), ()
 
 
-def _choice(row: dict) -> tuple[str, str]:
+def _minerva(row: dict) -> tuple[str, str, tuple]:
+    gold = last_boxed(row["solution"])
+    if gold is None:
+        raise ValueError("no \\boxed{} in the solution")
+    return _ask(row["problem"]), gold, ()
+
+
+def _aime(row: dict) -> tuple[str, str, tuple]:
+    question = row["problem"] if "problem" in row else row["question"]
+    gold = str(row["answer"]).strip()
+    if normalize_number(gold) is None:
+        raise ValueError(f"the answer {gold!r} is not a number (give --format math for symbolic answers)")
+    return _ask(question), gold, ()
+
+
+def _olympiad(row: dict) -> tuple[str, str, tuple]:
+    answers = row["final_answer"]
+    answers = [answers] if isinstance(answers, str) else list(answers)
+    answers = [str(a).strip().strip("$").strip() for a in answers]
+    if not answers or not all(answers):
+        raise ValueError("final_answer is empty")
+    context = (row.get("context") or "").strip()
+    question = f"{context}\n\n{row['question'].strip()}" if context else row["question"]
+    return _ask(question), ", ".join(answers), ()
+
+
+def _choice(row: dict) -> tuple[str, str, tuple]:
     options = row.get("options", row.get("choices"))
     items = list(options.items()) if isinstance(options, dict) else list(zip(LETTERS, options))
     answer = row.get("answer", row.get("label"))
     gold = LETTERS[answer] if isinstance(answer, int) else str(answer).strip().strip("()").upper()
+    return _ask_choice(row["question"], items), gold, ()
+
+
+def _gpqa(row: dict) -> tuple[str, str, tuple]:
+    texts = [row[name] for name in GPQA_FIELDS]
+    if any(text is None or not text.strip() for text in texts):
+        missing = [name for name, text in zip(GPQA_FIELDS, texts) if text is None or not text.strip()]
+        raise ValueError(f"empty or missing column(s): {', '.join(missing)}")
+    question, correct, *wrong = (text.strip() for text in texts)
+    options = [correct, *wrong]
+    random.Random(option_seed(question)).shuffle(options)
+    gold = LETTERS[options.index(correct)]
+    return _ask_choice(question, list(zip(LETTERS, options))), gold, tuple(options)
+
+
+def option_seed(question: str) -> int:
+    """A seed fixed by the question text alone, so every run on every machine shows the same option order."""
+    return int.from_bytes(hashlib.sha256(question.encode("utf-8")).digest()[:8], "big")
+
+
+def _ask_choice(question: str, items: list[tuple[str, str]]) -> str:
     listing = "\n".join(f"({letter}) {text}" for letter, text in items)
-    return f"{row['question'].strip()}\n\n{listing}\n\n{CHOICE_INSTRUCTION}", gold
+    return f"{question.strip()}\n\n{listing}\n\n{CHOICE_INSTRUCTION}"
+
+
+_LOADERS = {
+    "gsm8k": _gsm8k,
+    "math": _math,
+    "choice": _choice,
+    "math500": _math,
+    "aime": _aime,
+    "minerva": _minerva,
+    "olympiad": _olympiad,
+    "gpqa": _gpqa,
+}
 
 
 # --- extraction ---------------------------------------------------------------------------------
@@ -117,11 +276,44 @@ def last_boxed(text: str) -> str | None:
 def is_correct(prediction: str | None, gold: str, format: str) -> bool:
     if prediction is None:
         return False
-    if format == "gsm8k":
+    grading = GRADING[format]
+    if grading == "number":
         return numbers_equal(prediction, gold)
-    if format == "choice":
+    if grading == "letter":
         return choice_letter(prediction) == gold.upper()
+    if grading == "all_answers":
+        return all_answers_equal(prediction, gold)
     return math_equal(prediction, gold)
+
+
+def all_answers_equal(prediction: str, gold: str) -> bool:
+    """OlympiadBench: with several answers the prediction must give every one of them, in any order
+    (as OlympiadBench's own judge does); one answer is compared whole, so "(1, 2)" stays a pair."""
+    wanted = split_answers(gold)
+    if len(wanted) == 1:
+        return math_equal(prediction, gold)
+    given = split_answers(prediction.strip().strip("$"))
+    if len(given) != len(wanted):
+        return False
+    unmatched = list(given)
+    for answer in wanted:
+        match = next((g for g in unmatched if math_equal(g, answer)), None)
+        if match is None:
+            return False
+        unmatched.remove(match)
+    return True
+
+
+def split_answers(text: str) -> list[str]:
+    """Split at commas outside brackets: "1, (2, 3)" -> ["1", "(2, 3)"]."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += (char in "([{") - (char in ")]}")
+        if char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [part.strip() for part in parts if part.strip()]
 
 
 def normalize_number(text: str) -> Decimal | None:

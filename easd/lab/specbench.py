@@ -1,0 +1,274 @@
+"""`python -m easd bench --suite spec-bench FILE`: Spec-Bench's speed measurement on our engine.
+
+Spec-Bench (Xia et al., 2024) is the standard speed benchmark of speculative decoding: a question
+file of 13 categories, some questions with two turns. We run target-only ("vanilla"), SD and EASD
+greedily on N questions per category, turn by turn as Spec-Bench does (the second turn's prompt
+holds the first turn's answer), and report, per category and overall, its metrics:
+  tokens/s        the mean over questions of new tokens ÷ wall time (Spec-Bench's speed.py)
+  speed-up        that mean ÷ target-only's
+  mean accepted   new tokens ÷ target forward passes: tokens per target pass, bonus token included
+and EASD's penalty rate (penalized tokens ÷ new tokens). Answer files follow Spec-Bench's schema,
+one JSONL per method, so its own scripts read them.
+
+Fairness, as in `easd.lab.bench`: an untimed warm-up per method, then the methods take turns on
+each question in an order that rotates from question to question.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from ..core.decoding import Generation
+from ..core.pair import ModelPair
+from ..core.settings import DecodeSettings
+from ..core.trace import Trace
+from ..errors import EasdError, SettingsError
+
+BASELINE = "vanilla"  # Spec-Bench's name for plain autoregressive decoding with the target
+# MT-bench's categories, which Spec-Bench's leaderboard reports together as "Multi-turn Conversation"
+MT_BENCH = frozenset({"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"})
+MT_BENCH_GROUP = "mt_bench (all)"
+
+
+@dataclass(frozen=True)
+class Question:
+    question_id: int | str
+    category: str  # any category is read as it is; Spec-Bench's 13 are not hard-coded
+    turns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Method:
+    label: str  # vanilla, sd-k4, easd-k4-tau1.5: the row name and the answer file's model_id suffix
+    settings: DecodeSettings
+
+
+@dataclass
+class Answer:
+    """One method's run on one question: per turn the text and counts, as Spec-Bench records them."""
+
+    question: Question
+    turns: list[str] = field(default_factory=list)
+    decoding_steps: list[int] = field(default_factory=list)  # target forward passes per turn
+    new_tokens: list[int] = field(default_factory=list)
+    wall_time: list[float] = field(default_factory=list)  # seconds of decoding per turn
+    accept_lengths: list[int] = field(default_factory=list)  # tokens emitted per target pass, all turns
+    penalized: int = 0
+
+    @property
+    def speed(self) -> float:
+        seconds = sum(self.wall_time)
+        return sum(self.new_tokens) / seconds if seconds else 0.0
+
+
+# --- the question file ----------------------------------------------------------------------------
+
+
+def load_questions(path: Path, per_category: int | None) -> list[Question]:
+    """The first `per_category` questions of each category, in file order; every line is checked first."""
+    if not path.is_file():
+        raise EasdError(f"--suite: no such file: {path}")
+    questions = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
+        if line.strip():
+            questions.append(_question(number, line, path))
+    if not questions:
+        raise EasdError(f"--suite: {path} holds no questions")
+    taken: dict[str, int] = defaultdict(int)
+    chosen = []
+    for question in questions:
+        if per_category is None or taken[question.category] < per_category:
+            taken[question.category] += 1
+            chosen.append(question)
+    return chosen
+
+
+def _question(number: int, line: str, path: Path) -> Question:
+    try:
+        row = json.loads(line)
+        turns = row["turns"]
+        if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t.strip() for t in turns):
+            raise ValueError("turns must be a list of non-empty strings")
+        return Question(row["question_id"], str(row["category"]), tuple(turns))
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+        problem = f"missing field {err}" if isinstance(err, KeyError) else str(err)
+        raise EasdError(f"--suite: line {number + 1} of {path} is not a Spec-Bench question ({problem})") from None
+
+
+# --- decoding -------------------------------------------------------------------------------------
+
+
+def methods_for(k: int, tau_hs: list[float], max_new_tokens: int) -> list[Method]:
+    """Target-only, SD, and EASD at each τ_H; all greedy, as Spec-Bench measures."""
+    sd = DecodeSettings(method="sd", k=k, max_new_tokens=max_new_tokens, temperature=0.0)
+    easd = [Method(f"easd-k{k}-tau{tau_h:g}", replace(sd, method="easd", tau_h=tau_h)) for tau_h in tau_hs]
+    return [Method(BASELINE, replace(sd, method="target")), Method(f"sd-k{k}", sd), *easd]
+
+
+def decode_turn(pair: ModelPair, prompt: str, settings: DecodeSettings) -> Trace:
+    """One turn through the engine; the prompt is already chat-formatted. (The one place to batch later.)"""
+    return Generation(pair, prompt, settings, chat=False).run()
+
+
+def answer_question(pair: ModelPair, question: Question, settings: DecodeSettings) -> Answer:
+    """Every turn of one question; each turn's prompt holds the earlier turns and this method's answers."""
+    answer, messages = Answer(question), []
+    for number, turn in enumerate(question.turns, 1):
+        messages.append({"role": "user", "content": turn})
+        try:
+            trace = decode_turn(pair, chat_text(pair, messages), settings)
+        except SettingsError as err:  # a prompt longer than the pair's context: name the question, not --prompt
+            problem = str(err).removeprefix(f"{err.flag}: ")
+            raise EasdError(
+                f"--suite: question {question.question_id}, turn {number} does not fit the pair ({problem})"
+            ) from None
+        text = pair.tokenizer.decode(trace.token_ids, skip_special_tokens=True).strip()
+        messages.append({"role": "assistant", "content": text})
+        answer.turns.append(text)
+        answer.decoding_steps.append(trace.stats.target_calls)
+        answer.new_tokens.append(len(trace.records))
+        answer.wall_time.append(trace.stats.seconds)
+        answer.accept_lengths.extend(_tokens_per_block(trace))
+        answer.penalized += sum(r.origin == "easd_penalty" for r in trace.records)
+    return answer
+
+
+def chat_text(pair: ModelPair, messages: list[dict]) -> str:
+    """The conversation so far, through the tokenizer's chat template (plain text when it has none)."""
+    tokenizer = pair.tokenizer
+    if tokenizer.chat_template:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in messages) + "Assistant:"
+
+
+def _tokens_per_block(trace: Trace) -> list[int]:
+    """Tokens each target pass emitted (accepted drafts plus the target's own token); 1 per step without a draft."""
+    counts: dict[int, int] = defaultdict(int)
+    for record in trace.records:
+        counts[record.block] += 1
+    return list(counts.values())
+
+
+def run_suite(
+    pair: ModelPair, questions: list[Question], methods: list[Method], progress: bool = True
+) -> dict[str, list[Answer]]:
+    """Every method on every question, methods taking turns in a rotating order; answers per method label."""
+    for method in methods:  # untimed warm-up, so one-off costs land on no method
+        decode_turn(pair, chat_text(pair, [{"role": "user", "content": "Hello"}]), replace(method.settings, max_new_tokens=8))
+    answers: dict[str, list[Answer]] = {m.label: [] for m in methods}
+    for turn, question in enumerate(questions):
+        for i in range(len(methods)):
+            method = methods[(turn + i) % len(methods)]
+            answers[method.label].append(answer_question(pair, question, method.settings))
+        if progress:
+            print(f"  question {turn + 1}/{len(questions)} ({question.category}) done", flush=True)
+    return answers  # each method's answers in question order
+
+
+def run_spec_bench(pair: ModelPair, questions: list[Question], methods: list[Method], answers_dir: Path | None) -> int:
+    """The whole command: decode, print the table, write the answer files."""
+    import torch
+
+    settings = methods[0].settings
+    categories = len({q.category for q in questions})
+    print(
+        f"spec-bench: {pair.describe()}, {len(questions)} questions in {categories} categories, "
+        f"{settings.max_new_tokens} new tokens per turn, greedy, {torch.get_num_threads()} threads"
+    )
+    answers = run_suite(pair, questions, methods)
+    print(format_table(table(answers)))
+    if answers_dir is not None:
+        for path in write_answers(answers_dir, pair, answers):
+            print(f"answers: {path}")
+    return 0
+
+
+# --- the table and the answer files ---------------------------------------------------------------
+
+
+def table(answers: dict[str, list[Answer]]) -> list[dict]:
+    """Rows per category (in file order), for MT-bench's categories together, and overall, per method."""
+    categories = list(dict.fromkeys(a.question.category for a in answers[BASELINE]))
+    groups = {category: {category} for category in categories}
+    if set(categories) & MT_BENCH:  # the leaderboard's "Multi-turn Conversation" column
+        groups[MT_BENCH_GROUP] = MT_BENCH
+    groups["overall"] = set(categories)
+    rows = []
+    for group, members in groups.items():
+        chosen = {label: [a for a in runs if a.question.category in members] for label, runs in answers.items()}
+        baseline = _mean_speed(chosen[BASELINE])
+        for label, runs in chosen.items():
+            tokens = sum(sum(a.new_tokens) for a in runs)
+            lengths = [n for a in runs for n in a.accept_lengths]  # one per target pass
+            speed = _mean_speed(runs)
+            rows.append(
+                {
+                    "category": group,
+                    "method": label,
+                    "questions": len(runs),
+                    "tokens/s": speed,
+                    "speed-up": speed / baseline if baseline else float("nan"),
+                    "mean accepted": sum(lengths) / len(lengths) if lengths else float("nan"),
+                    "penalty rate": sum(a.penalized for a in runs) / tokens if tokens else float("nan"),
+                }
+            )
+    return rows
+
+
+def _mean_speed(runs: list[Answer]) -> float:
+    return sum(a.speed for a in runs) / len(runs) if runs else 0.0
+
+
+def model_id(pair: ModelPair, label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", f"{pair.target_name}-{label}").strip("-")
+
+
+def write_answers(folder: Path, pair: ModelPair, answers: dict[str, list[Answer]]) -> list[Path]:
+    """One Spec-Bench answer file per method: `folder/<model_id>.jsonl`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for label, runs in answers.items():
+        name = model_id(pair, label)
+        path = folder / f"{name}.jsonl"
+        with path.open("w", encoding="utf-8") as file:
+            for answer in runs:
+                file.write(json.dumps(answer_record(answer, name), ensure_ascii=False) + "\n")
+        paths.append(path)
+    return paths
+
+
+def answer_record(answer: Answer, name: str) -> dict:
+    """One line of a Spec-Bench answer file (the schema of its evaluation scripts)."""
+    choice = {
+        "index": 0,
+        "turns": answer.turns,
+        "decoding_steps": answer.decoding_steps,
+        "new_tokens": answer.new_tokens,
+        "wall_time": [round(t, 6) for t in answer.wall_time],
+        "accept_lengths": answer.accept_lengths,
+    }
+    return {
+        "question_id": answer.question.question_id,
+        "category": answer.question.category,
+        "answer_id": uuid.uuid4().hex,
+        "model_id": name,
+        "choices": [choice],
+        "tstamp": time.time(),
+    }
+
+
+def format_table(rows: list[dict]) -> str:
+    header = f"{'category':<16} {'method':<20} {'questions':>9} {'tokens/s':>9} {'speed-up':>9} {'mean accepted':>14} {'penalty rate':>13}"
+    lines = [header]
+    for row in rows:
+        lines.append(
+            f"{row['category']:<16} {row['method']:<20} {row['questions']:>9} {row['tokens/s']:>9.2f} "
+            f"{row['speed-up']:>8.3f}× {row['mean accepted']:>14.2f} {row['penalty rate']:>13.4f}"
+        )
+    return "\n".join(lines)
