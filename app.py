@@ -19,6 +19,8 @@ import os
 import sys
 from pathlib import Path
 
+from easd.cli import add_weight_flags, check_model_flags
+from easd.errors import SettingsError
 from easd.pairs.loading import load_pair
 from easd.pairs.registry import PAIRS, default_pair_name, load_named_pair
 from ui.backend import ModelHost
@@ -41,16 +43,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=env("EASD_ALLOW_PAIRS", ""),
         help="more named pairs the browser may switch to, comma-separated; each loads on first use",
     )
-    parser.add_argument(
-        "--draft", default=env("EASD_DRAFT"), help="the operator's own draft: a folder, .gguf file or hub id (with --target)"
-    )
-    parser.add_argument("--target", default=env("EASD_TARGET"), help="the operator's own target (with --draft)")
-    parser.add_argument("--dtype", default=env("EASD_DTYPE", "auto"), choices=("auto", "float32", "bfloat16"))
-    parser.add_argument(
-        "--int8",
-        default=env("EASD_INT8", "none"),
-        choices=("none", "draft", "target", "both"),
-        help="int8 draft keeps SD lossless and is faster on CPU",
+    add_weight_flags(  # the operator's own pair, dtype and int8: the same flags as `python -m easd`
+        parser,
+        {
+            "draft": env("EASD_DRAFT"),
+            "target": env("EASD_TARGET"),
+            "dtype": env("EASD_DTYPE", "auto"),
+            "int8": env("EASD_INT8", "none"),
+        },
     )
     parser.add_argument(
         "--host",
@@ -90,9 +90,11 @@ def make_host(args: argparse.Namespace) -> ModelHost:
     if min(args.max_new_tokens_cap, args.concurrency, args.max_queued_per_client) < 1:
         sys.exit("error: --max-new-tokens-cap, --concurrency and --max-queued-per-client must be at least 1")
     allowed = {}
-    if args.draft or args.target:
-        if not (args.draft and args.target):
-            sys.exit("error: give --draft and --target together")
+    try:
+        check_model_flags(None, args.draft, args.target)
+    except SettingsError as err:
+        sys.exit(f"error: {err}")
+    if args.draft:
         allowed["custom"] = lambda: load_pair(args.draft, args.target, args.dtype, int8=args.int8)
     elif (name := args.pair or default_pair_name()) != "none":
         allowed[name] = None

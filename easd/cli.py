@@ -214,22 +214,43 @@ def _add_model_flags(parser: argparse.ArgumentParser, pairs: dict) -> None:
     group.add_argument(
         "--pair", choices=sorted(pairs), help="a named pair (default: qwen-coder when installed, else tiny-random)"
     )
-    group.add_argument("--draft", help="draft model: a local folder, a .gguf file or a hub id (with --target)")
-    group.add_argument("--target", help="target model: a local folder, a .gguf file or a hub id (with --draft)")
-    group.add_argument(
+    add_weight_flags(group)
+
+
+def add_weight_flags(parser, defaults: dict | None = None) -> None:
+    """--draft, --target, --dtype and --int8: defined once for the CLI and app.py (which takes its defaults from the environment)."""
+    from .pairs.loading import DTYPES, INT8
+
+    d = {"draft": None, "target": None, "dtype": "auto", "int8": "none", **(defaults or {})}
+    parser.add_argument(
+        "--draft", default=d["draft"], help="draft model: a local folder, a .gguf file or a hub id (with --target)"
+    )
+    parser.add_argument(
+        "--target", default=d["target"], help="target model: a local folder, a .gguf file or a hub id (with --draft)"
+    )
+    parser.add_argument(
         "--dtype",
-        default="auto",
-        choices=("auto", "float32", "bfloat16"),
+        default=d["dtype"],
+        choices=DTYPES,
         help="weights' dtype; auto = bfloat16 where the hardware supports it (CUDA, or CPUs with AVX512-BF16/AMX), else float32",
     )
-    group.add_argument(
+    parser.add_argument(
         "--int8",
-        default="none",
-        choices=("none", "draft", "target", "both"),
+        default=d["int8"],
+        choices=INT8,
         help="dynamic int8 weights, CPU only. 'draft' is faster and keeps SD lossless (the output is still exactly the "
         "target's; only the acceptance rate changes); 'target' or 'both' change the target itself, so the output is no "
         "longer the unquantized target's",
     )
+
+
+def check_model_flags(pair: str | None, draft: str | None, target: str | None) -> None:
+    """--draft and --target come together, and never with a --pair (SettingsError naming the flag)."""
+    if (draft is None) != (target is None):
+        missing = "--target" if target is None else "--draft"
+        raise SettingsError(missing, "is needed too: give --draft and --target together, or a --pair")
+    if draft is not None and pair is not None:
+        raise SettingsError("--pair", "cannot be combined with --draft/--target; choose one way to name the models")
 
 
 def _add_decode_flags(
@@ -520,11 +541,7 @@ def _runner(args: argparse.Namespace, work: int):
 
 def _model_args(args: argparse.Namespace) -> argparse.Namespace:
     """Only the flags that name the pair, checked: what `load_models` and each Ray actor need."""
-    if (args.draft is None) != (args.target is None):
-        missing = "--target" if args.target is None else "--draft"
-        raise SettingsError(missing, "is needed too: give --draft and --target together, or a --pair")
-    if args.draft is not None and args.pair is not None:
-        raise SettingsError("--pair", "cannot be combined with --draft/--target; choose one way to name the models")
+    check_model_flags(args.pair, args.draft, args.target)
     return argparse.Namespace(**{name: getattr(args, name) for name in ("pair", "draft", "target", "dtype", "int8")})
 
 

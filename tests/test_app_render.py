@@ -10,6 +10,7 @@ from ui.controls import RuleView
 from ui.inspector import inspector_html
 from ui.lanes import lane_html, tooltip
 from ui.session import Session
+from ui.stats import comparison_html
 from ui.stepper import block_views, stepper_html
 
 NASTY = ['<img src=x onerror="window.__xss=1">', '"><script>window.__xss=2</script>', "${window.__xss=3}", "{{value}}", "a&b"]
@@ -104,3 +105,14 @@ def test_session_places_loaded_runs_in_their_lanes(run):
     target = run(method="target", max_new_tokens=5)
     session.load_traces([target], "t.csv")
     assert session.traces["sd"] is target and session.traces["easd"] is None
+
+
+def test_the_comparison_line_shows_a_speed_only_when_the_work_differed(run):
+    sd = run(method="sd", max_new_tokens=40)
+    never = run(method="easd", tau_h=1e9, max_new_tokens=40)  # the same work as SD
+    easd = run(method="easd", max_new_tokens=40)
+    assert never.token_ids == sd.token_ids
+    identical = str(comparison_html(sd, never, None))
+    assert "identical" in identical and "tokens/s" not in identical and "passes per token" not in identical
+    forked = str(comparison_html(sd, easd, easd.summary()["first_penalty_position"]))
+    assert "target passes per token" in forked and "SD's tokens/s" in forked

@@ -41,8 +41,15 @@ def comparison_html(sd: Trace | None, easd: Trace | None, fork: int | None) -> H
     share = b["penalized_rate"] * 100 if _is_real(b["penalized_rate"]) else None
     rate = f"{number(b['penalized'], 'd')} penalties ({number(share, '.1f')}% of EASD's tokens)"
     speed = ""
-    if _is_real(a["tokens_per_s"]) and _is_real(b["tokens_per_s"]) and a["tokens_per_s"] and b["tokens_per_s"]:
-        speed = f"; EASD ran at {b['tokens_per_s'] / a['tokens_per_s']:.2f}× SD's tokens/s"
+    # The lanes share their forward passes, so identical work takes identical time: a speed figure is
+    # shown only when the work differed, in target passes per token (what EASD costs) and tokens/s.
+    work = [(s["new_tokens"], s["target_calls"]) for s in (a, b)]
+    if work[0] != work[1] and all(_is_real(v) and v for s in (a, b) for v in (s["tokens_per_s"], s["target_calls"])):
+        passes = [calls / tokens for tokens, calls in work]
+        speed = (
+            f"; EASD took {passes[1]:.2f} target passes per token vs SD's {passes[0]:.2f}"
+            f" ({b['tokens_per_s'] / a['tokens_per_s']:.2f}× SD's tokens/s)"
+        )
     acceptance = f"; acceptance {number(b['acceptance_rate'], '.2f')} vs SD's {number(a['acceptance_rate'], '.2f')}"
     return tag("p", tag("b", "Comparison:"), f" {change}; {rate}{speed}{acceptance}.", class_="comparison")
 

@@ -18,10 +18,11 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 
-from ..core.decoding import Generation
+from ..core.decoding import Batch, Generation
 from ..core.pair import ModelPair
 from ..core.settings import DecodeSettings
 from ..errors import EasdError, SettingsError
+from .evaluate import DEFAULT_BATCH_SIZE
 
 MODEL_NAME = "easd"
 SETTING_ARGS = ("method", "rule", "k", "tau_h", "tau_o", "top_n", "seed")  # model_args that become DecodeSettings
@@ -40,7 +41,7 @@ class EasdLM(LM):
         pair: str | None = None,
         dtype: str = "auto",
         int8: str = "none",
-        batch_size=None,  # lm-eval passes these to every model; requests run one at a time for now
+        batch_size=None,  # rows decoded together; lm-eval's "auto" (or none) means our default
         max_batch_size=None,
         device=None,
         **settings,
@@ -54,19 +55,15 @@ class EasdLM(LM):
         except EasdError as err:  # name the model_args the user typed, not our own CLI's flags
             raise EasdError(str(err).replace("--pair:", "--model_args pair:", 1)) from None
         self._device = self.pair.device
+        self.rows = int(batch_size) if str(batch_size).isdigit() and int(batch_size) > 0 else DEFAULT_BATCH_SIZE
         self._warned: set[str] = set()
 
     # --- the one request type a decoding method serves -------------------------------------------
 
     def generate_until(self, requests) -> list[str]:
-        from tqdm import tqdm
-
-        outputs = []
-        for request in tqdm(requests, desc=f"easd ({self.base.method})", disable=len(requests) < 2):
-            context, gen_kwargs = request.args
-            settings, until = self.request_settings(gen_kwargs)
-            text = decode_until(self.pair, context, settings, until)
-            outputs.append(text)
+        jobs = [(request.args[0], *self.request_settings(request.args[1])) for request in requests]
+        outputs = decode_until(self.pair, jobs, self.rows, progress=f"easd ({self.base.method})")
+        for request, text in zip(requests, outputs):
             self.cache_hook.add_partial("generate_until", request.args, text)
         return outputs
 
@@ -112,19 +109,25 @@ class EasdLM(LM):
         )
 
 
-def decode_until(pair: ModelPair, context: str, settings: DecodeSettings, until: list[str]) -> str:
-    """One request through the engine: the text generated after `context`, cut before the first stop string.
+def decode_until(pair: ModelPair, jobs: list[tuple[str, DecodeSettings, list[str]]], rows: int, progress: str = "") -> list[str]:
+    """Requests (context, settings, stop strings) as the rows of one batch of up to `rows` rows: per request,
+    the text generated after its context, cut before its first stop string.
 
-    The context arrives formatted (lm-eval applies any chat template itself), so it goes in as
-    raw text. Decoding stops at the block where a stop string appears, not at max_new_tokens.
+    Contexts arrive formatted (lm-eval applies any chat template itself), so they go in as raw
+    text. A row stops at the block where a stop string appears, not at its max_new_tokens.
     """
-    generation = Generation(pair, context, settings, chat=False)
-    text = ""
-    for _ in generation:
-        text = pair.tokenizer.decode(generation.trace.token_ids, skip_special_tokens=True)
-        if any(stop in text for stop in until if stop):
-            generation.stop()
-    return cut_at_stops(text, until)
+    from tqdm import tqdm
+
+    generations = [Generation(pair, context, settings, chat=False) for context, settings, _ in jobs]
+    stops = {id(g): until for g, (_, _, until) in zip(generations, jobs)}
+    text = lambda g: pair.tokenizer.decode(g.trace.token_ids, skip_special_tokens=True)
+    with tqdm(total=len(jobs), desc=progress, disable=len(jobs) < 2) as bar:
+        for block in Batch(pair, generations, max_rows=rows):
+            row = block.generation
+            if any(stop in text(row) for stop in stops[id(row)] if stop):
+                row.stop()
+            bar.update(row.done or row.stopped)
+    return [cut_at_stops(text(g), until) for g, (_, _, until) in zip(generations, jobs)]
 
 
 def cut_at_stops(text: str, until: list[str]) -> str:

@@ -112,7 +112,7 @@ def methods_for(k: int, tau_hs: list[float], max_new_tokens: int) -> list[Method
 
 
 def decode_turn(pair: ModelPair, prompt: str, settings: DecodeSettings) -> Trace:
-    """One turn through the engine; the prompt is already chat-formatted. (The one place to batch later.)"""
+    """One turn through the engine, alone: Spec-Bench measures single-sequence latency. The prompt is already chat-formatted."""
     return Generation(pair, prompt, settings, chat=False).run()
 
 
