@@ -523,6 +523,8 @@ def _runner(args: argparse.Namespace, work: int):
         if stray:
             raise SettingsError(stray[0], "needs --ray (it sizes the Ray actors)")
         pair = load_models(args)
+        if args.batch_size > 1 and pair.info.get("int8") in ("draft", "both"):
+            print(INT8_BATCH_NOTE, file=sys.stderr)
         yield LocalRunner(pair, args.batch_size), pair.describe()
         return
     from functools import partial
@@ -537,6 +539,13 @@ def _runner(args: argparse.Namespace, work: int):
         print(f"models: {runner.pair_description} on {len(runner.actors)} Ray actor(s)", file=sys.stderr)
         yield runner, runner.pair_description
         print(runner.summary())
+
+
+INT8_BATCH_NOTE = (
+    "note: the int8 draft quantizes each pass's activations with one scale for all its rows, so with --batch-size > 1 "
+    "the draft's entropies and top-n (and so EASD's decisions) depend on the batch; SD's text does not. "
+    "Use --batch-size 1 or no --int8 where EASD's decisions must be reproducible"
+)
 
 
 def _model_args(args: argparse.Namespace) -> argparse.Namespace:

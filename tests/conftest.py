@@ -13,6 +13,22 @@ def tiny_pair():
     return load_tiny_pair()
 
 
+@pytest.fixture(scope="session")
+def trace_sources(tmp_path_factory, tiny_pair):
+    """A folder with t.csv and t.json: an SD and an EASD run of 24 tokens, for tests that spoil their fields."""
+    from easd.core import trace as trace_io
+    from easd.core.decoding import Generation
+
+    folder = tmp_path_factory.mktemp("sources")
+    runs = [
+        Generation(tiny_pair, "Tom has 3 apples.", DecodeSettings(method=m, max_new_tokens=24, record_top=5)).run()
+        for m in ("sd", "easd")
+    ]
+    trace_io.write_csv(runs, folder / "t.csv")
+    trace_io.write_json(runs, folder / "t.json")
+    return folder
+
+
 @pytest.fixture
 def run(tiny_pair):
     """run(prompt, **settings) -> Trace, on the tiny pair."""

@@ -175,28 +175,13 @@ return count;
 """
 
 
-@pytest.fixture(scope="module")
-def hostile_sources(tmp_path_factory, tiny_pair):
-    from easd.core.decoding import Generation
-    from easd.core.settings import DecodeSettings
-
-    folder = tmp_path_factory.mktemp("hostile")
-    runs = [
-        Generation(tiny_pair, "Tom has 3 apples.", DecodeSettings(method=m, max_new_tokens=24, record_top=5)).run()
-        for m in ("sd", "easd")
-    ]
-    trace_io.write_csv(runs, folder / "t.csv")
-    trace_io.write_json(runs, folder / "t.json")
-    return folder
-
-
 @pytest.mark.parametrize("fmt", ["csv", "json"])
-def test_hostile_values_in_every_field_run_nothing(browser, hostile_sources, tmp_path, fmt):
+def test_hostile_values_in_every_field_run_nothing(browser, trace_sources, tmp_path, fmt):
     """Every field of the format, in four groups (each group's fields all hostile at once): load, click
     tokens, hover everything, step blocks, open every figure; nothing may run and nothing be injected."""
     from hostile import csv_fields, hostile_csv, hostile_json, json_fields
 
-    source = hostile_sources / f"t.{fmt}"
+    source = trace_sources / f"t.{fmt}"
     fields = csv_fields(source) if fmt == "csv" else json_fields(source)
     baseline = browser.execute_script(INJECTED_JS, PANELS)
     for group in range(4):

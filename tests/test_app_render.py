@@ -1,5 +1,7 @@
 """The app's rendering of traces: escaping, lanes, inspector, figures and the step-through."""
 
+from html import unescape
+
 import pytest
 
 from easd.core import trace as trace_io
@@ -114,5 +116,5 @@ def test_the_comparison_line_shows_a_speed_only_when_the_work_differed(run):
     assert never.token_ids == sd.token_ids
     identical = str(comparison_html(sd, never, None))
     assert "identical" in identical and "tokens/s" not in identical and "passes per token" not in identical
-    forked = str(comparison_html(sd, easd, easd.summary()["first_penalty_position"]))
+    forked = unescape(str(comparison_html(sd, easd, easd.summary()["first_penalty_position"])))
     assert "target passes per token" in forked and "SD's tokens/s" in forked

@@ -17,7 +17,6 @@ import gradio as gr
 import pytest
 from hostile import PAYLOADS, csv_fields, hostile_csv, hostile_json, json_fields
 
-from easd.core import trace as trace_io
 from easd.core.compare import LANES
 from ui import handlers
 from ui.backend import ModelHost
@@ -62,21 +61,6 @@ def check(fragment) -> None:
 def page():
     with gr.Blocks():
         return build_page(ModelHost({}, None), [])
-
-
-@pytest.fixture(scope="module")
-def sources(tmp_path_factory, tiny_pair):
-    from easd.core.decoding import Generation
-    from easd.core.settings import DecodeSettings
-
-    folder = tmp_path_factory.mktemp("sources")
-    runs = [
-        Generation(tiny_pair, "Tom has 3 apples.", DecodeSettings(method=m, max_new_tokens=24, record_top=5)).run()
-        for m in ("sd", "easd")
-    ]
-    trace_io.write_csv(runs, folder / "t.csv")
-    trace_io.write_json(runs, folder / "t.json")
-    return folder
 
 
 def poke(page, path) -> list:
@@ -130,8 +114,8 @@ def every_fragment(page, path) -> list:
 
 
 @pytest.mark.parametrize("fmt", ["csv", "json"])
-def test_every_field_of_both_formats(page, sources, tmp_path, fmt):
-    source = sources / f"t.{fmt}"
+def test_every_field_of_both_formats(page, trace_sources, tmp_path, fmt):
+    source = trace_sources / f"t.{fmt}"
     fields = csv_fields(source) if fmt == "csv" else json_fields(source)
     assert len(fields) > 20
     for field in fields:
@@ -153,16 +137,16 @@ FIGURE_FIELDS = {  # the fields whose text reaches a figure or an attribute, dri
 
 
 @pytest.mark.parametrize("fmt", ["csv", "json"])
-def test_fields_driven_through_the_handlers(page, sources, tmp_path, fmt):
-    source = sources / f"t.{fmt}"
+def test_fields_driven_through_the_handlers(page, trace_sources, tmp_path, fmt):
+    source = trace_sources / f"t.{fmt}"
     for field in FIGURE_FIELDS[fmt]:
         target = tmp_path / f"{re.sub(r'[^a-z0-9_]', '_', field)}.{fmt}"
         path = hostile_csv(source, [field], target) if fmt == "csv" else hostile_json(source, [field], target)
         assert_nothing_injected(poke(page, path))
 
 
-def test_payloads_reach_the_page_only_escaped(page, sources):
-    shown = poke(page, hostile_csv(sources / "t.csv", ["token_text"], sources / "token_text.csv"))
+def test_payloads_reach_the_page_only_escaped(page, trace_sources):
+    shown = poke(page, hostile_csv(trace_sources / "t.csv", ["token_text"], trace_sources / "token_text.csv"))
     lanes = "".join(str(o.get(page.lanes["sd"], "")) for o in shown)
     assert "&lt;input autofocus" in lanes and "&quot; onmouseover=&quot;" in lanes
     assert_nothing_injected(shown)
