@@ -49,7 +49,7 @@ def test_batched_rows_on_the_real_pair_equal_their_solo_runs(qwen_pair):
 
     prompts = [QUESTION, "Write a Python function that reverses a string.", "What is 17 * 23?"]
     methods = [dict(method="sd"), dict(method="easd", tau_h=0.5), dict(method="target")]
-    generations = [Generation(qwen_pair, p, DecodeSettings(max_new_tokens=24, **m)) for p, m in zip(prompts, methods)]
+    generations = [Generation(qwen_pair, p, DecodeSettings(max_new_tokens=12, **m)) for p, m in zip(prompts, methods)]
     Batch(qwen_pair, generations).run()
     for generation in generations:
         alone = Generation(qwen_pair, generation.prompt, generation.settings).run()
