@@ -404,6 +404,7 @@ class Batch:
         p_logits = self.target.logits(sequences, {row: ks.get(row, 0) + 1 for row in sequences}) if sequences else {}
         blocks = []
         for row, generation in enumerate(self.rows):
+            index, position = self._block_index(generation), len(generation.tokens) - generation.prompt_length
             if row in ks:  # p_logits[row]: [k+1, V], the one target call of this block
                 verdict = judge_block(
                     q_logits[row],
@@ -412,9 +413,7 @@ class Batch:
                     generation.settings,
                     generation.generator,
                 )
-                records = generation.recorder.block_records(
-                    self._block_index(generation), len(generation.tokens) - generation.prompt_length, drafted[row], verdict
-                )
+                records = generation.recorder.block_records(index, position, drafted[row], verdict)
                 end = BLOCK_END[verdict.origin]
             else:
                 logits = p_logits[row] if generation.uses_target else draft_only[row]  # [1, V]
@@ -424,16 +423,12 @@ class Batch:
                         acc.sampling_probs(logits, settings.temperature, settings.top_p), generation.generator, settings.greedy
                     )
                 )
-                records = [
-                    generation.recorder.single_record(
-                        self._block_index(generation), len(generation.tokens) - generation.prompt_length, token, logits
-                    )
-                ]
+                records = [generation.recorder.single_record(index, position, token, logits)]
                 end = "single"
             generation.tokens.extend(r.token_id for r in records)
             self.target.truncate(row, len(generation.tokens) - 1)
             self.draft.truncate(row, len(generation.tokens) - 1)
-            blocks.append(Block(self._block_index(generation), drafted.get(row, []), records, end, generation))
+            blocks.append(Block(index, drafted.get(row, []), records, end, generation))
         self.draft.tidy()
         self.target.tidy()
         seconds = time.perf_counter() - started  # every row waited for the whole step: its honest wall time
