@@ -13,7 +13,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from .core import trace as trace_io
-from .core.settings import METHODS, RULES, DecodeSettings
+from .core.settings import METHODS, RULES, SIGNALS, DecodeSettings
 from .errors import EasdError, SettingsError
 
 
@@ -99,7 +99,9 @@ def _add_evaluation_commands(commands, formatter, pairs: dict) -> None:
     _add_model_flags(evaluate, pairs)
     _add_data_flags(evaluate, limit=None)
     _add_decode_flags(
-        evaluate, max_new_tokens=512, include=("k", "tau_h", "tau_o", "top_n", "temperature", "top_p", "max_new_tokens", "seed")
+        evaluate,
+        max_new_tokens=512,
+        include=("k", "tau_h", "tau_o", "top_n", "temperature", "top_p", "max_new_tokens", "seed", "signals"),
     )
     evaluate.add_argument(
         "--methods",
@@ -121,6 +123,14 @@ def _add_evaluation_commands(commands, formatter, pairs: dict) -> None:
         help="continue the results in --out, skipping every (problem, method, sample) already done",
     )
     evaluate.add_argument("--traces", action="store_true", help="also save every run's trace as JSON under --out/traces")
+    evaluate.add_argument(
+        "--check-reproducible",
+        type=int,
+        default=0,
+        metavar="N",
+        help="then rerun the EASD methods on the first N problems in another evaluation order (alone if the eval batched, "
+        "else together) and count the first penalties that moved; writes reproducibility.csv (README, 'Fragile decisions')",
+    )
     _add_batch_flag(evaluate)
     _add_ray_flags(evaluate)
     evaluate.set_defaults(run=run_eval)
@@ -141,7 +151,9 @@ def _add_evaluation_commands(commands, formatter, pairs: dict) -> None:
     )
     _add_model_flags(sweep, pairs)
     _add_data_flags(sweep, limit=40)
-    _add_decode_flags(sweep, max_new_tokens=512, include=("k", "top_n", "temperature", "top_p", "max_new_tokens", "seed"))
+    _add_decode_flags(
+        sweep, max_new_tokens=512, include=("k", "top_n", "temperature", "top_p", "max_new_tokens", "seed", "signals")
+    )
     sweep.add_argument("--tau-hs", default="1,1.5,2", help="τ_H values of the grid, comma-separated")
     sweep.add_argument("--tau-os", default="0.2,0.4,0.6,0.8,1.0", help="τ_O values of the grid, comma-separated")
     sweep.add_argument(
@@ -276,6 +288,13 @@ def _add_decode_flags(
     group.add_argument(
         "--seed", type=int, default=d.seed, help="random seed (≥ 0); SD and EASD with one seed agree until the first penalty"
     )
+    group.add_argument(
+        "--signals",
+        default=d.signals,
+        choices=SIGNALS,
+        help="logits the rule, sampling and the trace use: float32 from the last hidden state even for bfloat16 weights, "
+        "or in the model's own dtype (README, 'Fragile decisions')",
+    )
 
 
 class _Only:
@@ -365,7 +384,8 @@ def summary_line(summary: dict) -> str:
     parts = [f"{summary['new_tokens']} tokens", f"{_fmt(summary['tokens_per_s'], '.2f')} tokens/s"]
     parts.append(f"acceptance {_fmt(summary['acceptance_rate'], '.3f')}")
     parts.append(f"mean accepted length {_fmt(summary['mean_accepted_length'], '.2f')}")
-    parts.append(f"{summary['penalized']} penalized")
+    parts.append(f"{summary['penalized']} penalized ({summary['fragile_penalties']} fragile)")
+    parts.append(f"rule fired {summary['fired']} ({summary['fragile']} fragile decisions)")
     parts.append(f"stop: {summary['stop_reason']}")
     return " | ".join(parts)
 
@@ -481,11 +501,12 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.samples < 1:
         raise SettingsError("--samples", f"must be ≥ 1 (got {args.samples})")
     _check_batch_size(args)
+    checked = _check_reproducible_flag(args, variants)
     problems = _problems(args)
     started = time.perf_counter()
     try:
         with _runner(args, len(problems) * args.samples) as (runner, pair):
-            run_evaluation(
+            rows = run_evaluation(
                 runner,
                 problems,
                 variants,
@@ -495,6 +516,11 @@ def run_eval(args: argparse.Namespace) -> int:
                 args.resume,
                 args.traces,
             )
+            if checked:
+                from .lab.reproduce import check_reproducible
+
+                print(f"--check-reproducible: rerunning {checked} problem(s) in another order", file=sys.stderr)
+                reproducibility = check_reproducible(runner.pair, problems, variants, rows, args.batch_size, checked)
     except KeyboardInterrupt:
         print(
             f"\ninterrupted: every finished problem is in {args.out / 'results.csv'}; rerun with --resume to continue",
@@ -503,8 +529,28 @@ def run_eval(args: argparse.Namespace) -> int:
         return 130
     summary, paired = write_reports(args.out, args.format)
     _print_tables(summary, paired)
+    if checked:
+        reproducibility.to_csv(args.out / "reproducibility.csv", index=False)
+        _print_tables(reproducibility)
     print(f"wall time {time.perf_counter() - started:.0f} s; tables and report.html in {args.out}")
     return 0
+
+
+def _check_reproducible_flag(args: argparse.Namespace, variants) -> int:
+    """N of --check-reproducible N, checked before any model loads; 0 when not asked."""
+    from .lab.reproduce import rerun_batch_size
+
+    count = args.check_reproducible
+    if count == 0:
+        return 0
+    if count < 0:
+        raise SettingsError("--check-reproducible", f"must be a number of problems ≥ 1 (got {count})")
+    if args.ray is not None:
+        raise SettingsError("--check-reproducible", "reruns on this machine; drop --ray, or run it as a separate local eval")
+    if not any(v.settings.method == "easd" for v in variants):
+        raise SettingsError("--check-reproducible", "needs an EASD method in --methods, e.g. --methods sd,easd")
+    rerun_batch_size(args.batch_size, count)
+    return count
 
 
 def _check_batch_size(args: argparse.Namespace) -> None:

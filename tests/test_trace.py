@@ -124,7 +124,11 @@ def test_csv_column_order_follows_the_design():
         "target_top1_text",
         "target_top1_prob",
     ]
-    assert names[-9:] == ["tau_h", "tau_o", "top_n", "k", "temperature", "top_p", "seed", "draft_model", "target_model"]
+    settings = ["tau_h", "tau_o", "top_n", "k", "temperature", "top_p", "seed", "signals", "draft_model", "target_model"]
+    assert names[-10:] == settings
+    margins = ["h_draft_margin", "h_target_margin", "draft_gap", "target_gap", "overlap_swap"]
+    margins += ["h_draft_tol", "h_target_tol", "overlap_low", "overlap_high", "fragile"]
+    assert names[-20:-10] == margins
 
 
 @pytest.mark.parametrize(
@@ -330,7 +334,9 @@ def test_formula_cells_are_neutralised_in_the_csv(tmp_path):
     trace_io.write_csv([tricky_trace()], path)
     header, *lines = raw_csv(path)
     text_columns = [
-        i for i, name in enumerate(header) if name.endswith(("_text", "_model")) or name in ("method", "rule", "origin")
+        i
+        for i, name in enumerate(header)
+        if name.endswith(("_text", "_model")) or name in ("method", "rule", "origin", "signals")
     ]
     for line in lines:
         for i, cell in enumerate(line):

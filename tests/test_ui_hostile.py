@@ -32,7 +32,7 @@ from ui.stepper import block_views, stepper_html
 TAGS = {"span", "div", "p", "h3", "h4", "code", "b", "table", "tr", "td", "th", "pre"}
 CLASSES = set(ORIGIN_CLASSES.values()) | {"o-unknown", "tok", "sel", "fork", "whatif", "empty", "inspector", "stepper"}
 CLASSES |= {"conditions", "candidates", "used", "unused", "shared", "hint", "draft", "drafts", "kept", "rejected", "refused"}
-CLASSES |= {"unseen", "unknown", "stats", "comparison"}
+CLASSES |= {"unseen", "unknown", "stats", "comparison", "margins", "fragile"}
 
 
 class Checker(HTMLParser):

@@ -20,6 +20,8 @@ def inspector_html(lane: str, record: TokenRecord | None, view: RuleView) -> Htm
     parts = [_header(lane, record), _decision(record)]
     if record.draft_token_id is not None:
         parts.append(_signals(record, view))
+    if record.h_draft_margin is not None:
+        parts.append(_margins(record))
     parts.append(_candidates(record, view.top_n))
     return tag("div", *parts, class_="inspector")
 
@@ -101,6 +103,37 @@ def _signals(record: TokenRecord, view: RuleView) -> Html:
         f" (during the run: {'fired' if record.triggered else 'did not fire'}).",
     )
     return join([tag("table", *rows, class_="conditions"), verdict])
+
+
+def _margins(record: TokenRecord) -> Html:
+    """How far the run's decision was from flipping (README, "Fragile decisions"), from the trace's margin columns."""
+    fired = bool(record.triggered)
+    rows = [
+        tag("tr", tag("td", "H_draft − τ_H"), tag("td", f"{number(record.h_draft_margin, '+.4f')} nats")),
+        tag("tr", tag("td", "H_target − τ_H"), tag("td", f"{number(record.h_target_margin, '+.4f')} nats")),
+        tag("tr", tag("td", "draft's n-th − (n+1)-th logit"), tag("td", number(record.draft_gap, ".4f"))),
+        tag("tr", tag("td", "target's n-th − (n+1)-th logit"), tag("td", number(record.target_gap, ".4f"))),
+        tag("tr", tag("td", "swapping a boundary pair changes the overlap"), tag("td", "yes" if record.overlap_swap else "no")),
+    ]
+    flips = []
+    for name, margin in (("H_draft", record.h_draft_margin), ("H_target", record.h_target_margin)):
+        if _is_real(margin) and (margin >= 0) == fired:
+            flips.append(f"{name} had been more than {abs(margin):.4f} nats {'lower' if fired else 'higher'}")
+    if record.overlap_swap:
+        flips.append("a model's n-th and (n+1)-th candidates had swapped places")
+    if record.origin == "easd_penalty":
+        what = "this penalty would not have fired"
+    else:
+        what = f"the rule would {'not ' if fired else ''}have fired"
+    changes = " or ".join(flips) if flips else "its signals had moved further"
+    lead = f"During the run, {what} if {changes} (only the conditions of the run's rule count)."
+    if record.fragile is None:
+        verdict = "Fragility is unknown for this row (copied from an SD run under other thresholds)."
+    elif record.fragile:
+        verdict = "≈ Fragile: a perturbation at the models' numeric precision could flip this decision."
+    else:
+        verdict = "Robust: no perturbation at the models' numeric precision flips this decision."
+    return join([tag("table", *rows, class_="margins"), tag("p", lead), tag("p", tag("b", verdict))])
 
 
 def _is_real(value) -> bool:

@@ -54,6 +54,7 @@ def legend_html() -> Html:
     items += [
         tag("span", "fork› first difference", class_="tok fork-mark"),
         tag("span", "would be penalized (what-if)", class_="tok whatif"),
+        tag("span", "penalty rounding could flip", class_="tok o-easd_penalty fragile"),
     ]
     return tag("div", *items, class_="legend")
 
@@ -105,7 +106,15 @@ def lane_html(
 
 
 def _span(lane: str, index: int, record: TokenRecord, selected: bool, fork: bool, whatif: bool) -> Html:
-    classes = ["tok", origin_class(record.origin), selected and "sel", fork and "fork", whatif and "whatif"]
+    fragile = record.origin == "easd_penalty" and record.fragile is True  # marked by "≈" and a dashed frame, not colour alone
+    classes = [
+        "tok",
+        origin_class(record.origin),
+        selected and "sel",
+        fork and "fork",
+        whatif and "whatif",
+        fragile and "fragile",
+    ]
     return tag("span", visible_text(record.token_text), class_=classes, data_lane=lane, data_pos=index, title=tooltip(record))
 
 
@@ -114,6 +123,10 @@ def tooltip(record: TokenRecord) -> str:
     lines = [f"#{record.position} {origin_label(record.origin)} (block {record.block})"]
     signals = [f"H_d {number(record.h_draft)}", f"H_t {number(record.h_target)}", f"overlap {number(record.overlap)}"]
     lines.append(" · ".join(signals))
+    if record.fragile is not None:
+        lines.append(
+            "fragile: a rounding step could flip the rule here" if record.fragile else "the rule's decision here is robust"
+        )
     if record.draft_token_id is not None:
         drafted = visible_text(record.draft_token_text or "")
         lines.append(f"drafted “{drafted}”: q={number(record.p_draft)} p={number(record.p_target)}")

@@ -13,6 +13,8 @@ columns, which is how the app re-evaluates a finished trace under other threshol
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from .settings import overlap_needed
@@ -46,10 +48,7 @@ def entropy(logits: torch.Tensor) -> torch.Tensor:
 
 def overlap_count(draft_logits: torch.Tensor, target_logits: torch.Tensor, top_n: int) -> torch.Tensor:
     """|top-n(q) ∩ top-n(p)| by token id.  [B, V], [B, V] -> [B] (int64)"""
-    draft_top = draft_logits.topk(top_n, dim=-1).indices  # [B, n]
-    target_top = target_logits.topk(top_n, dim=-1).indices  # [B, n]
-    shared = draft_top[:, :, None] == target_top[:, None, :]  # [B, n, n]
-    return shared.any(dim=-1).sum(dim=-1)
+    return _shared(draft_logits.topk(top_n, dim=-1).indices, target_logits.topk(top_n, dim=-1).indices)
 
 
 def rule_conditions(h_draft, h_target, overlap, *, tau_h: float, tau_o: float, top_n: int) -> dict:
@@ -68,6 +67,163 @@ def rule_fires(rule: str, h_draft, h_target, overlap, *, tau_h: float, tau_o: fl
     for name in RULE_CONDITIONS[rule]:
         fires = held[name] if fires is None else fires & held[name]
     return fires
+
+
+# --- how far each decision is from flipping (README, "Fragile decisions") ----------------------
+
+
+@dataclass(frozen=True)
+class Rounding:
+    """Relative precision of each model's logits: one rounding step at a logit z is about eps·|z|.
+
+    eps is the machine epsilon of the model's dtype (bfloat16 2⁻⁷, float16 2⁻¹⁰, float32 2⁻²³),
+    2⁻⁷ for int8 weights; 0 treats the logits as exact (only exact ties are fragile).
+    """
+
+    draft: float = 0.0
+    target: float = 0.0
+
+
+EXACT = Rounding()  # logits taken as exact: only exact ties are fragile
+
+
+@dataclass
+class Margins:
+    """For each drafted position of a block, how far the rule's decision is from flipping.  All [k]"""
+
+    h_draft: torch.Tensor  # H(q) − τ_H in nats
+    h_target: torch.Tensor  # H(p) − τ_H
+    draft_gap: torch.Tensor  # the draft's n-th minus (n+1)-th logit: how close its top-n set is to changing
+    target_gap: torch.Tensor  # the same for the target
+    overlap_swap: torch.Tensor  # bool: swapping either model's n-th and (n+1)-th candidates changes |∩|
+    h_draft_tol: torch.Tensor  # ε_H of the draft: how far H(q) can move when its logits move by one rounding step
+    h_target_tol: torch.Tensor  # ε_H of the target
+    overlap_low: torch.Tensor  # the fewest shared candidates reachable by swaps within rounding (a count)
+    overlap_high: torch.Tensor  # the most
+    fragile: torch.Tensor  # bool: a perturbation at the dtype's precision could flip the rule's decision
+
+
+def decision_margins(
+    draft_logits: torch.Tensor,  # [k, V] q_1..q_k
+    target_logits: torch.Tensor,  # [k, V] p_1..p_k
+    h_draft: torch.Tensor,  # [k]
+    h_target: torch.Tensor,  # [k]
+    overlap: torch.Tensor,  # [k] |top-n(q) ∩ top-n(p)|, as the rule counted it
+    *,
+    rule: str,
+    tau_h: float,
+    tau_o: float,
+    top_n: int,
+    rounding: Rounding,
+) -> Margins:
+    """The rule's margins at each drafted position, the tolerances rounding allows, and whether the decision is fragile.
+
+    ε_H = eps·‖(∂H/∂z_i)·|z_i|‖₂ is the largest first-order change of H when each logit z_i
+    moves by eps·|z_i| (the perturbation's worst direction in L2). A model's n-th and (n+1)-th
+    candidates may swap when their logits are within eps·(|z_n| + |z_n+1|); the overlap counts
+    those swaps can reach span [overlap_low, overlap_high].
+    """
+    d_top, d_gap, d_near = _boundary(draft_logits, top_n, rounding.draft)
+    t_top, t_gap, t_near = _boundary(target_logits, top_n, rounding.target)
+    d_swapped, t_swapped = _swap_boundary(d_top, top_n), _swap_boundary(t_top, top_n)
+    if_draft = _shared(d_swapped, t_top[:, :top_n])  # [k] |∩| had the draft's boundary pair swapped
+    if_target = _shared(d_top[:, :top_n], t_swapped)
+    if_both = _shared(d_swapped, t_swapped)
+    reachable = torch.stack(  # [4, k]: counts a rounding step could produce (the actual count where a swap cannot happen)
+        [
+            overlap,
+            torch.where(d_near, if_draft, overlap),
+            torch.where(t_near, if_target, overlap),
+            torch.where(d_near & t_near, if_both, overlap),
+        ]
+    )
+    low, high = reachable.min(dim=0).values, reachable.max(dim=0).values
+    h_draft_tol, h_target_tol = (
+        _entropy_tolerance(draft_logits, rounding.draft),
+        _entropy_tolerance(target_logits, rounding.target),
+    )
+    rule_settings = {"rule": rule, "tau_h": tau_h, "tau_o": tau_o, "top_n": top_n}
+    return Margins(
+        h_draft=h_draft - tau_h,
+        h_target=h_target - tau_h,
+        draft_gap=d_gap,
+        target_gap=t_gap,
+        overlap_swap=(if_draft != overlap) | (if_target != overlap),
+        h_draft_tol=h_draft_tol,
+        h_target_tol=h_target_tol,
+        overlap_low=low,
+        overlap_high=high,
+        fragile=fragile_decisions(h_draft, h_target, overlap, h_draft_tol, h_target_tol, low, high, **rule_settings),
+    )
+
+
+def fragile_decisions(
+    h_draft,
+    h_target,
+    overlap,
+    h_draft_tol,
+    h_target_tol,
+    overlap_low,
+    overlap_high,
+    *,
+    rule: str,
+    tau_h: float,
+    tau_o: float,
+    top_n: int,
+):
+    """Whether a rounding step could flip the rule's decision, element-wise (tensors or arrays, as `rule_fires`).
+
+    A condition is *near* when rounding can flip it: an entropy within its tolerance of τ_H, the
+    overlap condition when the reachable counts lie on both sides of ceil(τ_O·n). A decision that
+    fired is fragile if any of its rule's conditions is near; one that did not fire, if each of
+    its conditions holds or is near (so all could hold at once).
+    """
+    held = rule_conditions(h_draft, h_target, overlap, tau_h=tau_h, tau_o=tau_o, top_n=top_n)
+    needed = overlap_needed(tau_o, top_n)
+    near = {
+        "draft_entropy": abs(h_draft - tau_h) <= h_draft_tol,
+        "target_entropy": abs(h_target - tau_h) <= h_target_tol,
+        "overlap": (overlap_low >= needed) != (overlap_high >= needed),
+    }
+    fired = any_near = all_reachable = None
+    for name in RULE_CONDITIONS[rule]:
+        reachable = held[name] | near[name]
+        fired = held[name] if fired is None else fired & held[name]
+        any_near = near[name] if any_near is None else any_near | near[name]
+        all_reachable = reachable if all_reachable is None else all_reachable & reachable
+    return (fired & any_near) | (~fired & all_reachable)
+
+
+def _boundary(logits: torch.Tensor, top_n: int, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Top n+1 ids, the n-th minus (n+1)-th logit, and whether that gap is within rounding.  [k, V] -> [k, n+1], [k], [k]"""
+    logits = logits.float()
+    if top_n >= logits.shape[-1]:  # every token is in the set: no boundary to cross
+        ids = logits.topk(top_n, dim=-1).indices
+        infinite = torch.full(ids.shape[:1], float("inf"), device=logits.device)
+        return torch.cat([ids, ids[:, -1:]], dim=-1), infinite, torch.zeros_like(infinite, dtype=torch.bool)
+    values, ids = logits.topk(top_n + 1, dim=-1)
+    gap = values[:, -2] - values[:, -1]
+    return ids, gap, gap <= eps * (values[:, -2].abs() + values[:, -1].abs())
+
+
+def _swap_boundary(top_ids: torch.Tensor, top_n: int) -> torch.Tensor:
+    """The top-n set with its n-th candidate replaced by the (n+1)-th.  [k, n+1] -> [k, n]"""
+    return torch.cat([top_ids[:, : top_n - 1], top_ids[:, top_n:]], dim=-1)
+
+
+def _shared(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """|a ∩ b| per row of two id sets.  [B, n], [B, n] -> [B] (int64)"""
+    return (a[:, :, None] == b[:, None, :]).any(dim=-1).sum(dim=-1)  # [B, n, n] -> [B]
+
+
+def _entropy_tolerance(logits: torch.Tensor, eps: float) -> torch.Tensor:
+    """ε_H = eps·‖p_i (log p_i + H) |z_i|‖₂: how far H can move when each logit moves by one rounding step.  [k, V] -> [k]"""
+    logits = logits.float()
+    log_p = torch.log_softmax(logits, dim=-1)
+    p = log_p.exp()
+    h = -(p * log_p).nansum(dim=-1, keepdim=True)
+    sensitivity = torch.nan_to_num(p * (log_p + h) * logits.abs(), nan=0.0)  # 0 where p = 0 (masked tokens)
+    return eps * sensitivity.norm(dim=-1)
 
 
 # --- sampling distributions -------------------------------------------------------------------

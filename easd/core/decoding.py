@@ -52,6 +52,19 @@ class Block:
 
 
 BLOCK_END = {"target_resample": "rejected", "easd_penalty": "penalty", "bonus": "bonus"}
+# trace column -> acceptance.Margins field
+MARGIN_FIELDS = {
+    "h_draft_margin": "h_draft",
+    "h_target_margin": "h_target",
+    "draft_gap": "draft_gap",
+    "target_gap": "target_gap",
+    "overlap_swap": "overlap_swap",
+    "h_draft_tol": "h_draft_tol",
+    "h_target_tol": "h_target_tol",
+    "overlap_low": "overlap_low",
+    "overlap_high": "overlap_high",
+    "fragile": "fragile",
+}
 
 
 @dataclass
@@ -68,6 +81,7 @@ class Verdict:
     h_target: torch.Tensor  # [k+1]
     overlap: torch.Tensor  # [k] integer counts
     triggered: torch.Tensor  # [k] bool
+    margins: acc.Margins  # [k] each: how far the rule's decision was from flipping
 
 
 def judge_block(
@@ -76,6 +90,7 @@ def judge_block(
     drafted: torch.Tensor,  # [k] c_1..c_k
     settings: DecodeSettings,
     generator: torch.Generator | None,
+    rounding: acc.Rounding = acc.EXACT,  # the models' precision, for the margins' fragile flag
 ) -> Verdict:
     """Steps 3–4 of one block (README, "The method"). Pure apart from the random numbers it draws."""
     k, T, top_p = len(drafted), settings.temperature, settings.top_p
@@ -88,9 +103,9 @@ def judge_block(
     q_probs, p_probs = acc.raw_probs(draft_logits), acc.raw_probs(target_logits)  # signals use temperature 1
     h_draft, h_target = acc.entropy_of_probs(q_probs), acc.entropy_of_probs(p_probs)
     overlap = acc.overlap_count(draft_logits, target_logits[:k], settings.top_n)
-    triggered = acc.rule_fires(
-        settings.rule, h_draft, h_target[:k], overlap, tau_h=settings.tau_h, tau_o=settings.tau_o, top_n=settings.top_n
-    )
+    rule = {"rule": settings.rule, "tau_h": settings.tau_h, "tau_o": settings.tau_o, "top_n": settings.top_n}
+    triggered = acc.rule_fires(h_draft=h_draft, h_target=h_target[:k], overlap=overlap, **rule)
+    margins = acc.decision_margins(draft_logits, target_logits[:k], h_draft, h_target[:k], overlap, rounding=rounding, **rule)
     penalized = accepted & triggered if settings.method == "easd" else torch.zeros_like(accepted)  # the one EASD line
 
     ends = (~accepted | penalized).nonzero()
@@ -102,7 +117,7 @@ def judge_block(
     else:
         probs, origin = acc.penalty_probs(target_logits[n : n + 1], drafted[n : n + 1], T, top_p), "easd_penalty"
     token = int(acc.draw(probs, generator, settings.greedy))
-    return Verdict(n, token, origin, accept_prob, q_probs, p_probs, h_draft, h_target, overlap, triggered)
+    return Verdict(n, token, origin, accept_prob, q_probs, p_probs, h_draft, h_target, overlap, triggered, margins)
 
 
 # --- turning decisions into trace records -------------------------------------------------------
@@ -153,12 +168,19 @@ class Recorder:
         accept_prob, h_draft, overlap, triggered = (
             t[:examined].tolist() for t in (verdict.accept_prob, verdict.h_draft, verdict.overlap, verdict.triggered)
         )
+        margins = {name: getattr(verdict.margins, name)[:examined].tolist() for name in MARGIN_FIELDS.values()}
         for i in range(examined):
             record = records[i]
             record.draft_token_id, record.draft_token_text = drafted[i], self.text(drafted[i])
             record.p_draft, record.p_target, record.accept_prob = p_draft[i], p_target[i], accept_prob[i]
             record.h_draft, record.overlap, record.triggered = h_draft[i], overlap[i] / self.settings.top_n, triggered[i]
             record.draft_top = q_top[i]
+            for column, name in MARGIN_FIELDS.items():
+                setattr(record, column, margins[name][i])
+            record.overlap_low, record.overlap_high = (
+                record.overlap_low / self.settings.top_n,
+                record.overlap_high / self.settings.top_n,
+            )
         return records
 
     def single_record(self, block: int, position: int, token: int, logits: torch.Tensor) -> TokenRecord:
@@ -401,7 +423,8 @@ class Batch:
         ks = {row: min(g.settings.k, g.room() - 1) for row, g in enumerate(self.rows) if g.settings.method in SPECULATIVE}
         drafted, q_logits, draft_only = self._draft(ks)
         sequences = {row: g.tokens + drafted.get(row, []) for row, g in enumerate(self.rows) if g.uses_target}
-        p_logits = self.target.logits(sequences, {row: ks.get(row, 0) + 1 for row in sequences}) if sequences else {}
+        last = {row: ks.get(row, 0) + 1 for row in sequences}
+        p_logits = self.target.logits(sequences, last, self._precise()) if sequences else {}
         blocks = []
         for row, generation in enumerate(self.rows):
             index, position = self._block_index(generation), len(generation.tokens) - generation.prompt_length
@@ -412,6 +435,7 @@ class Batch:
                     torch.tensor(drafted[row], dtype=torch.long, device=p_logits[row].device),
                     generation.settings,
                     generation.generator,
+                    self.pair.rounding,
                 )
                 records = generation.recorder.block_records(index, position, drafted[row], verdict)
                 end = BLOCK_END[verdict.origin]
@@ -458,7 +482,7 @@ class Batch:
             sequences = {row: self.rows[row].tokens + drafted[row] for row, k in ks.items() if k > i}
             if i == 0:
                 sequences |= {row: self.rows[row].tokens for row in draft_only}
-            out = self.draft.logits(sequences, dict.fromkeys(sequences, 1))  # {row: [1, V]}
+            out = self.draft.logits(sequences, dict.fromkeys(sequences, 1), self._precise())  # {row: [1, V]}
             for row, step_logits in out.items():
                 if row not in ks:
                     single[row] = step_logits
@@ -469,6 +493,10 @@ class Batch:
                 logits[row].append(step_logits)
         empty = torch.empty(0, self.pair.vocab_size, device=self.pair.device)  # k = 0: the block is just the target's token
         return drafted, {row: torch.cat(steps) if steps else empty for row, steps in logits.items()}, single
+
+    def _precise(self) -> set[int]:
+        """Rows whose logits come from a float32 lm_head (settings.signals)."""
+        return {row for row, g in enumerate(self.rows) if g.settings.signals == "float32"}
 
     def _block_index(self, generation: Generation) -> int:
         return generation.checkpoints[-1].block

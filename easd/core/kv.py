@@ -19,6 +19,9 @@ batch dimension.
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Collection
+
 import torch
 from transformers import DynamicCache
 
@@ -44,6 +47,30 @@ def bytes_per_token(model) -> int:
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     element = model.get_input_embeddings().weight.element_size()  # int8 Linear layers still cache float activations
     return 2 * config.num_hidden_layers * heads * head_dim * element
+
+
+_FLOAT32_HEADS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its lm_head in float32
+
+
+def float32_head(model) -> torch.nn.Module:
+    """The model's lm_head computing in float32 (README, "Fragile decisions").
+
+    A float32 head (and an int8 one, whose output is float32) is used as it is; a bfloat16 or
+    float16 head gets a float32 copy of its weights, made once per model. It costs vocabulary ×
+    hidden × 4 bytes (0.9 GB for the 1.5B target) and a float32 matrix product per pass.
+    """
+    head = model.get_output_embeddings()
+    weight = getattr(head, "weight", None)
+    if not isinstance(weight, torch.Tensor) or weight.dtype == torch.float32:
+        return head
+    if model not in _FLOAT32_HEADS:
+        copy = torch.nn.Linear(head.in_features, head.out_features, bias=head.bias is not None, device=weight.device)
+        with torch.no_grad():
+            copy.weight.copy_(weight)
+            if head.bias is not None:
+                copy.bias.copy_(head.bias)
+        _FLOAT32_HEADS[model] = copy.requires_grad_(False)
+    return _FLOAT32_HEADS[model]
 
 
 def free_memory(device: torch.device) -> int:
@@ -123,12 +150,15 @@ class KVSlots:
     # --- the forward pass ---------------------------------------------------------------------
 
     @torch.no_grad()
-    def logits(self, sequences: dict[int, list[int]], last: dict[int, int]) -> dict[int, torch.Tensor]:
+    def logits(
+        self, sequences: dict[int, list[int]], last: dict[int, int], precise: Collection[int] = ()
+    ) -> dict[int, torch.Tensor]:
         """One forward pass over the tokens of each row in `sequences` that the cache has not seen.
 
         `sequences[row]` is the row's whole sequence; rows not in it take no part (their slots
         in this pass stay unused). Returns, per row, the logits at its last `last[row]` positions,
-        cut to the shared vocabulary, in float32.  -> {row: [last[row], V]}
+        cut to the shared vocabulary, as float32; rows in `precise` get them from a float32
+        lm_head, the others from the model's own.  -> {row: [last[row], V]}
         """
         if not self.use_cache:
             self.layers, self.used = [], torch.zeros(self.rows, 0, dtype=torch.bool, device=self.used.device)
@@ -152,7 +182,12 @@ class KVSlots:
         rows = list(fresh)
         picks = [(row, j) for row in rows for j in range(len(fresh[row]) - last[row], len(fresh[row]))]
         chosen = hidden[[r for r, _ in picks], [j for _, j in picks]]  # [sum(last), H]
-        logits = self.model.get_output_embeddings()(chosen)[:, : self.vocab_size].float()  # [sum(last), V]
+        in_float32 = torch.tensor([row in precise for row, _ in picks], device=device)  # [sum(last)]
+        logits = torch.empty(len(picks), self.vocab_size, device=device)  # [sum(last), V] float32
+        if in_float32.any():
+            logits[in_float32] = float32_head(self.model)(chosen[in_float32].float())[:, : self.vocab_size]
+        if not in_float32.all():
+            logits[~in_float32] = self.model.get_output_embeddings()(chosen[~in_float32])[:, : self.vocab_size].float()
         return dict(zip(rows, logits.split([last[row] for row in rows])))
 
     # --- keeping the cache small ----------------------------------------------------------------

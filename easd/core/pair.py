@@ -11,6 +11,10 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from .acceptance import Rounding
+
+INT8_EPS = 2.0**-7  # dynamic int8: 255 levels per tensor, about bfloat16's relative step
+
 
 @dataclass
 class ModelPair:
@@ -35,6 +39,18 @@ class ModelPair:
     def dtype(self) -> torch.dtype:
         return self.target.dtype
 
+    @property
+    def rounding(self) -> Rounding:
+        """Each model's relative precision, for the fragility of the rule's decisions (README, "Fragile decisions")."""
+        return Rounding(draft=relative_precision(self.draft), target=relative_precision(self.target))
+
     def describe(self) -> str:
         dtype = str(self.dtype).removeprefix("torch.")
         return f"draft {self.draft_name} → target {self.target_name} ({dtype}, {self.device})"
+
+
+def relative_precision(model: PreTrainedModel) -> float:
+    """Machine epsilon of the model's weights: its dtype's, or INT8_EPS for int8 weights (whose head has no weight tensor)."""
+    if not isinstance(getattr(model.get_output_embeddings(), "weight", None), torch.Tensor):
+        return INT8_EPS
+    return torch.finfo(model.dtype).eps

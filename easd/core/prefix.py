@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from .decoding import Generation
 from .settings import DecodeSettings
 from .trace import Trace
-from .whatif import first_penalty_block, would_fire
+from .whatif import entropy_margins, first_penalty_block, would_be_fragile, would_fire
 
 
 @dataclass
@@ -67,8 +67,15 @@ def _relabelled(trace: Trace, settings: DecodeSettings) -> Trace:
 
 
 def _retrigger(trace: Trace, settings: DecodeSettings) -> None:
-    """Recompute `triggered` on rows copied from the SD run, under this run's rule and thresholds."""
+    """Recompute `triggered`, the entropy margins and `fragile` on rows copied from the SD run,
+    under this run's rule and thresholds, with the same functions the loop uses."""
     fires = would_fire(trace, settings.rule, settings.tau_h, settings.tau_o, settings.top_n)
-    for record, fired in zip(trace.records, fires):
-        if record.draft_token_id is not None:
-            record.triggered = bool(fired)
+    fragile = would_be_fragile(trace, settings.rule, settings.tau_h, settings.tau_o)
+    h_draft_margin, h_target_margin = entropy_margins(trace, settings.tau_h)
+    for i, record in enumerate(trace.records):
+        if record.draft_token_id is None:
+            continue
+        record.triggered = bool(fires[i])
+        if record.h_draft_tol is not None:
+            record.fragile = bool(fragile[i])
+            record.h_draft_margin, record.h_target_margin = float(h_draft_margin[i]), float(h_target_margin[i])

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, fields
 from ..errors import SettingsError
 
 METHODS = ("target", "draft", "sd", "easd")
+SIGNALS = ("float32", "model")
 RULES = ("full", "no_overlap", "no_draft_entropy", "target_entropy_only")
 MAX_K = 64  # more drafted tokens than this only wastes draft passes: acceptance decays geometrically
 MAX_TOP_N = 100  # top-n lists are stored per token in the trace; 100 columns is already a lot
@@ -31,6 +32,9 @@ class DecodeSettings:
     max_new_tokens: int = 128  # long enough for a short answer, short enough for a CPU demo
     seed: int = 0  # one seed per run: SD and EASD with the same seed agree until the first penalty
     record_top: int = 0  # top candidates kept per token in the trace; 0 means max(top_n, 5)
+    # The lm_head in float32 even for bfloat16 weights, so that rounding of the logits does not
+    # decide the rule (README, "Fragile decisions"); "model" keeps the model's dtype, as before.
+    signals: str = "float32"
 
     @property
     def greedy(self) -> bool:
@@ -81,6 +85,7 @@ def _require(condition: bool, name: str, allowed: str, value) -> None:
 def _check_choices(s: DecodeSettings) -> None:
     _require(s.method in METHODS, "method", "one of " + ", ".join(METHODS), s.method)
     _require(s.rule in RULES, "rule", "one of " + ", ".join(RULES), s.rule)
+    _require(s.signals in SIGNALS, "signals", "one of " + ", ".join(SIGNALS), s.signals)
 
 
 def _check_counts(s: DecodeSettings) -> None:

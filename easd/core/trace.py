@@ -42,6 +42,17 @@ class TokenRecord:
     h_target: float | None = None  # H(p) in nats
     overlap: float | None = None  # |top-n(q) ∩ top-n(p)| / n
     triggered: bool | None = None  # the EASD rule fired here (recorded in SD runs too)
+    # How far that decision was from flipping (README, "Fragile decisions"); None in older files
+    h_draft_margin: float | None = None  # h_draft − τ_H
+    h_target_margin: float | None = None  # h_target − τ_H
+    draft_gap: float | None = None  # the draft's n-th minus (n+1)-th logit
+    target_gap: float | None = None  # the target's n-th minus (n+1)-th logit
+    overlap_swap: bool | None = None  # swapping either model's n-th and (n+1)-th candidates changes the overlap
+    h_draft_tol: float | None = None  # how far h_draft can move when the logits move by one rounding step
+    h_target_tol: float | None = None
+    overlap_low: float | None = None  # the lowest overlap (/ n) swaps within rounding can reach
+    overlap_high: float | None = None  # the highest
+    fragile: bool | None = None  # a perturbation at the models' precision could flip the decision
     draft_top: list[Candidate] = field(default_factory=list)
     target_top: list[Candidate] = field(default_factory=list)
 
@@ -109,6 +120,9 @@ def summarize(trace: Trace) -> dict:
     examined = sum(r.draft_token_id is not None for r in records)
     accepted = sum(r.origin == "draft_accepted" for r in records)
     penalized = [r.position for r in records if r.origin == "easd_penalty"]
+    fired = sum(bool(r.triggered) for r in records if r.draft_token_id is not None)
+    fragile = sum(bool(r.fragile) for r in records if r.draft_token_id is not None)
+    fragile_penalties = sum(bool(r.fragile) for r in records if r.origin == "easd_penalty")
     blocks = len({r.block for r in records})
     seconds = stats.seconds
     return {
@@ -125,6 +139,9 @@ def summarize(trace: Trace) -> dict:
         "penalized": len(penalized),
         "penalized_rate": len(penalized) / len(records) if records else None,
         "first_penalty_position": penalized[0] if penalized else None,
+        "fired": fired,  # drafted positions where the rule fired (in SD runs too)
+        "fragile": fragile,  # drafted positions whose decision (fired or not) could flip by rounding
+        "fragile_penalties": fragile_penalties,
         "stop_reason": stats.stop_reason,
     }
 
@@ -132,14 +149,29 @@ def summarize(trace: Trace) -> dict:
 # --- flat rows (CSV columns) --------------------------------------------------------------------
 
 _RECORD_SCALARS = [f.name for f in fields(TokenRecord) if f.name not in ("draft_top", "target_top")]
-_SETTING_COLUMNS = ["tau_h", "tau_o", "top_n", "k", "temperature", "top_p", "seed"]
+_SETTING_COLUMNS = ["tau_h", "tau_o", "top_n", "k", "temperature", "top_p", "seed", "signals"]
+MARGIN_COLUMNS = [
+    "h_draft_margin",
+    "h_target_margin",
+    "draft_gap",
+    "target_gap",
+    "overlap_swap",
+    "h_draft_tol",
+    "h_target_tol",
+    "overlap_low",
+    "overlap_high",
+    "fragile",
+]
+# Columns added after files were first written: a file without them still reads (they are empty, signals "float32")
+OPTIONAL_COLUMNS = (*MARGIN_COLUMNS, "signals")
 _RUN_COLUMNS = ["method", "rule", *_SETTING_COLUMNS, "draft_model", "target_model"]  # the same on every row of a run
 
 
 def columns(top: int) -> list[str]:
     """CSV column names for traces keeping `top` candidates per token, in the README's order."""
     tops = [f"{side}_top{j}_{part}" for j in range(1, top + 1) for side in ("draft", "target") for part in ("id", "text", "prob")]
-    return ["method", "rule", *_RECORD_SCALARS, *tops, *_SETTING_COLUMNS, "draft_model", "target_model"]
+    decisions = [name for name in _RECORD_SCALARS if name not in MARGIN_COLUMNS]
+    return ["method", "rule", *decisions, *tops, *MARGIN_COLUMNS, *_SETTING_COLUMNS, "draft_model", "target_model"]
 
 
 def to_rows(trace: Trace) -> list[dict]:
@@ -281,7 +313,7 @@ def _runs_from_csv(lines: Iterator[list[str]]) -> list[Trace]:
             if row["position"] == 0:  # a new run starts here
                 if len(traces) == MAX_RUNS:
                     raise SchemaError("", f"a file may hold at most {MAX_RUNS} runs")
-                first = {name: row[name] for name in _RUN_COLUMNS}
+                first = {name: row.get(name) for name in _RUN_COLUMNS}
                 traces.append(_csv_run(first))
             elif not traces:
                 raise SchemaError("position", "the first row must start a run, with position 0")
@@ -296,7 +328,7 @@ def _check_header(header: list[str]) -> list[tuple[str, schema.Field]]:
     top = schema.candidate_count(header)
     if top > schema.MAX_CANDIDATES:
         raise SchemaError("header", f"{top} candidates per token is more than the {schema.MAX_CANDIDATES} a trace may hold")
-    missing = [name for name in columns(top) if name not in header]
+    missing = [name for name in columns(top) if name not in header and name not in OPTIONAL_COLUMNS]
     if missing:
         raise SchemaError("header", f"not an EASD trace; missing columns: {', '.join(missing[:6])}")
     if len(header) != len(set(header)):
@@ -324,15 +356,16 @@ def _csv_row(header: list[tuple[str, schema.Field]], line: list[str]) -> dict:
 
 
 def _csv_run(first: dict) -> Trace:
-    settings = _settings({name: first[name] for name in ("method", "rule", *_SETTING_COLUMNS)})
+    given = {name: first[name] for name in ("method", "rule", *_SETTING_COLUMNS)}
+    settings = _settings({name: value for name, value in given.items() if value is not None})
     return Trace(settings=settings, draft_model=first["draft_model"], target_model=first["target_model"])
 
 
 def _check_same_run(row: dict, first: dict) -> None:
     for name in _RUN_COLUMNS:
-        if row[name] != first[name]:
+        if row.get(name) != first[name]:
             raise SchemaError(
-                name, f"is {row[name]!r}, but {first[name]!r} on the run's first row: a run's settings are on every row"
+                name, f"is {row.get(name)!r}, but {first[name]!r} on the run's first row: a run's settings are on every row"
             )
 
 

@@ -12,7 +12,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from .settings import MAX_TOP_N, METHODS, RULES
+from .settings import MAX_TOP_N, METHODS, RULES, SIGNALS
 
 ORIGINS = ("draft_accepted", "target_resample", "easd_penalty", "bonus", "target", "draft")
 BLOCK_ENDS = ("rejected", "penalty", "bonus", "single")  # as decoding.Block.end
@@ -161,6 +161,16 @@ ROW_FIELDS = {
     "h_target": ENTROPY,
     "overlap": PROBABILITY,
     "triggered": BOOL,
+    "h_draft_margin": REAL,
+    "h_target_margin": REAL,
+    "draft_gap": Field("float", 0.0),
+    "target_gap": Field("float", 0.0),
+    "overlap_swap": BOOL,
+    "h_draft_tol": Field("float", 0.0),
+    "h_target_tol": Field("float", 0.0),
+    "overlap_low": PROBABILITY,
+    "overlap_high": PROBABILITY,
+    "fragile": BOOL,
 }
 REQUIRED = ("position", "block", "token_id", "token_text", "origin")
 # Types only: DecodeSettings.validate() then checks their ranges, as it does for a run.
@@ -176,6 +186,7 @@ SETTINGS_FIELDS = {
     "max_new_tokens": COUNT,
     "seed": COUNT,
     "record_top": COUNT,
+    "signals": Field("text", choices=SIGNALS),
 }
 MODEL_FIELDS = {"draft_model": TEXT, "target_model": TEXT}
 STATS_FIELDS = {

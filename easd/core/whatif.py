@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .acceptance import rule_fires
+from .acceptance import fragile_decisions, rule_fires
 from .trace import TokenRecord, Trace
 
 
@@ -39,6 +39,39 @@ def would_fire(trace: Trace, rule: str, tau_h: float, tau_o: float, top_n: int) 
     h_draft, h_target = signal_column(trace, "h_draft"), signal_column(trace, "h_target")
     fires = rule_fires(rule, h_draft, h_target, overlap_counts(trace, top_n), tau_h=tau_h, tau_o=tau_o, top_n=top_n)
     return np.asarray(fires) & drafted_positions(trace)  # never at bonus tokens, as in the loop
+
+
+def would_be_fragile(trace: Trace, rule: str, tau_h: float, tau_o: float) -> np.ndarray:
+    """Whether a rounding step could flip the rule's decision at each row, under these settings (the trace's n).
+
+    Read from the tolerances the run recorded (README, "Fragile decisions"); None where a row
+    has none (no draft, or a file written before they existed).
+    """
+    top_n = trace.settings.top_n
+    known = np.array([r.h_draft_tol is not None and r.draft_token_id is not None for r in trace.records], dtype=bool)
+    fragile = fragile_decisions(
+        signal_column(trace, "h_draft"),
+        signal_column(trace, "h_target"),
+        overlap_counts(trace, top_n),
+        signal_column(trace, "h_draft_tol"),
+        signal_column(trace, "h_target_tol"),
+        _counts(trace, "overlap_low", top_n),
+        _counts(trace, "overlap_high", top_n),
+        rule=rule,
+        tau_h=tau_h,
+        tau_o=tau_o,
+        top_n=top_n,
+    )
+    return np.where(known, np.asarray(fragile), None)
+
+
+def entropy_margins(trace: Trace, tau_h: float) -> tuple[np.ndarray, np.ndarray]:
+    """h − τ_H per row for draft and target, in float32 as the loop computes them (NaN where missing)."""
+    return signal_column(trace, "h_draft") - tau_h, signal_column(trace, "h_target") - tau_h
+
+
+def _counts(trace: Trace, name: str, top_n: int) -> np.ndarray:
+    return np.array([np.nan if getattr(r, name) is None else round(getattr(r, name) * top_n) for r in trace.records], dtype=float)
 
 
 def would_penalize(trace: Trace, rule: str, tau_h: float, tau_o: float, top_n: int) -> np.ndarray:
@@ -80,5 +113,5 @@ def fire_share_grid(trace: Trace, rule: str, tau_hs, tau_os, top_n: int) -> np.n
 
 
 def signal_column(trace: Trace, name: str) -> np.ndarray:
-    """An entropy column in float32, the precision the loop compared it in against τ_H."""
+    """An entropy (or tolerance) column in float32, the precision the loop compared it in against τ_H."""
     return np.array([np.nan if getattr(r, name) is None else getattr(r, name) for r in trace.records], dtype=np.float32)

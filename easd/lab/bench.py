@@ -3,6 +3,9 @@
 Rows: our target-only loop, transformers' assisted generation (its defaults, and a constant
 k with its confidence cut-off disabled), our SD and our EASD (one row per τ_H asked for).
 
+SD and EASD also run with their logits in the model's own dtype (`--signals model`) when the
+pair's heads are not float32, so the cost of float32 signals is measured in the same run.
+
 Fairness: every method runs a short untimed warm-up first, so one-off costs do not land on
 whichever runs first. Then, prompt by prompt, all methods run back to back in an order that
 rotates from prompt to prompt, so slow drifts of a shared machine's speed (we saw ±15% between
@@ -18,6 +21,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from ..core.decoding import Batch, Generation, encode_prompt
+from ..core.kv import float32_head
 from ..core.pair import ModelPair
 from ..core.settings import DecodeSettings
 from ..core.trace import Trace
@@ -78,9 +82,17 @@ def run_benchmark(pair: ModelPair, n_prompts: int, max_new_tokens: int, k: int, 
     }
     for tau_h in tau_hs:
         methods[f"EASD (k={k}, τ_H={tau_h:g})"] = lambda p, tau_h=tau_h: _ours(pair, p, replace(sd, method="easd", tau_h=tau_h))
+    low_precision = head_copy_bytes(pair) > 0
+    if low_precision:  # what float32 signals cost: the same runs with the model's own logits
+        model_sd = replace(sd, signals="model")
+        methods[f"SD (k={k}, {MODEL_LOGITS})"] = lambda p: _ours(pair, p, model_sd)
+        methods[f"EASD (k={k}, τ_H={tau_hs[0]:g}, {MODEL_LOGITS})"] = lambda p: _ours(
+            pair, p, replace(model_sd, method="easd", tau_h=tau_hs[0])
+        )
     print(
         f"bench: {pair.describe()}, {n_prompts} prompts × {repeats}, {max_new_tokens} new tokens, greedy, {torch.get_num_threads()} threads"
     )
+    print(signals_memory(pair))
     rows = {name: Row(name) for name in methods}
     for decode in methods.values():
         decode(prompts[0][:40])  # untimed warm-up on a short prompt
@@ -90,17 +102,43 @@ def run_benchmark(pair: ModelPair, n_prompts: int, max_new_tokens: int, k: int, 
             _time_one(rows[names[i]], methods[names[i]], prompt)
         print(f"  prompt {turn + 1}/{len(prompts) * repeats} done", flush=True)
     for row in rows.values():
-        print(f"  {row.name:<34} {row.tokens:>6} tokens {row.seconds:>8.2f} s {row.tokens_per_s:>7.2f} tokens/s  {row.rates()}")
-    sd, easds = rows[f"SD (k={k})"], [rows[name] for name in names if name.startswith("EASD")]
-    _print_ratios(
-        [
-            ("SD ÷ transformers assisted (same k)", sd, rows[f"transformers assisted (k={k})"]),
-            ("SD ÷ target-only", sd, rows["target-only"]),
-        ]
-        + [(f"{easd.name} ÷ SD", easd, sd) for easd in easds]
-    )
+        print(f"  {row.name:<42} {row.tokens:>6} tokens {row.seconds:>8.2f} s {row.tokens_per_s:>7.2f} tokens/s  {row.rates()}")
+    sd = rows[f"SD (k={k})"]
+    easds = [rows[name] for name in names if name.startswith("EASD") and MODEL_LOGITS not in name]
+    ratios = [
+        ("SD ÷ transformers assisted (same k)", sd, rows[f"transformers assisted (k={k})"]),
+        ("SD ÷ target-only", sd, rows["target-only"]),
+    ] + [(f"{easd.name} ÷ SD", easd, sd) for easd in easds]
+    if low_precision:
+        ratios.append(("SD, float32 signals ÷ model-dtype logits", sd, rows[f"SD (k={k}, {MODEL_LOGITS})"]))
+    _print_ratios(ratios)
     _print_equality(sd, rows["target-only"])
     return 0
+
+
+MODEL_LOGITS = "model-dtype logits"
+
+
+def head_copy_bytes(pair: ModelPair) -> int:
+    """Memory float32 signals add: the float32 copies of the pair's bfloat16/float16 lm_heads (shared if one model)."""
+    total = 0
+    for model in {id(m): m for m in (pair.draft, pair.target)}.values():
+        head = model.get_output_embeddings()
+        if float32_head(model) is not head:
+            total += head.weight.numel() * 4
+    return total
+
+
+def signals_memory(pair: ModelPair) -> str:
+    copies = head_copy_bytes(pair)
+    if not copies:
+        return "signals: both lm_heads compute in float32 already; float32 signals cost nothing here"
+    return f"signals: float32 copies of the lm_heads take {copies / 2**20:.0f} MB (the pair's weights: {_weights_bytes(pair) / 2**20:.0f} MB)"
+
+
+def _weights_bytes(pair: ModelPair) -> int:
+    tensors = {id(t): t for m in (pair.draft, pair.target) for t in [*m.parameters(), *m.buffers()]}
+    return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
 def _rotated(n: int, turn: int) -> list[int]:

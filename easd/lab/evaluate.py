@@ -197,6 +197,7 @@ def result_row(problem: Problem, label: str, sample: int, trace: Trace, saved_se
         "accepted": summary["accepted"],
         "examined": summary["examined"],
         "penalized": summary["penalized"],
+        "fragile_penalties": summary["fragile_penalties"],
         "first_penalty_position": summary["first_penalty_position"],
         "target_calls": summary["target_calls"],
         "draft_calls": summary["draft_calls"],

@@ -28,6 +28,10 @@ SUMMARY_COLUMNS = [
     "tokens_per_s",
     "acceptance_rate",
     "penalized_token_rate",
+    "penalties",
+    "fragile_share",
+    "robust_runs",
+    "robust_accuracy",
     "target_calls_per_token",
     "cut_off",
     "saved_seconds",
@@ -57,6 +61,7 @@ def _summary_row(method: str, group: pd.DataFrame, format: str) -> dict:
         "tokens_per_s": tokens / seconds if seconds else np.nan,
         "acceptance_rate": group["accepted"].sum() / examined if examined else np.nan,
         "penalized_token_rate": group["penalized"].sum() / tokens if tokens else np.nan,
+        **_fragility(group),
         "target_calls_per_token": group["target_calls"].sum() / tokens if tokens else np.nan,
         "cut_off": float((group["stop_reason"] != "eos").mean()),
         "saved_seconds": group["saved_seconds"].sum(),
@@ -69,6 +74,22 @@ def _summary_row(method: str, group: pd.DataFrame, format: str) -> dict:
             vote_accuracy=_vote_accuracy(group, format),
         )
     return row
+
+
+def _fragility(group: pd.DataFrame) -> dict:
+    """Penalties, the share of them a rounding step could have flipped, and accuracy over the runs whose
+    every penalty was robust (README, "Fragile decisions"). Unknown (NaN) for results written without it."""
+    penalties = int(group["penalized"].sum())
+    known = group["fragile_penalties"].notna()
+    if not known.all():
+        return {"penalties": penalties, "fragile_share": np.nan, "robust_runs": np.nan, "robust_accuracy": np.nan}
+    robust = group[group["fragile_penalties"] == 0]
+    return {
+        "penalties": penalties,
+        "fragile_share": group["fragile_penalties"].sum() / penalties if penalties else np.nan,
+        "robust_runs": len(robust),
+        "robust_accuracy": robust["correct"].mean() if len(robust) else np.nan,
+    }
 
 
 def _vote_accuracy(group: pd.DataFrame, format: str) -> float:
@@ -152,7 +173,8 @@ def write_reports(out: Path, format: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     summary, paired = summary_table(results, format), paired_table(results)
     summary.to_csv(out / "summary.csv", index=False, float_format="%.4f")
     paired.to_csv(out / "paired.csv", index=False, float_format="%.4f")
-    write_html(out / "report.html", "EASD evaluation", [accuracy_figure(summary), speed_figure(summary), paired_figure(paired)])
+    figures = [accuracy_figure(summary), speed_figure(summary), fragility_figure(summary), paired_figure(paired)]
+    write_html(out / "report.html", "EASD evaluation", figures)
     return summary, paired
 
 
@@ -163,6 +185,22 @@ def write_html(path: Path, title: str, figures: list[go.Figure]) -> None:
         f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title></head><body>{''.join(parts)}</body></html>",
         encoding="utf-8",
     )
+
+
+def fragility_figure(summary: pd.DataFrame) -> go.Figure:
+    """Penalties, the share a rounding step could have flipped, and accuracy over runs whose every penalty was robust."""
+    columns = ["method", "accuracy", "penalties", "fragile_share", "robust_runs", "robust_accuracy"]
+    cells = [[_table_cell(v) for v in summary[c]] for c in columns]
+    figure = go.Figure(go.Table(header=dict(values=columns), cells=dict(values=cells)))
+    return figure.update_layout(
+        title="Penalties decided by rounding (README, 'Fragile decisions')", height=120 + 30 * len(summary)
+    )
+
+
+def _table_cell(value) -> str:
+    if isinstance(value, str):
+        return value
+    return "n/a" if pd.isna(value) else f"{value:.3g}"
 
 
 def accuracy_figure(summary: pd.DataFrame) -> go.Figure:

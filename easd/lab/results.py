@@ -32,6 +32,7 @@ RESULT_COLUMNS = [
     "accepted",
     "examined",
     "penalized",
+    "fragile_penalties",
     "first_penalty_position",
     "target_calls",
     "draft_calls",
@@ -48,6 +49,7 @@ RESUME_KEYS = ("pair", "data", "format", "shuffle", "samples", "settings")
 TEXT_COLUMNS = {"problem_id", "method", "prediction", "extraction", "gold", "correct", "stop_reason", "text"}
 NUMERIC = [column for column in RESULT_COLUMNS if column not in TEXT_COLUMNS]
 OPTIONAL = {"acceptance_rate", "first_penalty_position"}  # empty where they do not exist (no drafts, no penalty)
+ADDED_LATER = {"fragile_penalties"}  # results.csv files written before it read as "unknown" (empty)
 
 
 def load_results(path: str | Path) -> pd.DataFrame:
@@ -61,11 +63,13 @@ def load_results(path: str | Path) -> pd.DataFrame:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
         raise EasdError(f"{name}: not a readable results CSV ({type(err).__name__})") from None
-    missing = [column for column in RESULT_COLUMNS if column not in frame.columns]
+    missing = [column for column in RESULT_COLUMNS if column not in frame.columns and column not in ADDED_LATER]
     if missing:
         raise EasdError(f"{name}: not a results.csv of `easd eval`; missing columns: {', '.join(missing[:6])}")
     if frame.empty:
         raise EasdError(f"{name}: holds no results yet, only its header")
+    for column in ADDED_LATER - set(frame.columns):
+        frame[column] = ""
     for column in NUMERIC:
         frame[column] = _numbers(frame[column], column, name)
     _check_values(frame["correct"], {"True", "False"}, "correct", name)
@@ -75,7 +79,7 @@ def load_results(path: str | Path) -> pd.DataFrame:
 
 def _numbers(cells: pd.Series, column: str, name: str) -> pd.Series:
     numbers = pd.to_numeric(cells, errors="coerce")
-    bad = ~np.isfinite(numbers) & ~((cells == "") & (column in OPTIONAL))
+    bad = ~np.isfinite(numbers) & ~((cells == "") & (column in OPTIONAL | ADDED_LATER))
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
         raise EasdError(f"{name}: row {row + 2}, column {column}: {cells.iloc[row]!r} is not a number")
