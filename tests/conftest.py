@@ -79,7 +79,8 @@ def app_url(eval_folder):
     while host.pair("tiny-random") is None:
         time.sleep(0.05)
     assets = Path(__file__).resolve().parent.parent / "assets"
-    demo = build_app(host, json.loads((assets / "examples.json").read_text()), eval_dirs=[str(eval_folder)])
+    examples = json.loads((assets / "examples.json").read_text())
+    demo = build_app(host, examples, eval_dirs=[str(eval_folder)])
     demo.queue(default_concurrency_limit=1)
     _, url, _ = demo.launch(
         server_name="127.0.0.1",

@@ -2,6 +2,7 @@
 
 import os
 import shutil
+import time
 
 import pytest
 
@@ -88,10 +89,91 @@ def test_clicking_a_token_fills_the_inspector(browser):
     assert "EASD penalty" in tip and "H_t " in tip and "target top-5:" in tip
 
 
-def test_step_through_walks_blocks(browser):
+def test_the_stepper_follows_the_selected_token_and_walks_on(browser):
+    # the previous test selected EASD's first penalty: the stepper shows its block, numbered as the inspector does
+    block = int(text_of(browser, "inspector").split("· block ")[1].split()[0])
+    wait(browser).until(lambda d: f": block {block} (" in text_of(d, "stepper"))
+    assert "refused by EASD" in text_of(browser, "stepper")
     browser.find_element(By.ID, "step_next").click()
-    wait(browser).until(lambda d: "block 2 of" in text_of(d, "stepper"))
+    wait(browser).until(lambda d: f": block {block + 1} (" in text_of(d, "stepper"))
     assert "Why it ended" in text_of(browser, "stepper")
+
+
+def in_view(driver, element_id: str) -> bool:
+    """Whether the element's box overlaps the viewport."""
+    return driver.execute_script(
+        "const r = document.getElementById(arguments[0]).getBoundingClientRect();"
+        "return r.bottom > 0 && r.top < window.innerHeight && r.height > 0;",
+        element_id,
+    )
+
+
+@pytest.fixture
+def sized(browser):
+    """Set the viewport for one test (a phone's is a touch screen), then put it back."""
+
+    def resize(width: int, height: int):
+        metrics = {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 500}
+        browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+        browser.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": width < 500})
+        browser.execute_script("window.scrollTo(0, 0)")
+
+    yield resize
+    browser.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": False})
+    browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+@pytest.mark.parametrize("width, height", [(1440, 900), (1280, 720)])
+def test_the_lanes_and_their_legend_are_on_the_first_screen(browser, sized, width, height):
+    sized(width, height)
+    for element_id in ("prompt", "generate", "legend", "lane_sd", "lane_easd", "inspector"):
+        assert in_view(browser, element_id), f"{element_id} is below the fold at {width}×{height}"
+
+
+@pytest.mark.parametrize("width, height", [(1280, 720), (390, 844)])
+def test_a_selected_tokens_details_are_in_view(browser, sized, width, height):
+    sized(width, height)
+    token = tokens(browser, "easd", ".o-easd_penalty")[0]
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", token)
+    token.click()
+    wait(browser).until(lambda d: "refused" in text_of(d, "inspector"))
+    assert in_view(browser, "inspector")
+    if width < 500:  # the phone's sheet closes with its button
+        browser.find_element(By.CSS_SELECTOR, "#inspector button.close").click()
+        wait(browser).until(lambda d: "Click or tap a token" in text_of(d, "inspector"))
+
+
+def test_tokens_are_reached_and_selected_with_the_keyboard(browser):
+    first = tokens(browser, "sd")[0]
+    assert first.get_attribute("tabindex") == "0" and first.get_attribute("role") == "button"
+    first.click()
+    wait(browser).until(lambda d: "Token #0 in SD" in text_of(d, "inspector"))
+    focused = lambda d: d.switch_to.active_element.get_attribute("data-pos")  # noqa: E731
+    wait(browser).until(lambda d: focused(d) == "0")
+    for position in (1, 2):
+        browser.switch_to.active_element.send_keys(Keys.ARROW_RIGHT)
+        wait(browser).until(lambda d, p=position: f"Token #{p} in SD" in text_of(d, "inspector") and focused(d) == str(p))
+    browser.switch_to.active_element.send_keys(Keys.ARROW_LEFT)
+    wait(browser).until(lambda d: "Token #1 in SD" in text_of(d, "inspector") and focused(d) == "1")
+    selected = tokens(browser, "sd", ".sel")
+    assert len(selected) == 1 and selected[0].get_attribute("tabindex") == "0"
+    assert selected[0].get_attribute("aria-pressed") == "true"
+
+
+def test_the_page_passes_an_accessibility_check(browser):
+    """axe-core (bundled with axe-playwright-python, injected here) on the Compare tab after a run."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("axe_playwright_python")
+    axe = Path(spec.submodule_search_locations[0]) / "axe.min.js"
+    browser.execute_script(axe.read_text(encoding="utf-8"))
+    result = browser.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "axe.run(document, {runOnly: {type: 'tag', values: ['wcag2a', 'wcag2aa']}}).then(r => done(r.violations.map("
+        "v => ({id: v.id, impact: v.impact, nodes: v.nodes.slice(0, 30).map(n => n.target.join(' '))}))));"
+    )
+    assert result == [], "\n".join(f"{v['id']} ({v['impact']}): {', '.join(v['nodes'])}" for v in result)
 
 
 def test_moving_tau_h_remarks_sd_without_regenerating(browser):
@@ -128,6 +210,29 @@ def test_stop_keeps_what_was_produced_and_frees_the_worker(browser):
     wait(browser).until(lambda d: text_of(d, "message").startswith("Stopped"))
     generate(browser, "Tom has 3 apples.")
     wait(browser).until(lambda d: text_of(d, "message").startswith("Done"))
+    done = text_of(browser, "message")
+    browser.find_element(By.ID, "stop").click()  # a finished run: Stop has nothing to do
+    time.sleep(1)
+    assert text_of(browser, "message") == done
+
+
+def test_a_loaded_trace_brings_its_prompt_and_settings(browser, tmp_path, run):
+    import dataclasses
+
+    from easd.core.settings import DecodeSettings
+
+    settings = DecodeSettings(tau_h=1.5, top_n=3, k=3, max_new_tokens=16)
+    traces = [
+        run("Loaded prompt, three words.", **dataclasses.asdict(dataclasses.replace(settings, method=m))) for m in ("sd", "easd")
+    ]
+    trace_io.write_json(traces, tmp_path / "context.json")
+    browser.find_element(By.CSS_SELECTOR, "input[type=file]").send_keys(str(tmp_path / "context.json"))
+    wait(browser).until(lambda d: "Loaded 2 run(s) from context.json" in text_of(d, "message"))
+    assert "tiny-random-draft" in text_of(browser, "message")
+    wait(browser).until(lambda d: d.find_element(By.CSS_SELECTOR, "#prompt textarea").get_attribute("value") == traces[0].prompt)
+    for name, value in (("tau_h", "1.5"), ("top_n", "3"), ("k", "3")):
+        shown = lambda d, n=name: d.find_element(By.CSS_SELECTOR, f"#{n} input[type=number]").get_attribute("value")  # noqa: E731
+        wait(browser).until(lambda d, v=value, shown=shown: shown(d) == v)
 
 
 def test_loading_a_trace_file_shows_it_escaped(browser, tmp_path):

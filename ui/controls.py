@@ -132,6 +132,11 @@ class RuleView:
         numbers = {name: check_number(name, values[name], FIELDS[name]) for name in WHATIF_FIELDS[1:]}
         return cls(rule=check_rule(values["rule"]), **numbers)
 
+    @classmethod
+    def of(cls, settings: DecodeSettings) -> RuleView:
+        """The rule a run used (a loaded trace's), to re-read it as it ran."""
+        return cls(rule=settings.rule, tau_h=settings.tau_h, tau_o=settings.tau_o, top_n=settings.top_n)
+
     def as_kwargs(self) -> dict:
         return asdict(self)
 
@@ -185,6 +190,17 @@ class Controls:
 
     def read_view(self, values: dict) -> RuleView:
         return RuleView.read({name: values[c] for name, c in self.whatif().items()})
+
+    def show(self, settings: DecodeSettings, max_new_tokens_cap: int) -> dict:
+        """Every control moved to a run's settings (a loaded trace's), so the inspector and the
+        what-if start from what the run used; values beyond a slider's range stop at its end."""
+        limits = fields(max_new_tokens_cap)
+        shown = {
+            c: min(max(getattr(settings, name), limits[name].low), limits[name].high)
+            for name, c in self.settings().items()
+            if name in limits
+        }
+        return shown | {self.rule: settings.rule, self.tau_o_meaning: RuleView.of(settings).overlap_meaning()}
 
 
 def build_controls(max_new_tokens_cap: int) -> Controls:

@@ -103,7 +103,7 @@ def load_folder(tab: EvaluationTab, allowed: list[str], values: dict) -> dict:
     """Open allowed folder number `choice`; anything else the browser sends is refused."""
     choice = values[tab.folder]
     if not choice:
-        return {}
+        return gr.skip()  # change nothing (an empty dict would be read as one output)
     if not (isinstance(choice, str) and choice.isdigit() and int(choice) < len(allowed)):
         raise EasdError("That folder is not one this app was allowed to open.")
     path = Path(allowed[int(choice)])
@@ -114,7 +114,7 @@ def load_folder(tab: EvaluationTab, allowed: list[str], values: dict) -> dict:
 def load_uploads(tab: EvaluationTab, values: dict) -> dict:
     paths = values[tab.uploads]
     if not paths:
-        return {}
+        return gr.skip()  # change nothing (an empty dict would be read as one output)
     files = {Path(p).name: Path(p) for p in paths}
     return _show(tab, files, f"Loaded {', '.join(files)}")
 
@@ -172,7 +172,7 @@ def problem_table(results: pd.DataFrame) -> pd.DataFrame:
 def show_answers(tab: EvaluationTab, values: dict, event: gr.SelectData) -> dict:
     results = values[tab.results]
     if results is None or event is None or event.index is None:
-        return {}
+        return gr.skip()  # change nothing (an empty dict would be read as one output)
     row = problem_table(results).iloc[event.index[0]]
     sides = {tab.left_answer: values[tab.left_method], tab.right_answer: values[tab.right_method]}
     return {side: answer_html(results, row["problem_id"], row["sample"], method) for side, method in sides.items()}

@@ -163,6 +163,10 @@ def compare(
 
 def stop(page: Page, values: dict) -> dict:
     session: Session = values[page.state]
+    # a run Stop cancelled may already have left its loop (its traces then say "stopped"); a finished one keeps its "Done" line
+    cut_short = any(t is not None and t.stats.stop_reason == "stopped" for t in session.traces.values())
+    if not (session.running or cut_short):
+        return gr.skip()
     session.running = False
     return render_all(page, session, page.controls.read_view(values), message=f"Stopped: {_stop_note(session)}")
 
@@ -185,13 +189,20 @@ def rerender(page: Page, values: dict) -> dict:
 
 
 def select_token(page: Page, values: dict, event: gr.EventData) -> dict:
+    """A token was clicked, tapped or chosen by keyboard (lane "" closes the details); the stepper follows it."""
     session: Session = values[page.state]
     data = getattr(event, "_data", None) or {}
     lane, index = data.get("lane"), data.get("pos")
-    if lane in LANES and isinstance(index, int) and not isinstance(index, bool):
+    if lane == "":
+        session.selected = None
+    elif lane in LANES and isinstance(index, int) and not isinstance(index, bool):
         session.select(lane, index)
+        _, record = session.selected_record()
+        if record is not None:
+            session.step_lane = lane
+            session.step = next(i for i, v in enumerate(block_views(session.traces[lane])) if v.index == record.block)
     view = page.controls.read_view(values)
-    return render_lanes(page, session, view) | render_panels(page, session, view)
+    return render_lanes(page, session, view) | render_panels(page, session, view) | {page.step_lane: session.step_lane}
 
 
 def step(page: Page, delta: int, values: dict) -> dict:
@@ -199,17 +210,16 @@ def step(page: Page, delta: int, values: dict) -> dict:
     session: Session = values[page.state]
     lane = values[page.step_lane]
     if lane not in LANES:
-        return {}
+        return gr.skip()  # change nothing (an empty dict would be read as one output)
     views = block_views(session.traces.get(lane))
     session.step = 0 if lane != session.step_lane else min(max(session.step + delta, 0), max(len(views) - 1, 0))
     session.step_lane = lane
     return {page.stepper: stepper_html(lane_title(lane, session.traces.get(lane)), views, session.step)}
 
 
-def load_file(page: Page, values: dict) -> dict:
+def load_file(page: Page, host: ModelHost, values: dict) -> dict:
     session: Session = values[page.state]
     path = values[page.upload]
-    view = page.controls.read_view(values)
     try:
         traces = trace_io.load(path)
         if not traces:
@@ -218,7 +228,22 @@ def load_file(page: Page, values: dict) -> dict:
         # the upload's server path is no business of the browser: name the file as the user knows it
         reason = in_page_words(err).removeprefix("⚠️ ").replace(str(path), _file_name(path))
         return {page.message: say(f"⚠️ Could not load that file: {reason}")}
-    return render_all(page, session, view, message=session.load_traces(traces, _file_name(path)))
+    return show_loaded(page, host, session, traces, session.load_traces(traces, _file_name(path)))
+
+
+def pick_example(page: Page, values: dict) -> dict:
+    example = values[page.example]
+    return {page.prompt: check_prompt(example)} if example else gr.skip()
+
+
+def show_loaded(page: Page, host: ModelHost, session: Session, traces: list, message: str) -> dict:
+    """Loaded runs with their context: the prompt, the pair and the settings they ran with, on the page's controls."""
+    first = next(t for t in session.traces.values() if t is not None)
+    shown = page.controls.show(first.settings, host.max_new_tokens_cap)
+    view = RuleView.of(first.settings)
+    context = f" They ran on draft {first.draft_model or '?'} → target {first.target_model or '?'}."
+    update = render_all(page, session, view, message=message + context) | shown
+    return update | ({page.prompt: first.prompt} if first.prompt else {})
 
 
 def poll(page: Page, host: ModelHost, values: dict) -> dict:

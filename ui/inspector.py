@@ -16,8 +16,13 @@ CONDITION_LABELS = {"draft_entropy": "H_draft ≥ τ_H", "target_entropy": "H_ta
 
 def inspector_html(lane: str, record: TokenRecord | None, view: RuleView) -> Html:
     if record is None:
-        return tag("div", "Click a token in either lane to inspect it.", class_="inspector empty")
-    parts = [_header(lane, record), _decision(record)]
+        return tag(
+            "div",
+            "Click or tap a token in either lane (or Tab to a lane and use the arrow keys) to see why it was chosen.",
+            class_="inspector empty",
+        )
+    close = tag("button", "✕ close", class_="close", type="button", aria_label="Close the token details")
+    parts = [close, _header(lane, record), _decision(record)]
     if record.draft_token_id is not None:
         parts.append(_signals(record, view))
     if record.h_draft_margin is not None:

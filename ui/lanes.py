@@ -96,7 +96,9 @@ def lane_html(
         return tag("span", "generating…" if running else "no tokens yet", class_="empty")
     marks = whatif if whatif is not None else np.zeros(len(trace.records), dtype=bool)
     window = lane_window(trace, selected)
-    spans = [_span(lane, i, trace.records[i], i == selected, i == fork, bool(marks[i])) for i in window]
+    # one token of the lane is in the Tab order (the selected one, else the first); the arrow keys reach the rest
+    entry = selected if selected in window else window.start
+    spans = [_span(lane, i, trace.records[i], i == selected, i == fork, bool(marks[i]), i == entry) for i in window]
     if len(window) < len(trace.records):
         note = (
             f"showing tokens {window.start}–{window.stop - 1} of {len(trace.records):,}; click a token near an end to move on ›"
@@ -105,7 +107,7 @@ def lane_html(
     return join(spans)
 
 
-def _span(lane: str, index: int, record: TokenRecord, selected: bool, fork: bool, whatif: bool) -> Html:
+def _span(lane: str, index: int, record: TokenRecord, selected: bool, fork: bool, whatif: bool, entry: bool) -> Html:
     fragile = record.origin == "easd_penalty" and record.fragile is True  # marked by "≈" and a dashed frame, not colour alone
     classes = [
         "tok",
@@ -115,7 +117,17 @@ def _span(lane: str, index: int, record: TokenRecord, selected: bool, fork: bool
         whatif and "whatif",
         fragile and "fragile",
     ]
-    return tag("span", visible_text(record.token_text), class_=classes, data_lane=lane, data_pos=index, title=tooltip(record))
+    return tag(
+        "span",
+        visible_text(record.token_text),
+        class_=classes,
+        data_lane=lane,
+        data_pos=index,
+        title=tooltip(record),
+        role="button",
+        tabindex=0 if entry else -1,
+        aria_pressed="true" if selected else "false",
+    )
 
 
 def tooltip(record: TokenRecord) -> str:

@@ -14,7 +14,6 @@ from collections.abc import Callable
 
 import gradio as gr
 
-from easd.core.compare import LANES
 from easd.errors import EasdError
 
 from . import evaluation, handlers
@@ -113,12 +112,16 @@ def _wire_compare(demo: gr.Blocks, page: Page, host: ModelHost, gpu) -> None:
     rerendered = [*page.lane_outputs(), *page.panel_outputs(), c.tau_o_meaning, page.message]
     for control in c.whatif().values():
         control.change(wire(handlers.rerender, page, show=say), whatif_in, rerendered, trigger_mode="always_last", **instant)
-    for lane in LANES:
-        page.lanes[lane].token_click(wire(handlers.select_token, page, show=say), whatif_in, rerendered, **instant)
+    selected = [*rerendered, page.step_lane]
+    for source in (*page.lanes.values(), page.inspector):  # the inspector's close button deselects
+        source.token_click(wire(handlers.select_token, page, show=say), whatif_in, selected, **instant)
     for button, delta in ((page.step_prev, -1), (page.step_next, +1), (page.step_lane, 0)):
         trigger = button.change if button is page.step_lane else button.click
         trigger(wire(handlers.step, page, delta, show=say), {page.step_lane, s}, [page.stepper, page.message], **instant)
-    page.upload.upload(wire(handlers.load_file, page, show=say), {page.upload, *whatif_in}, page.everything(), **private)
+    # a loaded run brings its prompt and settings: the controls move to them
+    loaded = [*page.everything(), page.prompt, *c.settings().values(), c.tau_o_meaning]
+    page.upload.upload(wire(handlers.load_file, page, host, show=say), {page.upload, s}, loaded, **private)
+    page.example.change(wire(handlers.pick_example, page, show=say), {page.example}, [page.prompt, page.message], **instant)
     polled = [page.status, page.generate, page.timer, page.message]
     for trigger in (demo.load, page.timer.tick, page.pair.change):
         trigger(wire(handlers.poll, page, host, show=say), {page.pair}, polled, **instant)

@@ -18,10 +18,41 @@ from .session import Session
 from .stepper import stepper_html
 
 SESSION_TTL_S = 1800  # a session's traces go 30 minutes after its last run or load, or when its tab closes
+# Tokens are selected by click or tap, and by keyboard: Tab reaches the lane's selected (or first) token,
+# arrow keys move along the lane, Enter or Space selects. The lane is re-rendered after each selection,
+# so the newly selected token gets the focus back once it arrives.
 LANE_JS = """
+const select = (span) => {
+  element.dataset.refocus = span.dataset.pos;
+  trigger('token_click', {lane: span.dataset.lane, pos: parseInt(span.dataset.pos)});
+};
 element.addEventListener('click', (event) => {
   const span = event.target.closest('span[data-pos]');
-  if (span) trigger('token_click', {lane: span.dataset.lane, pos: parseInt(span.dataset.pos)});
+  if (span) select(span);
+});
+element.addEventListener('keydown', (event) => {
+  const span = event.target.closest('span[data-pos]');
+  if (!span) return;
+  const step = {ArrowRight: 1, ArrowDown: 1, ArrowLeft: -1, ArrowUp: -1}[event.key];
+  if (event.key === 'Enter' || event.key === ' ') {
+    event.preventDefault();
+    select(span);
+  } else if (step) {
+    const spans = [...element.querySelectorAll('span[data-pos]')];
+    const next = spans[spans.indexOf(span) + step];
+    if (next) { event.preventDefault(); next.focus(); select(next); }
+  }
+});
+new MutationObserver(() => {
+  const wanted = element.dataset.refocus;
+  const span = wanted && element.querySelector(`span.sel[data-pos="${wanted}"]`);
+  if (span) { delete element.dataset.refocus; span.focus({preventScroll: true}); }
+}).observe(element, {childList: true, subtree: true});
+"""
+# On a phone the inspector is a sheet over the bottom of the screen (assets/style.css); its button closes it.
+INSPECTOR_JS = """
+element.addEventListener('click', (event) => {
+  if (event.target.closest('button.close')) trigger('token_click', {lane: '', pos: -1});
 });
 """
 INTRO = (
@@ -41,6 +72,7 @@ class Page:
     pair: gr.Dropdown
     status: gr.Markdown
     prompt: gr.Textbox
+    example: gr.Dropdown  # picking one fills the prompt
     generate: gr.Button
     stop: gr.Button
     clear: gr.Button
@@ -72,21 +104,44 @@ class Page:
 
 
 def build_page(host: ModelHost, examples: list[str]) -> Page:
+    """The first screen holds the prompt, the lanes with their legend, and the inspector beside them;
+    the settings sit under the inspector, the step-through, figures and files below."""
     state = gr.State(Session(), time_to_live=SESSION_TTL_S, delete_callback=Session.close)
-    gr.Markdown("# EASD Lab: SD and entropy-aware SD, side by side")
-    gr.Markdown(INTRO)
-    with gr.Row():
-        with gr.Column(scale=3):
-            prompt = gr.Textbox(
-                label="Prompt", lines=4, placeholder="Ask a math word problem or a coding question…", elem_id="prompt"
-            )
-            gr.Examples(examples=[[e] for e in examples], inputs=[prompt], label="Examples")
-            with gr.Row():
-                generate = gr.Button("Generate", variant="primary", interactive=False, elem_id="generate")
-                stop = gr.Button("Stop", variant="stop", elem_id="stop")
-                clear = gr.Button("Clear", elem_id="clear")
+    with gr.Row(elem_id="masthead"):
+        gr.Markdown("## EASD Lab: SD and entropy-aware SD, side by side")
+        with gr.Accordion("What am I looking at?", open=False, elem_id="about"):
+            gr.Markdown(INTRO)
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=3, elem_id="main"):
+            with gr.Row(equal_height=True):
+                prompt = gr.Textbox(
+                    label="Prompt",
+                    lines=2,
+                    max_lines=6,
+                    placeholder="Ask a math word problem or a coding question…",
+                    elem_id="prompt",
+                    scale=5,
+                )
+                with gr.Column(scale=1, min_width=120):
+                    generate = gr.Button("Generate", variant="primary", interactive=False, elem_id="generate")
+                    with gr.Row():
+                        stop = gr.Button("Stop", variant="stop", elem_id="stop", size="sm", min_width=50)
+                        clear = gr.Button("Clear", elem_id="clear", size="sm", min_width=50)
+            example = gr.Dropdown([(_first_words(e, 12), e) for e in examples], value=None, label="Examples", elem_id="examples")
             message = gr.HTML(elem_id="message")
-        with gr.Column(scale=2):
+            gr.HTML(legend_html(), elem_id="legend")
+            titles, lanes, stats = {}, {}, {}
+            with gr.Row(equal_height=False):
+                for lane in LANES:
+                    with gr.Column(min_width=260):
+                        titles[lane] = gr.HTML(tag("h3", lane_title(lane, None)), elem_id=f"title_{lane}")
+                        lanes[lane] = gr.HTML(
+                            lane_html(lane, None), js_on_load=LANE_JS, elem_id=f"lane_{lane}", elem_classes=["lane"]
+                        )
+                        stats[lane] = gr.HTML(elem_id=f"stats_{lane}")
+            comparison = gr.HTML(elem_id="comparison")
+        with gr.Column(scale=2, elem_id="side"):
+            inspector = gr.HTML(inspector_html("", None, RuleView()), js_on_load=INSPECTOR_JS, elem_id="inspector")
             names = list(host.allowed)
             pair = gr.Dropdown(
                 names,
@@ -97,19 +152,7 @@ def build_page(host: ModelHost, examples: list[str]) -> Page:
             )
             status = gr.Markdown("Starting…", elem_id="status")
             controls = build_controls(host.max_new_tokens_cap)
-    gr.HTML(legend_html())
-    titles, lanes, stats = {}, {}, {}
     with gr.Row(equal_height=False):
-        for lane in LANES:
-            with gr.Column():
-                titles[lane] = gr.HTML(tag("h3", lane_title(lane, None)), elem_id=f"title_{lane}")
-                lanes[lane] = gr.HTML(lane_html(lane, None), js_on_load=LANE_JS, elem_id=f"lane_{lane}", elem_classes=["lane"])
-                stats[lane] = gr.HTML(elem_id=f"stats_{lane}")
-    comparison = gr.HTML(elem_id="comparison")
-    with gr.Row(equal_height=False):
-        with gr.Column():
-            gr.Markdown("### Inspector")
-            inspector = gr.HTML(inspector_html("", None, RuleView()), elem_id="inspector")
         with gr.Column():
             gr.Markdown("### Step through the blocks")
             with gr.Row():
@@ -117,11 +160,12 @@ def build_page(host: ModelHost, examples: list[str]) -> Page:
                 step_prev = gr.Button("◀ previous block", elem_id="step_prev", size="sm")
                 step_next = gr.Button("next block ▶", elem_id="step_next", size="sm")
             stepper = gr.HTML(stepper_html("", [], 0), elem_id="stepper")
-    plots = {}
-    with gr.Tabs():
-        for name, (title, _) in figures.FIGURES.items():
-            with gr.Tab(title, elem_id=f"tab_{name}"):
-                plots[name] = gr.Plot(figures.empty_figure(), show_label=False, elem_id=name)
+        with gr.Column():
+            plots = {}
+            with gr.Tabs():
+                for name, (title, _) in figures.FIGURES.items():
+                    with gr.Tab(title, elem_id=f"tab_{name}"):
+                        plots[name] = gr.Plot(figures.empty_figure(), show_label=False, elem_id=name)
     with gr.Row():
         download_csv = gr.DownloadButton("Download trace (CSV)", interactive=False, elem_id="download_csv")
         download_json = gr.DownloadButton("Download trace (JSON)", interactive=False, elem_id="download_json")
@@ -133,6 +177,7 @@ def build_page(host: ModelHost, examples: list[str]) -> Page:
         pair=pair,
         status=status,
         prompt=prompt,
+        example=example,
         generate=generate,
         stop=stop,
         clear=clear,
@@ -153,3 +198,8 @@ def build_page(host: ModelHost, examples: list[str]) -> Page:
         upload=upload,
         timer=gr.Timer(1.0),
     )
+
+
+def _first_words(text: str, count: int) -> str:
+    words = text.split()
+    return " ".join(words[:count]) + (" …" if len(words) > count else "")

@@ -8,6 +8,8 @@ outlives it.
 
 from __future__ import annotations
 
+import datetime
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -77,7 +79,22 @@ class Session:
             return None
         if self.folder is None or not self.folder.is_dir():
             self.folder = Path(tempfile.mkdtemp(prefix="easd-session-"))
-        paths = self.folder / "easd-trace.csv", self.folder / "easd-trace.json"
+        for old in self.folder.iterdir():  # one pair of files per session: the latest export
+            old.unlink()
+        name = export_name(traces[0], datetime.date.today())
+        paths = self.folder / f"{name}.csv", self.folder / f"{name}.json"
         trace_io.write_csv(traces, paths[0])
         trace_io.write_json(traces, paths[1])
         return str(paths[0]), str(paths[1])
+
+
+def export_name(trace: Trace, day: datetime.date) -> str:
+    """easd-2026-12-01-qwen2.5-coder-0.5b-instruct-to-qwen2.5-coder-1.5b-instruct-natalia-sold-clips-to-48:
+    the date, the pair and the prompt's first words, in characters every file system takes."""
+    pair = f"{_slug(trace.draft_model, 40)}-to-{_slug(trace.target_model, 40)}" if trace.draft_model else ""
+    words = _slug(" ".join(trace.prompt.split()[:5]), 40)
+    return "-".join(part for part in ("easd", day.isoformat(), pair, words) if part)
+
+
+def _slug(text: str, limit: int) -> str:
+    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-.")[:limit].strip("-.")

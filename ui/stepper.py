@@ -59,7 +59,7 @@ def stepper_html(lane_title: str, views: list[BlockView], step: int) -> Html:
         return tag("div", "Finish or load a run to step through its blocks.", class_="stepper empty")
     step = min(max(step, 0), len(views) - 1)
     view = views[step]
-    head = tag("h4", f"{lane_title}: block {step + 1} of {len(views)}")
+    head = tag("h4", f"{lane_title}: block {view.index} ({step + 1} of {len(views)})")  # numbered as in the trace and inspector
     return tag("div", head, _drafts(view), _ending(view), class_="stepper")
 
 

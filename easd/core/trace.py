@@ -42,7 +42,10 @@ class TokenRecord:
     h_target: float | None = None  # H(p) in nats
     overlap: float | None = None  # |top-n(q) ∩ top-n(p)| / n
     triggered: bool | None = None  # the EASD rule fired here (recorded in SD runs too)
-    # How far that decision was from flipping (README, "Fragile decisions"); None in older files
+    draft_top: list[Candidate] = field(default_factory=list)
+    target_top: list[Candidate] = field(default_factory=list)
+    # How far that decision was from flipping (README, "Fragile decisions"); None in older files;
+    # last, so that positional construction of the fields above still works
     h_draft_margin: float | None = None  # h_draft − τ_H
     h_target_margin: float | None = None  # h_target − τ_H
     draft_gap: float | None = None  # the draft's n-th minus (n+1)-th logit
@@ -53,8 +56,6 @@ class TokenRecord:
     overlap_low: float | None = None  # the lowest overlap (/ n) swaps within rounding can reach
     overlap_high: float | None = None  # the highest
     fragile: bool | None = None  # a perturbation at the models' precision could flip the decision
-    draft_top: list[Candidate] = field(default_factory=list)
-    target_top: list[Candidate] = field(default_factory=list)
 
 
 @dataclass
