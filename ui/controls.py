@@ -213,9 +213,8 @@ def build_controls(max_new_tokens_cap: int) -> Controls:
 
     with gr.Group():
         tau_h = slider("tau_h")
-        with gr.Row():
-            tau_o = slider("tau_o", scale=3)
-            tau_o_meaning = gr.Markdown(RuleView().overlap_meaning(), elem_id="tau_o_meaning")
+        tau_o = slider("tau_o")
+        tau_o_meaning = gr.Markdown(RuleView().overlap_meaning(), elem_id="tau_o_meaning")  # under its slider, full width
         top_n = slider("top_n")
         k = slider("k")
         rule = gr.Dropdown(list(RULES), value=DEFAULTS.rule, label="EASD rule (full, or the paper's ablations)", elem_id="rule")

@@ -108,7 +108,7 @@ def build_page(host: ModelHost, examples: list[str]) -> Page:
     the settings sit under the inspector, the step-through, figures and files below."""
     state = gr.State(Session(), time_to_live=SESSION_TTL_S, delete_callback=Session.close)
     with gr.Row(elem_id="masthead"):
-        gr.Markdown("## EASD Lab: SD and entropy-aware SD, side by side")
+        gr.Markdown("## EASD Lab: SD vs entropy-aware SD")
         with gr.Accordion("What am I looking at?", open=False, elem_id="about"):
             gr.Markdown(INTRO)
     with gr.Row(equal_height=False):
