@@ -166,3 +166,13 @@ def test_ray_flags_without_ray_are_refused_before_any_model_loads(data, tmp_path
     assert "--ray-actors: needs --ray" in capsys.readouterr().err
     assert main([*command, "--ray", "--ray-cpus-per-actor", "0"]) == 2
     assert "--ray-cpus-per-actor: must be ≥ 1" in capsys.readouterr().err
+
+
+def _dies_while_loading():
+    os._exit(1)  # as an actor killed by Ray's memory monitor during its model load
+
+
+def test_an_actor_that_dies_while_loading_the_pair_is_one_clear_line(cluster):
+    with pytest.raises(SettingsError, match="--ray-actors: an actor died while loading the pair"):
+        with ray_runner(_dies_while_loading, ClusterSettings(actors=1), work=4):
+            pass

@@ -189,7 +189,16 @@ class RayRunner:
                 f"the cluster has {free['CPU']:g} CPUs and {free['GPU']:g} GPUs free (another job may hold them)",
                 file=sys.stderr,
             )
-        for actor, (description, seconds) in zip(self.actors, _get_all(ray, loads)):
+        try:
+            loaded = _get_all(ray, loads)
+        except _lost_errors(ray) as err:  # e.g. Ray's memory monitor killed an actor: every actor holds a whole pair
+            reason = "out of memory" if isinstance(err, ray.exceptions.OutOfMemoryError) else type(err).__name__
+            raise SettingsError(
+                "--ray-actors",
+                f"an actor died while loading the pair ({reason}); each of the {len(loads)} actors loads the whole pair, "
+                "so start fewer actors per node, or use nodes with more memory",
+            ) from None
+        for actor, (description, seconds) in zip(self.actors, loaded):
             actor.load_seconds, self.pair_description = seconds, description
 
     def stop(self) -> None:
