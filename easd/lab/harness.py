@@ -25,7 +25,7 @@ from ..errors import EasdError, SettingsError
 from .evaluate import DEFAULT_BATCH_SIZE
 
 MODEL_NAME = "easd"
-SETTING_ARGS = ("method", "rule", "k", "tau_h", "tau_o", "top_n", "seed")  # model_args that become DecodeSettings
+SETTING_ARGS = ("method", "rule", "k", "tau_h", "tau_o", "top_n", "seed", "signals")  # model_args that become DecodeSettings
 DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's own default when a task names none
 SAMPLING_ARGS = ("until", "max_gen_toks", "do_sample", "temperature", "top_p")  # the generation kwargs we honour
 
