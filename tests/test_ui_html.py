@@ -86,7 +86,7 @@ def test_what_if_and_step_handlers_refuse_forged_values(page):
     values = {c: getattr(RuleView(), n) for n, c in page.controls.whatif().items()} | {page.state: Session()}
     answer = wire(handlers.rerender, page, show=say)(values | {page.controls.top_n: 10**9})
     assert list(answer) == [page.message] and "n: must be a whole number from 1 to 20" in answer[page.message]
-    assert wire(handlers.step, page, 1, show=say)({page.step_lane: "<img>", page.state: Session()}) == {}
+    assert wire(handlers.step, page, 1, show=say)({page.step_lane: "<img>", page.state: Session()}) == gr.skip()
     event = gr.EventData(None, {"lane": "sd", "pos": "1; alert(1)"})
     assert page.inspector in wire(handlers.select_token, page, show=say)(values, event)  # ignored, page redrawn
 
