@@ -228,7 +228,7 @@ def load_file(page: Page, host: ModelHost, values: dict) -> dict:
         # the upload's server path is no business of the browser: name the file as the user knows it
         reason = in_page_words(err).removeprefix("⚠️ ").replace(str(path), _file_name(path))
         return {page.message: say(f"⚠️ Could not load that file: {reason}")}
-    return show_loaded(page, host, session, traces, session.load_traces(traces, _file_name(path)))
+    return show_loaded(page, host, session, session.load_traces(traces, _file_name(path)))
 
 
 def pick_example(page: Page, values: dict) -> dict:
@@ -236,7 +236,7 @@ def pick_example(page: Page, values: dict) -> dict:
     return {page.prompt: check_prompt(example)} if example else gr.skip()
 
 
-def show_loaded(page: Page, host: ModelHost, session: Session, traces: list, message: str) -> dict:
+def show_loaded(page: Page, host: ModelHost, session: Session, message: str) -> dict:
     """Loaded runs with their context: the prompt, the pair and the settings they ran with, on the page's controls."""
     first = next(t for t in session.traces.values() if t is not None)
     shown = page.controls.show(first.settings, host.max_new_tokens_cap)

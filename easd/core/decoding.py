@@ -169,6 +169,8 @@ class Recorder:
             t[:examined].tolist() for t in (verdict.accept_prob, verdict.h_draft, verdict.overlap, verdict.triggered)
         )
         margins = {name: getattr(verdict.margins, name)[:examined].tolist() for name in MARGIN_FIELDS.values()}
+        for name in ("overlap_low", "overlap_high"):  # counts, stored as fractions of n like `overlap`
+            margins[name] = [count / self.settings.top_n for count in margins[name]]
         for i in range(examined):
             record = records[i]
             record.draft_token_id, record.draft_token_text = drafted[i], self.text(drafted[i])
@@ -177,10 +179,6 @@ class Recorder:
             record.draft_top = q_top[i]
             for column, name in MARGIN_FIELDS.items():
                 setattr(record, column, margins[name][i])
-            record.overlap_low, record.overlap_high = (
-                record.overlap_low / self.settings.top_n,
-                record.overlap_high / self.settings.top_n,
-            )
         return records
 
     def single_record(self, block: int, position: int, token: int, logits: torch.Tensor) -> TokenRecord:
@@ -344,6 +342,7 @@ class Batch:
         pad = pair.tokenizer.pad_token_id if pair.tokenizer.pad_token_id is not None else 0
         self.draft = KVSlots(pair.draft, pair.vocab_size, pad, use_cache)
         self.target = KVSlots(pair.target, pair.vocab_size, pad, use_cache)
+        self.rounding = pair.rounding  # the models' precision, once: the pair is read-only
         self._lock = threading.Lock()
         self._stop = threading.Event()
 
@@ -421,10 +420,11 @@ class Batch:
         for row, generation in enumerate(self.rows):
             self._checkpoint(row, generation)
         ks = {row: min(g.settings.k, g.room() - 1) for row, g in enumerate(self.rows) if g.settings.method in SPECULATIVE}
-        drafted, q_logits, draft_only = self._draft(ks)
+        precise = {row for row, g in enumerate(self.rows) if g.settings.signals == "float32"}  # float32 lm_head rows
+        drafted, q_logits, draft_only = self._draft(ks, precise)
         sequences = {row: g.tokens + drafted.get(row, []) for row, g in enumerate(self.rows) if g.uses_target}
         last = {row: ks.get(row, 0) + 1 for row in sequences}
-        p_logits = self.target.logits(sequences, last, self._precise()) if sequences else {}
+        p_logits = self.target.logits(sequences, last, precise) if sequences else {}
         blocks = []
         for row, generation in enumerate(self.rows):
             index, position = self._block_index(generation), len(generation.tokens) - generation.prompt_length
@@ -435,7 +435,7 @@ class Batch:
                     torch.tensor(drafted[row], dtype=torch.long, device=p_logits[row].device),
                     generation.settings,
                     generation.generator,
-                    self.pair.rounding,
+                    self.rounding,
                 )
                 records = generation.recorder.block_records(index, position, drafted[row], verdict)
                 end = BLOCK_END[verdict.origin]
@@ -468,7 +468,9 @@ class Batch:
                 generation.final_kv = (_row_kv(self.draft, row), _row_kv(self.target, row))
         return blocks
 
-    def _draft(self, ks: dict[int, int]) -> tuple[dict[int, list[int]], dict[int, torch.Tensor], dict[int, torch.Tensor]]:
+    def _draft(
+        self, ks: dict[int, int], precise: set[int]
+    ) -> tuple[dict[int, list[int]], dict[int, torch.Tensor], dict[int, torch.Tensor]]:
         """Every speculative row proposes its k tokens; draft-only rows take their one step in the first pass.
 
         -> (c_1..c_k per row, q logits [k, V] per row, draft-only logits [1, V] per row)
@@ -482,7 +484,7 @@ class Batch:
             sequences = {row: self.rows[row].tokens + drafted[row] for row, k in ks.items() if k > i}
             if i == 0:
                 sequences |= {row: self.rows[row].tokens for row in draft_only}
-            out = self.draft.logits(sequences, dict.fromkeys(sequences, 1), self._precise())  # {row: [1, V]}
+            out = self.draft.logits(sequences, dict.fromkeys(sequences, 1), precise)  # {row: [1, V]}
             for row, step_logits in out.items():
                 if row not in ks:
                     single[row] = step_logits
@@ -493,10 +495,6 @@ class Batch:
                 logits[row].append(step_logits)
         empty = torch.empty(0, self.pair.vocab_size, device=self.pair.device)  # k = 0: the block is just the target's token
         return drafted, {row: torch.cat(steps) if steps else empty for row, steps in logits.items()}, single
-
-    def _precise(self) -> set[int]:
-        """Rows whose logits come from a float32 lm_head (settings.signals)."""
-        return {row for row, g in enumerate(self.rows) if g.settings.signals == "float32"}
 
     def _block_index(self, generation: Generation) -> int:
         return generation.checkpoints[-1].block
