@@ -30,18 +30,20 @@ class Comparison:
     """Iterate for TokenEvents; `traces` maps each lane to its trace so far."""
 
     def __init__(self, pair: ModelPair, prompt: str, settings: DecodeSettings, chat: bool = True):
+        self.pair = pair
         self.runs = {lane: Generation(pair, prompt, replace(settings, method=lane), chat=chat) for lane in LANES}
-        self.batch = Batch(pair, self.runs.values())
 
     @property
     def traces(self) -> dict[str, Trace]:
         return {lane: run.trace for lane, run in self.runs.items()}
 
     def stop(self) -> None:
-        self.batch.stop()
+        for run in self.runs.values():
+            run.stop()
 
     def __iter__(self) -> Iterator[TokenEvent]:
-        blocks = iter(self.batch)
+        """Decode both runs as a batch of their own (the app instead hands `runs` to its shared batch)."""
+        blocks = iter(Batch(self.pair, self.runs.values()))
         try:
             for block in blocks:
                 lane = block.generation.settings.method

@@ -21,7 +21,7 @@ import dataclasses
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -208,7 +208,7 @@ class Checkpoint:
     draft_calls: int
 
 
-@dataclass
+@dataclass(eq=False)  # a row is itself: two runs with the same prompt and settings are still two rows
 class Generation:
     """One run (one row of a batch). Iterate it for its Blocks; `trace` holds what was emitted so far.
 
@@ -331,12 +331,18 @@ class Batch:
     """
 
     def __init__(
-        self, pair: ModelPair, generations: Iterable[Generation] = (), max_rows: int | None = None, use_cache: bool = True
+        self,
+        pair: ModelPair,
+        generations: Iterable[Generation] = (),
+        max_rows: int | None = None,
+        use_cache: bool = True,
+        at_boundary: Callable[[Batch], None] | None = None,
     ):
         if max_rows is not None and max_rows < 1:
             raise SettingsError("--batch-size", f"must be ≥ 1 (got {max_rows})")
         self.pair = pair
         self.max_rows = max_rows
+        self.at_boundary = at_boundary  # called between steps, when every block so far has been yielded (a scheduler's hook)
         self.rows: list[Generation] = []  # row i of both caches
         self.waiting: deque[Generation] = deque(generations)
         pad = pair.tokenizer.pad_token_id if pair.tokenizer.pad_token_id is not None else 0
@@ -366,6 +372,8 @@ class Batch:
     def __iter__(self) -> Iterator[Block]:
         try:
             while not self._stop.is_set():
+                if self.at_boundary is not None:
+                    self.at_boundary(self)
                 self._leave([g for g in self.rows if g.stopped])
                 self._join()
                 if not self.rows:

@@ -49,6 +49,11 @@ def bytes_per_token(model) -> int:
     return 2 * config.num_hidden_layers * heads * head_dim * element
 
 
+def row_bytes(models: Collection, tokens: int) -> int:
+    """KV-cache bytes one row of up to `tokens` tokens takes in all of `models`, with the slack compaction allows."""
+    return (tokens + COMPACT_SLACK) * sum(bytes_per_token(model) for model in models)
+
+
 _FLOAT32_HEADS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its lm_head in float32
 
 

@@ -98,6 +98,14 @@ class Trace:
     def summary(self) -> dict:
         return summarize(self)
 
+    def snapshot(self) -> Trace:
+        """A copy that later tokens do not change: records and blocks are shared, their lists are not.
+
+        The shared worker (easd.core.worker) takes one for a user after each block, in its own
+        thread, so the user's thread never reads a trace while the worker appends to it.
+        """
+        return replace(self, records=list(self.records), blocks=list(self.blocks), stats=replace(self.stats))
+
 
 def software_versions() -> dict:
     """Versions that shape a trace's numbers, for its JSON header."""

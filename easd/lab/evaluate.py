@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from ..core import trace as trace_io
 from ..core.decoding import Batch, Generation, encode_prompt
-from ..core.kv import COMPACT_SLACK, bytes_per_token, free_memory
+from ..core.kv import free_memory, row_bytes
 from ..core.pair import ModelPair
 from ..core.prefix import easd_start
 from ..core.settings import RULES, DecodeSettings
@@ -167,7 +167,7 @@ MEMORY_SHARE = 0.8  # of the free memory, what the KV caches may take; the rest 
 
 def check_batch_fits(pair: ModelPair, rows: int, tokens_per_row: int) -> None:
     """Refuse, with the figures, a batch whose KV caches would not fit in the free memory."""
-    per_row = (tokens_per_row + COMPACT_SLACK) * (bytes_per_token(pair.draft) + bytes_per_token(pair.target))
+    per_row = row_bytes((pair.draft, pair.target), tokens_per_row)
     free = free_memory(pair.device) * MEMORY_SHARE
     if rows * per_row > free:
         raise SettingsError(

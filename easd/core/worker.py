@@ -1,0 +1,215 @@
+"""Many users' runs in one batch: a worker thread per model pair keeps the batch going while there is work.
+
+A request is a Ticket: one user's rows (a comparison's SD and EASD runs). It waits in a line
+until the batch has room for all its rows (`max_rows`), joins at the next block boundary, and
+leaves when its rows end or it is cancelled; nobody waits for another user's run to finish
+before theirs starts, only for room. Rows share forward passes and nothing else (easd.core.decoding:
+each row decodes exactly as it would alone, in float32).
+
+Each user reads only their own ticket. After every block of a ticket's row, the worker puts a
+snapshot of that row's trace in the ticket, so the user's thread never reads a trace the worker
+is writing. With `abandon_after_s`, a running ticket whose reader stops asking (a closed tab whose
+unload was missed, a client gone) for that long is cancelled, so a vanished user cannot hold rows
+to the end.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+
+from ..errors import EasdError, SettingsError
+from .decoding import Batch, Block, Generation
+from .kv import free_memory, row_bytes
+from .pair import ModelPair
+from .trace import Trace
+
+FIRST_GUESS_S = 30.0  # the expected length of a ticket's run before any has finished
+MEMORY_SHARE = 0.5  # of the free memory, what a default batch's KV caches may take: the models' activations need the rest
+MAX_DEFAULT_ROWS = 32  # beyond this a CPU step grows too slow to stream; an operator with a GPU can ask for more
+
+
+class Ticket:
+    """One user's rows in the shared batch: where they stand, and their traces so far."""
+
+    def __init__(self, generations: Iterable[Generation], owner: str = ""):
+        self.generations = list(generations)
+        self.owner = owner  # who asked (a browser session); `Worker.cancel_owner` stops all of theirs
+        self.position = 0  # 1, 2, … while waiting in line; 0 once in the batch
+        self.sharing = 0  # tickets in the batch (this one included) at its latest block
+        self.wait_s = 0.0  # the worker's estimate of the wait, while in line
+        self.error: EasdError | None = None
+        self.started: float | None = None  # when it joined the batch
+        self._snapshots: list[Trace | None] = [None] * len(self.generations)
+        self._news = threading.Condition()
+        self._version = 0  # bumped by every delivery, so a reader knows whether anything is new
+        self._done = False
+        self.last_read = time.monotonic()
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def cancel(self) -> None:
+        """Stop this ticket's rows: they leave the batch (or the line) at the next block boundary."""
+        for generation in self.generations:
+            generation.stop()
+
+    @property
+    def cancelled(self) -> bool:
+        return any(g.stopped for g in self.generations)
+
+    def traces(self) -> list[Trace]:
+        """The rows' traces so far (final once `done`), in the order the generations were given."""
+        if self._done:
+            return [g.trace for g in self.generations]
+        return [s if s is not None else g.trace.snapshot() for s, g in zip(self._snapshots, self.generations)]
+
+    def wait(self, seen: int, timeout: float) -> int:
+        """Block until something is newer than version `seen` or `timeout` passes; -> the version now."""
+        self.last_read = time.monotonic()
+        with self._news:
+            self._news.wait_for(lambda: self._version != seen or self._done, timeout)
+            return self._version
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to `timeout` for the rows to end (after `cancel`, by the next block boundary); -> done."""
+        with self._news:
+            return self._news.wait_for(lambda: self._done, timeout)
+
+    # --- the worker's side ------------------------------------------------------------------------
+
+    def _deliver(self, block: Block, sharing: int) -> None:
+        row = self.generations.index(block.generation)  # by identity: a Generation equals only itself
+        with self._news:
+            self._snapshots[row] = block.generation.trace.snapshot()
+            self.sharing = sharing
+            self._version += 1
+            self._news.notify_all()
+
+    def _moved(self, position: int, wait_s: float) -> None:
+        with self._news:
+            if (position, round(wait_s)) != (self.position, round(self.wait_s)):
+                self.position, self.wait_s = position, wait_s
+                self._version += 1
+                self._news.notify_all()
+
+    def _finish(self, error: EasdError | None = None) -> None:
+        with self._news:
+            for generation in self.generations:
+                generation.done = True  # rows that never joined end "stopped"
+            self.error, self.position, self._done = error, 0, True
+            self._version += 1
+            self._news.notify_all()
+
+
+class Worker:
+    """The shared batch of one model pair, run by one thread; `submit` tickets from any thread."""
+
+    def __init__(self, pair: ModelPair, max_rows: int, row_tokens: int, abandon_after_s: float | None = None):
+        if max_rows < 2:
+            raise SettingsError("--max-batch", f"must be at least 2: a comparison is two rows, SD and EASD (got {max_rows})")
+        self.pair = pair
+        self.max_rows = max_rows
+        self.row_tokens = row_tokens  # the most tokens (prompt and generated) one row may hold: bounds the batch's memory
+        self.abandon_after_s = abandon_after_s  # None: tickets run to their end whether or not anyone reads them
+        self.line: deque[Ticket] = deque()
+        self.running: list[Ticket] = []
+        self.mean_run_s = FIRST_GUESS_S
+        self._lock = threading.Condition()
+        self._thread = threading.Thread(target=self._serve, name="easd-worker", daemon=True)
+        self._thread.start()
+
+    def submit(self, generations: Iterable[Generation], owner: str = "") -> Ticket:
+        """Put one user's rows in line; they join the batch as soon as it has room for all of them."""
+        ticket = Ticket(generations, owner)
+        if len(ticket.generations) > self.max_rows:
+            raise SettingsError("--max-batch", f"is {self.max_rows} rows; a request of {len(ticket.generations)} rows cannot fit")
+        longest = max(g.prompt_length + g.settings.max_new_tokens for g in ticket.generations)
+        if longest > self.row_tokens:
+            raise SettingsError(
+                "prompt",
+                f"and the tokens asked for make {longest:,} tokens; rows here hold at most {self.row_tokens:,} "
+                "so that everyone's fits in memory: shorten the prompt or ask for fewer tokens",
+            )
+        with self._lock:
+            self.line.append(ticket)
+            self._renumber()
+            self._lock.notify()
+        return ticket
+
+    def cancel_owner(self, owner: str) -> int:
+        """Cancel every ticket of `owner` (a closed tab); -> how many."""
+        with self._lock:
+            mine = [t for t in (*self.running, *self.line) if t.owner == owner and not t.done]
+        for ticket in mine:
+            ticket.cancel()
+        return len(mine)
+
+    @property
+    def users(self) -> int:
+        """Tickets decoding in the batch right now."""
+        return len(self.running)
+
+    # --- the worker thread --------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        while True:
+            with self._lock:
+                self._lock.wait_for(lambda: self.line)
+            batch = Batch(self.pair, at_boundary=self._admit)  # a fresh batch per busy spell: nothing of the last one stays
+            try:
+                for block in batch:
+                    ticket = next(t for t in self.running if block.generation in t.generations)
+                    ticket._deliver(block, sharing=len(self.running))
+                self._admit(batch)  # the batch ran dry: settle the last tickets
+            except Exception as err:  # a failed step ends the tickets in it, with a line each can show
+                failure = err if isinstance(err, EasdError) else EasdError(f"decoding failed: {type(err).__name__}: {err}")
+                with self._lock:
+                    failed, self.running = self.running, []
+                for ticket in failed:
+                    ticket._finish(failure)
+
+    def _admit(self, batch: Batch) -> None:
+        """At a block boundary: settle finished tickets, cancel abandoned ones, let in those that fit."""
+        now = time.monotonic()
+        with self._lock:
+            for ticket in self.running:
+                if self.abandon_after_s is not None and now - ticket.last_read > self.abandon_after_s:
+                    ticket.cancel()
+            finished = [t for t in self.running if all(g.done for g in t.generations)]
+            for ticket in finished:
+                self.running.remove(ticket)
+                self.mean_run_s = 0.7 * self.mean_run_s + 0.3 * (now - ticket.started)
+            for ticket in [t for t in self.line if t.cancelled]:
+                self.line.remove(ticket)
+                finished.append(ticket)
+            # rows stopped but not yet gone leave at the next boundary, before anyone joins: their room is free now
+            used = sum(not (g.done or g.stopped) for t in self.running for g in t.generations)
+            while self.line and used + len(self.line[0].generations) <= self.max_rows:
+                ticket = self.line.popleft()
+                for generation in ticket.generations:
+                    batch.add(generation)
+                ticket.started = ticket.last_read = now
+                self.running.append(ticket)
+                used += len(ticket.generations)
+            self._renumber()
+        for ticket in finished:
+            ticket._finish()
+
+    def _renumber(self) -> None:
+        """Each waiting ticket's place in line and a rough wait: rounds of `max_rows` at the recent mean run length."""
+        per_round = max(1, self.max_rows // 2)
+        for place, ticket in enumerate(self.line, start=1):
+            ticket._moved(place, math.ceil(place / per_round) * self.mean_run_s)
+        for ticket in self.running:
+            ticket._moved(0, 0.0)
+
+
+def default_max_rows(pair: ModelPair, tokens_per_row: int) -> int:
+    """Rows whose KV caches fit in MEMORY_SHARE of the free memory, from 2 to MAX_DEFAULT_ROWS."""
+    fits = int(free_memory(pair.device) * MEMORY_SHARE // row_bytes((pair.draft, pair.target), tokens_per_row))
+    return max(2, min(MAX_DEFAULT_ROWS, fits))
