@@ -6,7 +6,7 @@
     python app.py --draft ./small --target ./large --allow-pairs tiny-random
 
 Every flag can also come from the environment (EASD_PAIR, EASD_ALLOW_PAIRS, EASD_DRAFT, EASD_TARGET,
-EASD_DTYPE, EASD_INT8, EASD_HOST, EASD_PORT, EASD_MAX_NEW_TOKENS_CAP, EASD_CONCURRENCY, EASD_MAX_QUEUED_PER_CLIENT,
+EASD_DTYPE, EASD_INT8, EASD_HOST, EASD_PORT, EASD_MAX_NEW_TOKENS_CAP, EASD_MAX_BATCH, EASD_MAX_QUEUED_PER_CLIENT,
 EASD_EVAL_DIRS), which is
 how a Hugging Face Space sets them. The browser can only choose among the pairs allowed here.
 """
@@ -27,6 +27,7 @@ from ui.backend import ModelHost
 from ui.layout import build_app
 
 ASSETS = Path(__file__).resolve().parent / "assets"
+LIGHT_EVENTS = 4  # uploads and the Evaluation tab's events served at once (generation has its own limit: ModelHost.slots)
 MAX_UPLOAD = "60mb"  # a little above easd.core.trace.MAX_TRACE_BYTES, so the app's own message explains the limit
 
 
@@ -65,10 +66,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the most tokens a browser may ask for per run",
     )
     parser.add_argument(
-        "--concurrency",
+        "--max-batch",
         type=int,
-        default=int(env("EASD_CONCURRENCY", "1")),
-        help="generations running at once; more wait in a queue",
+        default=int(env("EASD_MAX_BATCH", "0")) or None,
+        help="rows every user shares in one batch (a comparison is 2 rows); more users wait in line "
+        "(default: as many as fit in half the free memory with --max-new-tokens-cap tokens each, at most 32)",
     )
     parser.add_argument(
         "--max-queued-per-client",
@@ -87,8 +89,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def make_host(args: argparse.Namespace) -> ModelHost:
     """The pairs the operator allows, by name; nothing the browser sends can add to them."""
-    if min(args.max_new_tokens_cap, args.concurrency, args.max_queued_per_client) < 1:
-        sys.exit("error: --max-new-tokens-cap, --concurrency and --max-queued-per-client must be at least 1")
+    if min(args.max_new_tokens_cap, args.max_queued_per_client) < 1:
+        sys.exit("error: --max-new-tokens-cap and --max-queued-per-client must be at least 1")
+    if args.max_batch is not None and args.max_batch < 2:
+        sys.exit(f"error: --max-batch must be at least 2: a comparison is two rows, SD and EASD (got {args.max_batch})")
     allowed = {}
     try:
         check_model_flags(None, args.draft, args.target)
@@ -111,18 +115,9 @@ def make_host(args: argparse.Namespace) -> ModelHost:
         loaders,
         default,
         max_new_tokens_cap=args.max_new_tokens_cap,
-        concurrency=args.concurrency,
+        max_batch=args.max_batch,
         max_queued_per_client=args.max_queued_per_client,
     )
-
-
-def gpu_decorator():
-    """spaces.GPU on a Hugging Face ZeroGPU Space; elsewhere, leave functions as they are."""
-    try:
-        import spaces
-    except ImportError:
-        return lambda fn: fn
-    return spaces.GPU
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -134,8 +129,8 @@ def main(argv: list[str] | None = None) -> None:
     if host.default is not None:
         host.ensure_loading(host.default)  # start now, so the first visitor finds it loading or ready
     examples = json.loads((ASSETS / "examples.json").read_text(encoding="utf-8"))
-    demo = build_app(host, examples, gpu=gpu_decorator(), eval_dirs=args.eval_dir)
-    demo.queue(default_concurrency_limit=args.concurrency, max_size=64)
+    demo = build_app(host, examples, eval_dirs=args.eval_dir)
+    demo.queue(default_concurrency_limit=LIGHT_EVENTS, max_size=64)
     demo.launch(
         server_name=args.host,
         server_port=args.port,

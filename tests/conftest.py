@@ -60,8 +60,8 @@ def eval_folder(tmp_path_factory, tiny_pair):
 
 
 @pytest.fixture(scope="session")
-def app_url(eval_folder):
-    """The web app on the tiny random pair, served on a free local port for the session."""
+def app_server(eval_folder):
+    """The web app on the tiny random pair, served on a free local port for the session: (url, host)."""
     import json
     import socket
     import time
@@ -74,14 +74,14 @@ def app_url(eval_folder):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    host = ModelHost({"tiny-random": load_tiny_pair}, "tiny-random", max_new_tokens_cap=400, concurrency=1)
+    host = ModelHost({"tiny-random": load_tiny_pair}, "tiny-random", max_new_tokens_cap=400, max_batch=16)
     host.ensure_loading("tiny-random")
     while host.pair("tiny-random") is None:
         time.sleep(0.05)
     assets = Path(__file__).resolve().parent.parent / "assets"
     examples = json.loads((assets / "examples.json").read_text())
     demo = build_app(host, examples, eval_dirs=[str(eval_folder)])
-    demo.queue(default_concurrency_limit=1)
+    demo.queue(default_concurrency_limit=4)
     _, url, _ = demo.launch(
         server_name="127.0.0.1",
         server_port=port,
@@ -91,5 +91,10 @@ def app_url(eval_folder):
         css_paths=[str(assets / "style.css")],
         max_file_size="60mb",
     )
-    yield url
+    yield url, host
     demo.close()
+
+
+@pytest.fixture(scope="session")
+def app_url(app_server):
+    return app_server[0]

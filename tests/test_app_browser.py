@@ -25,8 +25,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
-def browser(app_url):
+def open_browser(url: str):
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in (
@@ -42,8 +41,14 @@ def browser(app_url):
     ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.get(app_url)
+    driver.get(url)
     wait(driver).until(lambda d: d.find_element(By.ID, "generate").is_enabled())
+    return driver
+
+
+@pytest.fixture(scope="module")
+def browser(app_url):
+    driver = open_browser(app_url)
     yield driver
     driver.quit()
 
@@ -200,10 +205,7 @@ def test_empty_prompt_gets_a_message(browser):
 
 
 def test_stop_keeps_what_was_produced_and_frees_the_worker(browser):
-    browser.find_element(By.CSS_SELECTOR, "#sampling .label-wrap").click()
-    slider = wait(browser).until(lambda d: d.find_element(By.CSS_SELECTOR, "#max_new_tokens input[type=number]"))
-    slider.send_keys(Keys.CONTROL, "a")
-    slider.send_keys("400", Keys.ENTER)
+    ask_for_400_tokens(browser)
     generate(browser, "A long story about apples.")
     wait(browser).until(lambda d: len(tokens(d, "easd")) > 0)
     browser.find_element(By.ID, "stop").click()
@@ -310,3 +312,66 @@ def test_hostile_values_in_every_field_run_nothing(browser, trace_sources, tmp_p
         assert browser.execute_script(INJECTED_JS, PANELS) == baseline, (fmt, chosen)
         assert browser.execute_script("return window.__xss === undefined"), (fmt, chosen)
         assert "Traceback" not in text_of(browser, "message")
+
+
+@pytest.fixture(scope="module")
+def one_at_a_time(tiny_pair):
+    """A second app whose shared batch holds one comparison (--max-batch 2): (url, the pair's worker)."""
+    import json
+    from pathlib import Path
+
+    from ui.backend import ModelHost
+    from ui.layout import build_app
+
+    host = ModelHost({"tiny-random": lambda: tiny_pair}, "tiny-random", max_new_tokens_cap=400, max_batch=2)
+    host.ensure_loading("tiny-random")
+    while host.pair("tiny-random") is None:
+        time.sleep(0.05)
+    assets = Path(__file__).resolve().parent.parent / "assets"
+    demo = build_app(host, json.loads((assets / "examples.json").read_text()))
+    demo.queue(default_concurrency_limit=4)
+    _, url, _ = demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, ssr_mode=False)
+    yield url, host.states["tiny-random"].worker
+    demo.close()
+
+
+def ask_for_400_tokens(driver) -> None:
+    driver.find_element(By.CSS_SELECTOR, "#sampling .label-wrap").click()
+    slider = wait(driver).until(lambda d: d.find_element(By.CSS_SELECTOR, "#max_new_tokens input[type=number]"))
+    slider.send_keys(Keys.CONTROL, "a")
+    slider.send_keys("400", Keys.ENTER)
+
+
+def test_a_full_batch_tells_a_user_their_place_and_starts_them_when_a_slot_frees(one_at_a_time):
+    from gradio_client import Client
+
+    url, worker = one_at_a_time
+    driver = open_browser(url)
+    try:
+        ahead = [
+            Client(url, verbose=False).submit(prompt=f"ahead {i}", max_new_tokens=400, api_name="/compare") for i in range(2)
+        ]
+        wait(None, 60).until(lambda _: len(worker.running) == 1 and len(worker.line) == 1)
+        generate(driver, "Tom has 3 apples.")
+        wait(driver).until(lambda d: "2nd in line, about" in text_of(d, "message"))
+        wait(driver, 120).until(lambda d: text_of(d, "message").startswith("Done"))
+        assert len(tokens(driver, "sd")) == len(tokens(driver, "easd")) == 128
+    finally:
+        driver.quit()
+    assert all(len(job.result(timeout=60)["runs"][0]["rows"]) == 400 for job in ahead)
+
+
+def test_closing_the_tab_takes_its_rows_out_of_the_batch(one_at_a_time):
+    from gradio_client import Client
+
+    url, worker = one_at_a_time
+    driver = open_browser(url)
+    ask_for_400_tokens(driver)
+    generate(driver, "A long story about apples.")
+    wait(driver).until(lambda d: len(tokens(d, "easd")) > 0)
+    ticket = worker.running[0]
+    next_user = Client(url, verbose=False).submit(prompt="next", max_new_tokens=8, api_name="/compare")
+    driver.quit()  # the tab (and its browser) closes mid-run
+    assert ticket.join(30)
+    assert all(t.stats.stop_reason == "stopped" and len(t.records) < 400 for t in ticket.traces())
+    assert len(next_user.result(timeout=60)["runs"][0]["rows"]) == 8  # the freed slot went to the next in line

@@ -127,7 +127,8 @@ def test_ctrl_c_on_the_command_line_stops_the_actors_and_resume_finishes(cluster
     """The real thing: `easd eval --ray ADDRESS` in its own process, joining this cluster, then SIGINT."""
     address = ray.get_runtime_context().gcs_address
     out = tmp_path / "out"
-    command = ["eval", "--pair", "tiny-random", "--data", str(data), "--limit", "6", "--methods", METHODS]
+    # all 12 problems: on a loaded machine 6 could all be written before the signal lands
+    command = ["eval", "--pair", "tiny-random", "--data", str(data), "--limit", "12", "--methods", METHODS]
     command += ["--max-new-tokens", "12", "--out", str(out), "--ray", address, "--ray-actors", "1"]  # one actor: faster to start
     process = subprocess.Popen([sys.executable, "-m", "easd", *command], cwd=ROOT, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
@@ -137,7 +138,7 @@ def test_ctrl_c_on_the_command_line_stops_the_actors_and_resume_finishes(cluster
     assert process.wait(timeout=60) == 130
     assert "rerun with --resume" in process.stderr.read()
     written = rows(out)
-    assert 3 <= len(written) < 6 * 3
+    assert 3 <= len(written) < 12 * 3
     deadline = time.monotonic() + 60  # the driver killed its actors: their CPUs are free again
     while time.monotonic() < deadline and ray.available_resources().get("CPU", 0) < 2:
         time.sleep(0.1)
@@ -145,7 +146,7 @@ def test_ctrl_c_on_the_command_line_stops_the_actors_and_resume_finishes(cluster
 
     assert main([*command, "--resume"]) == 0
     after = rows(out)
-    assert keys(after) == every_key(6) and after[: len(written)] == written
+    assert keys(after) == every_key(12) and after[: len(written)] == written
     assert json.loads((out / "run.json").read_text())["pair"].startswith("draft tiny-random-draft → target")
     assert "actor 0 (" in capsys.readouterr().out  # per-actor throughput in the summary
 

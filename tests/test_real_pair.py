@@ -55,3 +55,23 @@ def test_batched_rows_on_the_real_pair_equal_their_solo_runs(qwen_pair):
         alone = Generation(qwen_pair, generation.prompt, generation.settings).run()
         assert generation.trace.token_ids == alone.token_ids, generation.settings.method
         assert [r.origin for r in generation.trace.records] == [r.origin for r in alone.records]
+
+
+def test_every_live_example_forks_within_its_first_128_tokens(qwen_pair):
+    """The app's examples, at the app's default settings: EASD penalizes a token (so its text leaves SD's) by
+    token 128. All rows run in one batch (float32: as each would alone) and each leaves at its first penalty."""
+    import json
+    from dataclasses import replace
+    from pathlib import Path
+
+    from easd.core.decoding import Batch
+    from ui.controls import read_settings
+
+    examples = json.loads((Path(__file__).resolve().parent.parent / "assets" / "examples.json").read_text())
+    settings = replace(read_settings({"max_new_tokens": 128}, 256), method="easd")
+    rows = [Generation(qwen_pair, example, settings) for example in examples]
+    for block in Batch(qwen_pair, rows):
+        if block.end == "penalty":
+            block.generation.stop()  # it forked: no need to decode the rest
+    forks = {row.prompt[:40]: row.trace.summary()["first_penalty_position"] for row in rows}
+    assert all(position is not None and position < 128 for position in forks.values()), forks

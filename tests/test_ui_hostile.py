@@ -21,6 +21,7 @@ from easd.core.compare import LANES
 from ui import handlers
 from ui.backend import ModelHost
 from ui.controls import DEFAULTS, RuleView
+from ui.gallery import Gallery
 from ui.html import Html
 from ui.inspector import inspector_html
 from ui.lanes import ORIGIN_CLASSES
@@ -68,7 +69,7 @@ def check(fragment) -> None:
 @pytest.fixture(scope="module")
 def page():
     with gr.Blocks():
-        return build_page(VIEWER, [])
+        return build_page(VIEWER, [], Gallery())
 
 
 def poke(page, path) -> list:

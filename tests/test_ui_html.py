@@ -1,5 +1,7 @@
 """The HTML helpers (escaping by construction) and the page's handlers given bad input."""
 
+import time
+
 import gradio as gr
 import pytest
 
@@ -7,6 +9,7 @@ from easd.errors import SettingsError
 from ui import handlers
 from ui.backend import Busy, Client, ModelHost
 from ui.controls import FIELDS, RuleView, page_words, read_settings
+from ui.gallery import Gallery
 from ui.html import Html, join, number, tag, text
 from ui.layout import wire
 from ui.page import build_page
@@ -41,7 +44,7 @@ def test_numbers_never_crash_the_page():
 @pytest.fixture(scope="module")
 def page():
     with gr.Blocks():
-        return build_page(ModelHost({}, None, max_new_tokens_cap=64), [])
+        return build_page(ModelHost({}, None, max_new_tokens_cap=64), [], Gallery())
 
 
 BAD_SETTINGS = [
@@ -100,20 +103,29 @@ def test_unexpected_failures_are_one_generic_line(page, caplog):
     assert "exploded" in caplog.text  # the traceback goes to the server log
 
 
-def test_one_client_gets_its_share_of_the_line():
-    host = ModelHost({}, None, max_queued_per_client=2)
+def test_one_client_gets_its_share_of_the_line_and_a_closed_tab_stops_its_runs(tiny_pair):
+    from dataclasses import replace
+
+    from easd.core.decoding import Generation
+    from easd.core.settings import DecodeSettings
+
+    host = ModelHost({"tiny": lambda: tiny_pair}, "tiny", max_queued_per_client=2, max_batch=8)
+    host.ensure_loading("tiny")
+    while host.pair("tiny") is None:
+        time.sleep(0.05)
     me, other = Client("me", "10.0.0.1"), Client("other", "10.0.0.1")
-    with host.turn(me):
-        host.gate.release()  # let a second of mine in line without blocking this test
-        with host.turn(me):
-            with pytest.raises(Busy, match=r"busy: you already have 2 request\(s\) waiting; try again in about \d+ s"):
-                with host.turn(me):
-                    pass
-            host.gate.release()
-            with host.turn(other):
+
+    def rows(prompt):
+        return [Generation(tiny_pair, prompt, replace(DecodeSettings(max_new_tokens=400), method=m)) for m in ("sd", "easd")]
+
+    with host.ticket("tiny", rows("a"), me) as a, host.ticket("tiny", rows("b"), me) as b:
+        with pytest.raises(Busy, match=r"busy: you already have 2 request\(s\) waiting; try again when one has finished"):
+            with host.ticket("tiny", rows("c"), me):
                 pass
-            host.gate.acquire()
-        host.gate.acquire()
+        with host.ticket("tiny", rows("d"), other) as d:
+            assert host.cancel(me) == 2  # my tab closed: both of mine stop, the other user's run goes on
+            assert a.join(30) and b.join(30) and not d.done
+            assert all(t.stats.stop_reason == "stopped" for t in a.traces() + b.traces())
     assert not +host._in_line  # everyone left the line
 
 

@@ -10,17 +10,20 @@ the engine; none of them re-implements the method.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import gradio as gr
 
 from easd.core import trace as trace_io
 from easd.core.compare import LANES, Comparison
 from easd.core.whatif import would_penalize
+from easd.core.worker import Ticket
 from easd.errors import EasdError, SettingsError
 
 from . import figures
 from .backend import Client, ModelHost
 from .controls import DEFAULTS, RuleView, api_words, check_flag, check_prompt, page_words, read_settings
+from .gallery import Gallery
 from .html import Html, tag
 from .inspector import inspector_html
 from .lanes import lane_html, lane_title
@@ -30,6 +33,8 @@ from .stats import comparison_html, stats_html
 from .stepper import block_views, stepper_html
 
 LANES_EVERY_S = 0.25  # at most four lane updates a second: faster only floods the browser with HTML
+STOP_WAIT_S = 10.0  # Stop waits this long for the block in flight, so the lanes keep its tokens
+API_EVERY_S = 0.5  # the API streams both whole traces so far: twice a second keeps that cheap
 FIGURES_EVERY_S = 2.0  # figures redraw less often: a figure per token made the browser fall behind
 MAX_WHATIF_ROWS = 200_000  # rows re-read per slider move or click (outside the queue); a bigger trace is shown, not re-read
 
@@ -110,30 +115,57 @@ def in_api_words(err: EasdError) -> str:
 
 
 def generate(page: Page, host: ModelHost, values: dict, request: gr.Request):
-    """Run SD and EASD side by side, streaming both lanes (and, less often, the figures)."""
+    """Run SD and EASD side by side in the shared batch, streaming both lanes (and, less often, the figures)."""
     session: Session = values[page.state]
     view = page.controls.read_view(values)
     settings = page.controls.read_settings(values, host.max_new_tokens_cap)
     chat = check_flag("chat", values[page.controls.chat])
-    comparison = Comparison(ready_pair(host, values[page.pair]), check_prompt(values[page.prompt]), settings, chat=chat)
-    with host.turn(client_of(request)):
+    name = values[page.pair]
+    comparison = Comparison(ready_pair(host, name), check_prompt(values[page.prompt]), settings, chat=chat)
+    with host.ticket(name, comparison.runs.values(), client_of(request)) as ticket:
         session.clear()
-        session.traces, session.running = comparison.traces, True
-        lanes_shown = figures_shown = time.monotonic()
+        session.ticket, session.running = ticket, True
+        figures_shown = time.monotonic()
         try:
-            for _ in comparison:
-                now = time.monotonic()
-                if now - lanes_shown < LANES_EVERY_S:
+            for _ in _news(ticket, LANES_EVERY_S):
+                if ticket.position:  # still in line: say where
+                    yield {page.message: say(in_line(ticket))}
                     continue
-                lanes_shown = now
-                update = render_lanes(page, session, view) | {page.message: Html("")}
-                if now - figures_shown >= FIGURES_EVERY_S:
+                session.traces = dict(zip(comparison.runs, ticket.traces()))
+                update = render_lanes(page, session, view) | {page.message: say(sharing(ticket))}
+                if time.monotonic() - figures_shown >= FIGURES_EVERY_S:
                     update |= render_panels(page, session, view)
-                    figures_shown = now
+                    figures_shown = time.monotonic()
                 yield update
         finally:
             session.running = False
+    session.traces = dict(zip(comparison.runs, ticket.traces()))
+    if ticket.error is not None:
+        raise ticket.error
     yield render_all(page, session, view, message=f"Done: {_stop_note(session)}")
+
+
+def _news(ticket: Ticket, every_s: float) -> Iterator[int]:
+    """Until the ticket is done, each time it has news (blocks, a new place in line), at most once per `every_s`."""
+    seen, shown = -1, 0.0
+    while not ticket.done:
+        time.sleep(max(0.0, shown + every_s - time.monotonic()))  # the browser cannot use more updates than this
+        news = ticket.wait(seen, every_s)
+        if news != seen and not ticket.done:
+            seen, shown = news, time.monotonic()
+            yield news
+
+
+def in_line(ticket: Ticket) -> str:
+    """Where a waiting request stands: "3rd in line, about 20 s"."""
+    place = ticket.position
+    suffix = "th" if 10 <= place % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(place % 10, "th")
+    return f"⏳ {place}{suffix} in line, about {max(1, round(ticket.wait_s))} s: every user's rows share one batch, which is full"
+
+
+def sharing(ticket: Ticket) -> str:
+    others = ticket.sharing - 1
+    return f"Decoding in a batch shared with {others} other user{'s' if others != 1 else ''}." if others > 0 else ""
 
 
 def compare(
@@ -151,24 +183,40 @@ def compare(
     pair: str = "",
     chat: bool = True,
     request: gr.Request = None,
-) -> dict:
-    """Run SD and EASD with the same prompt, seed and settings; returns both traces (easd-trace JSON)."""
+) -> Iterator[dict]:
+    """Run SD and EASD with the same prompt, seed and settings in the shared batch; streams both traces
+    so far (easd-trace JSON, at most every API_EVERY_S) and ends with the finished ones."""
     values = dict(tau_h=tau_h, tau_o=tau_o, top_n=top_n, k=k, temperature=temperature, top_p=top_p, rule=rule, seed=seed)
     settings = read_settings(values | {"max_new_tokens": max_new_tokens}, host.max_new_tokens_cap)
-    comparison = Comparison(ready_pair(host, pair or host.default), check_prompt(prompt), settings, chat=check_flag("chat", chat))
-    with host.turn(client_of(request)):
-        traces = comparison.run()
-    return trace_io.to_json_dict(list(traces.values()))
+    name = pair or host.default
+    comparison = Comparison(ready_pair(host, name), check_prompt(prompt), settings, chat=check_flag("chat", chat))
+    with host.ticket(name, comparison.runs.values(), client_of(request)) as ticket:
+        for _ in _news(ticket, API_EVERY_S):
+            if not ticket.position:  # nothing to show while in line
+                yield trace_io.to_json_dict(ticket.traces())
+    if ticket.error is not None:
+        raise ticket.error
+    yield trace_io.to_json_dict(ticket.traces())
 
 
 def stop(page: Page, values: dict) -> dict:
+    """Stop this page's run: its rows leave the shared batch at the next block boundary; everything emitted is kept."""
     session: Session = values[page.state]
-    # a run Stop cancelled may already have left its loop (its traces then say "stopped"); a finished one keeps its "Done" line
-    cut_short = any(t is not None and t.stats.stop_reason == "stopped" for t in session.traces.values())
-    if not (session.running or cut_short):
-        return gr.skip()
+    ticket = session.ticket
+    if ticket is None:
+        return gr.skip()  # nothing ran here (loaded traces, or cleared)
+    if ticket.done and not session.running and not ticket.cancelled:
+        return gr.skip()  # a finished run keeps its "Done" line
+    ticket.cancel()
+    ticket.join(STOP_WAIT_S)
     session.running = False
+    session.traces = dict(zip(LANES, ticket.traces()))
     return render_all(page, session, page.controls.read_view(values), message=f"Stopped: {_stop_note(session)}")
+
+
+def leave(host: ModelHost, request: gr.Request) -> None:
+    """The tab closed: its runs leave the shared batch at the next block boundary."""
+    host.cancel(client_of(request))
 
 
 def clear(page: Page, values: dict) -> dict:
@@ -229,6 +277,17 @@ def load_file(page: Page, host: ModelHost, values: dict) -> dict:
         reason = in_page_words(err).removeprefix("⚠️ ").replace(str(path), _file_name(path))
         return {page.message: say(f"⚠️ Could not load that file: {reason}")}
     return show_loaded(page, host, session, session.load_traces(traces, _file_name(path)))
+
+
+def open_recorded(page: Page, host: ModelHost, gallery: Gallery, values: dict) -> dict:
+    """A comparison from the gallery: loaded like a file, with no model involved."""
+    key = values[page.recorded]
+    if key is None:
+        return gr.skip()
+    session: Session = values[page.state]
+    recording, traces = gallery.open(key)
+    loaded = session.load_traces(traces, f"the gallery ({recording.title})")
+    return show_loaded(page, host, session, f"{loaded}. {recording.shows}")
 
 
 def pick_example(page: Page, values: dict) -> dict:

@@ -19,6 +19,7 @@ from easd.errors import EasdError
 from . import evaluation, handlers
 from .backend import ModelHost
 from .evaluation import EvaluationTab, build_evaluation_tab
+from .gallery import Gallery
 from .page import Page, build_page
 
 log = logging.getLogger("easd.app")
@@ -69,19 +70,22 @@ def wire(handler: Callable, *fixed, show: Callable[[str], dict] | None = None, w
     return bound
 
 
-def build_app(host: ModelHost, examples: list[str], gpu=lambda fn: fn, eval_dirs: list[str] | None = None) -> gr.Blocks:
-    """The whole app. `gpu` wraps the generating functions (spaces.GPU on a ZeroGPU Space);
+def build_app(
+    host: ModelHost, examples: list[str], gallery: Gallery | None = None, eval_dirs: list[str] | None = None
+) -> gr.Blocks:
+    """The whole app: `examples` run live, `gallery` holds recorded comparisons (default: assets/gallery),
     `eval_dirs` are the evaluation folders the operator allows the Evaluation tab to open."""
+    gallery = gallery or Gallery()
     eval_dirs = list(eval_dirs or [])
     with gr.Blocks(title="EASD Lab", delete_cache=(3600, 7200)) as demo:
         with gr.Tab("Compare"):
-            page = build_page(host, examples)
+            page = build_page(host, examples, gallery)
         with gr.Tab("Evaluation"):
             tab = build_evaluation_tab(eval_dirs)
-        _wire_compare(demo, page, host, gpu)
+        _wire_compare(demo, page, host, gallery)
         _wire_evaluation(tab, eval_dirs)
         gr.api(
-            gpu(wire(handlers.compare, host, words=handlers.in_api_words)),
+            wire(handlers.compare, host, words=handlers.in_api_words),
             api_name="compare",
             concurrency_id="generate",
             concurrency_limit=host.slots,
@@ -89,7 +93,7 @@ def build_app(host: ModelHost, examples: list[str], gpu=lambda fn: fn, eval_dirs
     return demo
 
 
-def _wire_compare(demo: gr.Blocks, page: Page, host: ModelHost, gpu) -> None:
+def _wire_compare(demo: gr.Blocks, page: Page, host: ModelHost, gallery: Gallery) -> None:
     c, s = page.controls, page.state
     say = functools.partial(_say, page)
     whatif_in = {*c.whatif().values(), s}
@@ -97,11 +101,11 @@ def _wire_compare(demo: gr.Blocks, page: Page, host: ModelHost, gpu) -> None:
     instant = dict(private, concurrency_limit=None, show_progress="hidden", queue=False)
 
     run = page.generate.click(
-        gpu(wire(handlers.generate, page, host, show=say)),
+        wire(handlers.generate, page, host, show=say),
         {page.pair, page.prompt, c.chat, *c.settings().values(), s},
         page.everything(),
         concurrency_id="generate",
-        concurrency_limit=host.slots,  # the host's line decides who runs; see ModelHost.turn
+        concurrency_limit=host.slots,  # the shared batch and its line decide who runs; see ModelHost.ticket
         show_progress="hidden",
         **private,
     )
@@ -121,7 +125,9 @@ def _wire_compare(demo: gr.Blocks, page: Page, host: ModelHost, gpu) -> None:
     # a loaded run brings its prompt and settings: the controls move to them
     loaded = [*page.everything(), page.prompt, *c.settings().values(), c.tau_o_meaning]
     page.upload.upload(wire(handlers.load_file, page, host, show=say), {page.upload, s}, loaded, **private)
+    page.recorded.change(wire(handlers.open_recorded, page, host, gallery, show=say), {page.recorded, s}, loaded, **private)
     page.example.change(wire(handlers.pick_example, page, show=say), {page.example}, [page.prompt, page.message], **instant)
+    demo.unload(wire(handlers.leave, host))  # a closed tab's rows leave the shared batch at once
     polled = [page.status, page.generate, page.timer, page.message]
     for trigger in (demo.load, page.timer.tick, page.pair.change):
         trigger(wire(handlers.poll, page, host, show=say), {page.pair}, polled, **instant)

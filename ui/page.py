@@ -11,6 +11,7 @@ from easd.core.compare import LANES
 from . import figures
 from .backend import ModelHost
 from .controls import Controls, RuleView, build_controls
+from .gallery import Gallery
 from .html import tag
 from .inspector import inspector_html
 from .lanes import lane_html, lane_title, legend_html
@@ -73,6 +74,7 @@ class Page:
     status: gr.Markdown
     prompt: gr.Textbox
     example: gr.Dropdown  # picking one fills the prompt
+    recorded: gr.Dropdown  # picking one opens a recorded comparison from the gallery, no model needed
     generate: gr.Button
     stop: gr.Button
     clear: gr.Button
@@ -103,7 +105,7 @@ class Page:
         return [*self.lane_outputs(), *self.panel_outputs(), self.download_csv, self.download_json, self.message]
 
 
-def build_page(host: ModelHost, examples: list[str]) -> Page:
+def build_page(host: ModelHost, examples: list[str], gallery: Gallery) -> Page:
     """The first screen holds the prompt, the lanes with their legend, and the inspector beside them;
     the settings sit under the inspector, the step-through, figures and files below."""
     state = gr.State(Session(), time_to_live=SESSION_TTL_S, delete_callback=Session.close)
@@ -127,7 +129,11 @@ def build_page(host: ModelHost, examples: list[str]) -> Page:
                     with gr.Row():
                         stop = gr.Button("Stop", variant="stop", elem_id="stop", size="sm", min_width=50)
                         clear = gr.Button("Clear", elem_id="clear", size="sm", min_width=50)
-            example = gr.Dropdown([(_first_words(e, 12), e) for e in examples], value=None, label="Examples", elem_id="examples")
+            with gr.Row():
+                example = gr.Dropdown(
+                    [(_first_words(e, 12), e) for e in examples], value=None, label="Examples to run", elem_id="examples"
+                )
+                recorded = gr.Dropdown(gallery.choices(), value=None, label="Recorded runs (open at once)", elem_id="recorded")
             message = gr.HTML(elem_id="message")
             gr.HTML(legend_html(), elem_id="legend")
             titles, lanes, stats = {}, {}, {}
@@ -178,6 +184,7 @@ def build_page(host: ModelHost, examples: list[str]) -> Page:
         status=status,
         prompt=prompt,
         example=example,
+        recorded=recorded,
         generate=generate,
         stop=stop,
         clear=clear,

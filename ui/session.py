@@ -18,6 +18,7 @@ from pathlib import Path
 from easd.core import trace as trace_io
 from easd.core.compare import LANES
 from easd.core.trace import TokenRecord, Trace
+from easd.core.worker import Ticket
 
 from .lanes import fork_position
 
@@ -29,15 +30,18 @@ class Session:
     step_lane: str = "easd"
     step: int = 0
     running: bool = False
+    ticket: Ticket | None = None  # the run in the shared batch, while it goes on (Stop and Clear cancel it)
     folder: Path | None = None  # made on the first export, reused (files replaced) by later ones
 
     def clear(self) -> None:
-        """Forget the traces and the selection; the download folder is emptied too."""
+        """Forget the traces and the selection; the run stops and the download folder is emptied too."""
         self.close()
         self.__dict__.update(Session().__dict__)
 
     def close(self) -> None:
-        """Delete the session's download folder (the tab closed, the state expired, or Clear)."""
+        """Stop the session's run and delete its download folder (the tab closed, the state expired, or Clear)."""
+        if self.ticket is not None:
+            self.ticket.cancel()
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
             self.folder = None

@@ -1,0 +1,128 @@
+"""A class at once: N users press Generate together; how long until the last one has their result?
+
+    python -m ui.loadtest --pair qwen-coder --users 1,4,8,16 --max-new-tokens 128
+
+Serves the app on a local port (the real app: `ui.layout.build_app`, the pair loaded once) and
+sends N simultaneous `/compare` requests with gradio_client, each with its own prompt and seed.
+Twice, in the same run:
+  * today's queue: `--max-batch 2`, one comparison at a time, all `max(users)` sent at once; the
+    time the N-th result arrives is what N users wait in a queue;
+  * the shared batch: `--max-batch` (default: the memory estimate), each N sent at once.
+Each user's shared-batch result is compared token for token with the same request's result in the
+queue, where it ran alone. Every user comes from this machine's one address, so the per-address
+limit is lifted here (`--max-queued-per-client`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+
+from gradio_client import Client
+
+from easd.pairs.loading import configure_threads
+from easd.pairs.registry import default_pair_name, load_named_pair
+
+from .backend import ModelHost
+from .layout import build_app
+
+PROMPTS = [  # sixteen questions a class might ask, of different lengths and kinds
+    "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. How much did she earn?",
+    "Write a short poem about the sea at night.",
+    "Explain to a ten-year-old why the sky is blue.",
+    "Is 221 a prime number? Think step by step.",
+    "Give three tips for learning a new language.",
+    "Write a Python function that checks whether a string is a palindrome, ignoring spaces and case.",
+    "If a shirt costs $25 after a 20% discount, what was its original price?",
+    "What are the pros and cons of working from home?",
+    "Write a haiku about autumn leaves.",
+    "Tell me a story about a robot who learns to paint, in three sentences.",
+    "What is the difference between a list and a tuple in Python?",
+    "A bakery sells muffins for $3 each and cookies for $1.50 each. Maria buys 4 muffins and 6 cookies and pays "
+    "with a $50 bill. How much change does she get?",
+    "Describe your ideal weekend in a few sentences.",
+    "Suggest a name for a coffee shop run by cats, and explain your choice.",
+    "Which of these is a chemical change? (A) ice melting (B) salt dissolving in water (C) iron rusting "
+    "(D) water boiling. Explain briefly, then give the letter.",
+    "Write an opening line for a mystery novel.",
+]
+
+
+def serve(pair, name: str, max_batch: int | None, cap: int, users: int):
+    host = ModelHost({name: lambda: pair}, name, max_new_tokens_cap=cap, max_batch=max_batch, max_queued_per_client=users)
+    host.ensure_loading(name)
+    while host.pair(name) is None:
+        time.sleep(0.05)
+    demo = build_app(host, [])
+    demo.queue(default_concurrency_limit=4, max_size=64)
+    _, url, _ = demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, ssr_mode=False)
+    return demo, url, host
+
+
+def send(url: str, users: int, max_new_tokens: int) -> tuple[list[float], list[dict]]:
+    """`users` requests at once, one client each; -> (seconds until each result, in user order), results."""
+    finished, results = [0.0] * users, [None] * users
+    start = threading.Barrier(users + 1)
+    clients = [Client(url, verbose=False) for _ in range(users)]
+
+    def user(i: int):
+        start.wait()
+        began = time.monotonic()
+        results[i] = clients[i].predict(
+            prompt=PROMPTS[i % len(PROMPTS)], seed=i, max_new_tokens=max_new_tokens, api_name="/compare"
+        )
+        finished[i] = time.monotonic() - began
+
+    threads = [threading.Thread(target=user, args=(i,)) for i in range(users)]
+    for t in threads:
+        t.start()
+    start.wait()
+    for t in threads:
+        t.join()
+    return finished, results
+
+
+def tokens_of(result: dict) -> list[list[int]]:
+    return [[row["token_id"] for row in run["rows"]] for run in result["runs"]]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pair", default=None, help="a named pair (default: the app's default)")
+    parser.add_argument("--users", default="1,4,8,16", help="comma-separated numbers of simultaneous users")
+    parser.add_argument("--max-new-tokens", type=int, default=128, help="tokens per lane, greedy")
+    parser.add_argument("--max-batch", type=int, default=None, help="rows of the shared batch (default: the memory estimate)")
+    args = parser.parse_args(argv)
+    counts = sorted({int(n) for n in args.users.split(",")})
+    most = max(counts)
+    configure_threads()
+    name = args.pair or default_pair_name()
+    pair = load_named_pair(name)
+    print(f"pair: {pair.describe()}; {args.max_new_tokens} tokens per lane, greedy; users {counts}", flush=True)
+
+    demo, url, _ = serve(pair, name, 2, args.max_new_tokens, most)
+    queue_s, alone = send(url, most, args.max_new_tokens)
+    demo.close()
+    arrivals = sorted(queue_s)
+    print(f"today's queue (--max-batch 2), {most} users at once: results after " + ", ".join(f"{s:.0f}" for s in arrivals) + " s")
+
+    demo, url, host = serve(pair, name, args.max_batch, args.max_new_tokens, most)
+    rows = host.states[name].worker.max_rows
+    print(f"shared batch: --max-batch {rows}", flush=True)
+    print(
+        f"{'users':>5} | {'queue: last result':>18} | {'shared batch: last result':>25} | {'× one user alone':>16} | equal to alone"
+    )
+    one = None
+    for n in counts:
+        seconds, results = send(url, n, args.max_new_tokens)
+        last = max(seconds)
+        one = one or (last if n == 1 else None)
+        equal = sum(tokens_of(r) == tokens_of(a) for r, a in zip(results, alone))
+        ratio = f"{last / one:.2f}×" if one else "n/a"
+        print(f"{n:>5} | {arrivals[n - 1]:>16.0f} s | {last:>23.0f} s | {ratio:>16} | {equal} of {n}", flush=True)
+    demo.close()
+
+
+if __name__ == "__main__":
+    main()
