@@ -129,7 +129,7 @@ def test_ctrl_c_on_the_command_line_stops_the_actors_and_resume_finishes(cluster
     out = tmp_path / "out"
     # all 12 problems: on a loaded machine 6 could all be written before the signal lands
     command = ["eval", "--pair", "tiny-random", "--data", str(data), "--limit", "12", "--methods", METHODS]
-    command += ["--max-new-tokens", "12", "--out", str(out), "--ray", address, "--ray-actors", "1"]  # one actor: faster to start
+    command += ["--max-new-tokens", "48", "--out", str(out), "--ray", address, "--ray-actors", "1"]  # one actor: faster to start
     process = subprocess.Popen([sys.executable, "-m", "easd", *command], cwd=ROOT, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and len(rows(out) if (out / "results.csv").exists() else []) < 3:
