@@ -131,7 +131,7 @@ def generate(page: Page, host: ModelHost, values: dict, request: gr.Request):
                 if ticket.position:  # still in line: say where
                     yield {page.message: say(in_line(ticket))}
                     continue
-                session.traces = dict(zip(comparison.runs, ticket.traces()))
+                session.show(ticket)
                 update = render_lanes(page, session, view) | {page.message: say(sharing(ticket))}
                 if time.monotonic() - figures_shown >= FIGURES_EVERY_S:
                     update |= render_panels(page, session, view)
@@ -139,7 +139,7 @@ def generate(page: Page, host: ModelHost, values: dict, request: gr.Request):
                 yield update
         finally:
             session.running = False
-    session.traces = dict(zip(comparison.runs, ticket.traces()))
+    session.show(ticket)
     if ticket.error is not None:
         raise ticket.error
     yield render_all(page, session, view, message=f"Done: {_stop_note(session)}")
@@ -210,7 +210,7 @@ def stop(page: Page, values: dict) -> dict:
     ticket.cancel()
     ticket.join(STOP_WAIT_S)
     session.running = False
-    session.traces = dict(zip(LANES, ticket.traces()))
+    session.show(ticket)
     return render_all(page, session, page.controls.read_view(values), message=f"Stopped: {_stop_note(session)}")
 
 

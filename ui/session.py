@@ -46,6 +46,10 @@ class Session:
             shutil.rmtree(self.folder, ignore_errors=True)
             self.folder = None
 
+    def show(self, ticket: Ticket) -> None:
+        """The lanes show `ticket`'s traces: snapshots while it runs, the finished traces once done."""
+        self.traces = dict(zip(LANES, ticket.traces()))  # a ticket's rows are a Comparison's, in LANES order
+
     @property
     def fork(self) -> int | None:
         return fork_position(self.traces["sd"], self.traces["easd"])
