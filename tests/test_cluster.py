@@ -127,9 +127,10 @@ def test_ctrl_c_on_the_command_line_stops_the_actors_and_resume_finishes(cluster
     """The real thing: `easd eval --ray ADDRESS` in its own process, joining this cluster, then SIGINT."""
     address = ray.get_runtime_context().gcs_address
     out = tmp_path / "out"
-    # all 12 problems: on a loaded machine 6 could all be written before the signal lands
+    # one actor (faster to start), one problem (3 rows) at a time: rows of one batch all end at once, so a
+    # bigger batch could write every row before the signal lands
     command = ["eval", "--pair", "tiny-random", "--data", str(data), "--limit", "12", "--methods", METHODS]
-    command += ["--max-new-tokens", "48", "--out", str(out), "--ray", address, "--ray-actors", "1"]  # one actor: faster to start
+    command += ["--max-new-tokens", "12", "--batch-size", "3", "--out", str(out), "--ray", address, "--ray-actors", "1"]
     process = subprocess.Popen([sys.executable, "-m", "easd", *command], cwd=ROOT, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and len(rows(out) if (out / "results.csv").exists() else []) < 3:
