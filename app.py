@@ -7,8 +7,7 @@
 
 Every flag can also come from the environment (EASD_PAIR, EASD_ALLOW_PAIRS, EASD_DRAFT, EASD_TARGET,
 EASD_DTYPE, EASD_INT8, EASD_HOST, EASD_PORT, EASD_MAX_NEW_TOKENS_CAP, EASD_MAX_BATCH, EASD_MAX_QUEUED_PER_CLIENT,
-EASD_EVAL_DIRS), which is
-how a Hugging Face Space sets them. The browser can only choose among the pairs allowed here.
+EASD_MAX_PER_ADDRESS, EASD_FORWARDED_ALLOW_IPS, EASD_SESSION_TTL, EASD_EVAL_DIRS), which is how a Hugging Face Space sets them. The browser can only choose among the pairs allowed here.
 """
 
 from __future__ import annotations
@@ -24,11 +23,8 @@ from easd.errors import SettingsError
 from easd.pairs.loading import load_pair
 from easd.pairs.registry import PAIRS, default_pair_name, load_named_pair
 from ui.backend import ModelHost
-from ui.layout import build_app
-
-ASSETS = Path(__file__).resolve().parent / "assets"
-LIGHT_EVENTS = 4  # uploads and the Evaluation tab's events served at once (generation has its own limit: ModelHost.slots)
-MAX_UPLOAD = "60mb"  # a little above easd.core.trace.MAX_TRACE_BYTES, so the app's own message explains the limit
+from ui.layout import ASSETS, build_app, serve
+from ui.page import SESSION_TTL_S
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -79,6 +75,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="generations one browser tab or API client may have running or waiting; more are refused as busy",
     )
     parser.add_argument(
+        "--max-per-address",
+        type=int,
+        default=int(env("EASD_MAX_PER_ADDRESS", "0")) or None,
+        help="generations one network address may have running or waiting (default: half of what the batch and its line hold)",
+    )
+    parser.add_argument(
+        "--forwarded-allow-ips",
+        default=env("EASD_FORWARDED_ALLOW_IPS", ""),
+        help="proxies (addresses or networks, comma-separated) whose X-Forwarded-For header names the user's address; "
+        "by default nobody's is trusted and the connection's own address counts",
+    )
+    parser.add_argument(
+        "--session-ttl",
+        type=float,
+        default=float(env("EASD_SESSION_TTL", str(SESSION_TTL_S))),
+        help="seconds after its last run or load that a session's traces and files are deleted (closing the tab deletes them at once)",
+    )
+    parser.add_argument(
         "--eval-dir",
         action="append",
         default=[d for d in env("EASD_EVAL_DIRS", "").split(os.pathsep) if d],
@@ -89,8 +103,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def make_host(args: argparse.Namespace) -> ModelHost:
     """The pairs the operator allows, by name; nothing the browser sends can add to them."""
-    if min(args.max_new_tokens_cap, args.max_queued_per_client) < 1:
-        sys.exit("error: --max-new-tokens-cap and --max-queued-per-client must be at least 1")
+    if min(args.max_new_tokens_cap, args.max_queued_per_client, args.max_per_address or 1) < 1:
+        sys.exit("error: --max-new-tokens-cap, --max-queued-per-client and --max-per-address must be at least 1")
+    if not args.session_ttl > 0:
+        sys.exit(f"error: --session-ttl must be a number of seconds > 0 (got {args.session_ttl})")
     if args.max_batch is not None and args.max_batch < 2:
         sys.exit(f"error: --max-batch must be at least 2: a comparison is two rows, SD and EASD (got {args.max_batch})")
     allowed = {}
@@ -117,6 +133,7 @@ def make_host(args: argparse.Namespace) -> ModelHost:
         max_new_tokens_cap=args.max_new_tokens_cap,
         max_batch=args.max_batch,
         max_queued_per_client=args.max_queued_per_client,
+        max_per_address=args.max_per_address,
     )
 
 
@@ -129,16 +146,8 @@ def main(argv: list[str] | None = None) -> None:
     if host.default is not None:
         host.ensure_loading(host.default)  # start now, so the first visitor finds it loading or ready
     examples = json.loads((ASSETS / "examples.json").read_text(encoding="utf-8"))
-    demo = build_app(host, examples, eval_dirs=args.eval_dir)
-    demo.queue(default_concurrency_limit=LIGHT_EVENTS, max_size=64)
-    demo.launch(
-        server_name=args.host,
-        server_port=args.port,
-        css_paths=[str(ASSETS / "style.css")],
-        max_file_size=MAX_UPLOAD,
-        ssr_mode=False,
-        show_error=False,  # handlers answer every failure in one line themselves (ui.layout.wire); nothing raw leaks
-    )
+    demo = build_app(host, examples, eval_dirs=args.eval_dir, session_ttl_s=args.session_ttl)
+    serve(demo, args.host, args.port, forwarded_allow_ips=args.forwarded_allow_ips)
 
 
 if __name__ == "__main__":

@@ -59,38 +59,31 @@ def eval_folder(tmp_path_factory, tiny_pair):
     return folder
 
 
+def launch_app(host, eval_dirs=(), **app_options):
+    """The web app for `host` (its pairs loaded first) on a free local port, served as app.py serves it: (url, demo)."""
+    import json
+    import time
+
+    from ui.layout import ASSETS, build_app, serve
+
+    for name in host.allowed:
+        host.ensure_loading(name)
+        while host.pair(name) is None:
+            time.sleep(0.05)
+    examples = json.loads((ASSETS / "examples.json").read_text())
+    demo = build_app(host, examples, eval_dirs=list(eval_dirs), **app_options)
+    _, url, _ = serve(demo, prevent_thread_lock=True, quiet=True)
+    return url, demo
+
+
 @pytest.fixture(scope="session")
 def app_server(eval_folder):
     """The web app on the tiny random pair, served on a free local port for the session: (url, host)."""
-    import json
-    import socket
-    import time
-    from pathlib import Path
-
     from easd.pairs.tiny import load_tiny_pair
     from ui.backend import ModelHost
-    from ui.layout import build_app
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     host = ModelHost({"tiny-random": load_tiny_pair}, "tiny-random", max_new_tokens_cap=400, max_batch=16)
-    host.ensure_loading("tiny-random")
-    while host.pair("tiny-random") is None:
-        time.sleep(0.05)
-    assets = Path(__file__).resolve().parent.parent / "assets"
-    examples = json.loads((assets / "examples.json").read_text())
-    demo = build_app(host, examples, eval_dirs=[str(eval_folder)])
-    demo.queue(default_concurrency_limit=4)
-    _, url, _ = demo.launch(
-        server_name="127.0.0.1",
-        server_port=port,
-        prevent_thread_lock=True,
-        quiet=True,
-        ssr_mode=False,
-        css_paths=[str(assets / "style.css")],
-        max_file_size="60mb",
-    )
+    url, demo = launch_app(host, eval_dirs=[str(eval_folder)])
     yield url, host
     demo.close()
 

@@ -25,9 +25,12 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def open_browser(url: str):
+def open_browser(url: str, network_log: bool = False):
+    """Headless Chromium on `url`, once Generate is enabled; `network_log` keeps its network events (see `received`)."""
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
+    if network_log:
+        options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
     for flag in (
         "--headless=new",
         "--no-sandbox",
@@ -317,20 +320,12 @@ def test_hostile_values_in_every_field_run_nothing(browser, trace_sources, tmp_p
 @pytest.fixture(scope="module")
 def one_at_a_time(tiny_pair):
     """A second app whose shared batch holds one comparison (--max-batch 2): (url, the pair's worker)."""
-    import json
-    from pathlib import Path
+    from conftest import launch_app
 
     from ui.backend import ModelHost
-    from ui.layout import build_app
 
     host = ModelHost({"tiny-random": lambda: tiny_pair}, "tiny-random", max_new_tokens_cap=400, max_batch=2)
-    host.ensure_loading("tiny-random")
-    while host.pair("tiny-random") is None:
-        time.sleep(0.05)
-    assets = Path(__file__).resolve().parent.parent / "assets"
-    demo = build_app(host, json.loads((assets / "examples.json").read_text()))
-    demo.queue(default_concurrency_limit=4)
-    _, url, _ = demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, ssr_mode=False)
+    url, demo = launch_app(host)
     yield url, host.states["tiny-random"].worker
     demo.close()
 
@@ -375,3 +370,76 @@ def test_closing_the_tab_takes_its_rows_out_of_the_batch(one_at_a_time):
     assert ticket.join(30)
     assert all(t.stats.stop_reason == "stopped" and len(t.records) < 400 for t in ticket.traces())
     assert len(next_user.result(timeout=60)["runs"][0]["rows"]) == 8  # the freed slot went to the next in line
+
+
+def received(driver, url_part: str) -> int:
+    """Bytes the page received so far on requests whose URL holds `url_part` (from Chromium's network log)."""
+    import json
+
+    ids, total = set(), 0
+    for entry in driver.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        params = message.get("params", {})
+        if message["method"] == "Network.requestWillBeSent" and url_part in params["request"]["url"]:
+            ids.add(params["requestId"])
+        elif message["method"] == "Network.dataReceived" and params.get("requestId") in ids:
+            total += params["dataLength"]
+    return total
+
+
+def test_the_page_streams_only_the_new_tokens(app_url):
+    """While a 400-token run streams, each update adds the new spans: the stream is not the lanes over and over."""
+    driver = open_browser(app_url, network_log=True)
+    try:
+        received(driver, "queue/data")  # forget what loading the page took
+        ask_for_400_tokens(driver)
+        generate(driver, "A long story about pears.")
+        wait(driver).until(lambda d: text_of(d, "message").startswith("Done"))
+        streamed = received(driver, "queue/data")
+        lanes = sum(len(driver.find_element(By.ID, f"lane_{lane}").get_attribute("innerHTML")) for lane in ("sd", "easd"))
+        print(f"\npage, 400 tokens per lane: {streamed:,} bytes received for {lanes:,} bytes of lane HTML (figures included)")
+        assert len(tokens(driver, "sd")) == 400 and streamed < 4 * lanes
+    finally:
+        driver.quit()
+
+
+def test_stop_clicked_again_and_again_answers_at_once(app_url):
+    driver = open_browser(app_url)
+    try:
+        ask_for_400_tokens(driver)
+        generate(driver, "A long story about plums.")
+        wait(driver).until(lambda d: len(tokens(d, "easd")) > 0)
+        started = time.monotonic()
+        driver.execute_script("const stop = document.getElementById('stop'); for (let i = 0; i < 40; i++) stop.click();")
+        wait(driver, 20).until(lambda d: text_of(d, "message").startswith("Stopped"))
+        print(f"\n40 clicks on Stop: 'Stopped' after {time.monotonic() - started:.1f} s")
+        assert time.monotonic() - started < 10
+    finally:
+        driver.quit()
+
+
+def test_closing_the_tab_deletes_its_traces_and_files(app_url):
+    import gc
+    from pathlib import Path
+
+    from gradio.utils import get_upload_folder
+
+    from easd.core.trace import Trace
+
+    folders = Path(get_upload_folder()) / "easd-sessions"
+    before = set(folders.glob("*")) if folders.exists() else set()
+    driver = open_browser(app_url)
+    dropdown = driver.find_element(By.CSS_SELECTOR, "#recorded input")
+    dropdown.click()
+    wait(driver).until(lambda d: d.find_element(By.CSS_SELECTOR, "#recorded li[role=option]")).click()
+    wait(driver).until(lambda d: "Loaded 2 run(s)" in text_of(d, "message"))
+    mine = set(folders.glob("*")) - before
+    assert len(mine) == 1 and any(next(iter(mine)).iterdir())  # the exports, written once
+    gc.collect()
+    held = sum(type(o) is Trace for o in gc.get_objects())
+    started = time.monotonic()
+    driver.quit()
+    wait(None, 30).until(lambda _: not next(iter(mine)).exists())
+    gc.collect()
+    print(f"\nclosed tab: its folder was deleted {time.monotonic() - started:.1f} s after the tab closed")
+    assert sum(type(o) is Trace for o in gc.get_objects()) <= held - 2  # its two traces went with it

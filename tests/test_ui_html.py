@@ -75,7 +75,7 @@ def test_generate_answers_bad_input_in_the_page_words(page, tiny_pair):
     values = {c: getattr(RuleView(), n, None) for n, c in page.controls.settings().items()}
     values |= {c: v for c, v in zip(page.controls.settings().values(), [1.0, 0.8, 5, 4, 0.0, 1.0, 16, 0, "full"])}
     values |= {page.pair: None, page.prompt: "x", page.controls.chat: True, page.state: Session()}
-    run = wire(handlers.generate, page, host, show=lambda t: {page.message: handlers.say(t)})
+    run = wire(handlers.generate, page, host, handlers.Outbox(None), show=lambda t: {page.message: handlers.say(t)})
     messages = [str(next(iter(u.values()))) for u in run(values | {page.controls.k: "abc"}, None)]
     assert messages == ["<p>⚠️ k: must be a whole number from 1 to 12 (got &#x27;abc&#x27;)</p>"]
     messages = [str(next(iter(u.values()))) for u in run(values | {page.controls.seed: float("inf")}, None)]
@@ -119,29 +119,29 @@ def test_one_client_gets_its_share_of_the_line_and_a_closed_tab_stops_its_runs(t
         return [Generation(tiny_pair, prompt, replace(DecodeSettings(max_new_tokens=400), method=m)) for m in ("sd", "easd")]
 
     with host.ticket("tiny", rows("a"), me) as a, host.ticket("tiny", rows("b"), me) as b:
-        with pytest.raises(Busy, match=r"busy: you already have 2 request\(s\) waiting; try again when one has finished"):
+        with pytest.raises(Busy, match=r"busy: you already have 2 run\(s\) going or waiting \(at most 2\); try again when"):
             with host.ticket("tiny", rows("c"), me):
                 pass
         with host.ticket("tiny", rows("d"), other) as d:
             assert host.cancel(me) == 2  # my tab closed: both of mine stop, the other user's run goes on
             assert a.join(30) and b.join(30) and not d.done
             assert all(t.stats.stop_reason == "stopped" for t in a.traces() + b.traces())
-    assert not +host._in_line  # everyone left the line
+    assert sum(host.states["tiny"].worker.holding(owner=c.session) for c in (me, other)) == 0  # everyone left the line
 
 
-def test_session_folder_is_removed_on_clear_and_close(run):
+def test_session_folder_is_removed_on_clear_and_close(run, tmp_path):
     session = Session()
     session.load_traces([run(method="easd", max_new_tokens=4)], "t.json")
-    csv, _ = session.export()
+    csv, _ = session.export(tmp_path)
     folder = session.folder
-    assert folder.is_dir() and session.export()[0] == csv  # the next export replaces, not adds
+    assert folder.is_dir() and folder.parent == tmp_path and session.export(tmp_path)[0] == csv  # replaces, not adds
     session.clear()
-    assert not folder.exists()
+    assert not folder.exists() and session.traces == {"sd": None, "easd": None}
     session.load_traces([run(method="easd", max_new_tokens=4)], "t.json")
-    session.export()
+    session.export(tmp_path)
     folder = session.folder
     session.close()
-    assert not folder.exists()
+    assert not folder.exists() and session.traces == {"sd": None, "easd": None}  # closed: the traces are dropped too
 
 
 def test_fields_match_the_settings():

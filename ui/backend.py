@@ -6,17 +6,18 @@ command line or environment, never from a request.
 
 Every user of a pair shares one batch: each loaded pair gets a `Worker` (easd.core.worker) that
 decodes up to `max_batch` rows together, and a comparison (two rows) joins it at the next block
-boundary, or waits in its line when it is full. `ModelHost.ticket` hands a request to it; a client
-(a browser tab or API session, and separately its address) that already has
-`max_queued_per_client` requests in line or running is refused at once with a "busy" message, so
-one client cannot fill the line for everyone else.
+boundary, or waits in its line when it is full. `ModelHost.ticket` hands a request to it. Two
+limits count what is really in line or running: a client (a browser tab or an API session) may
+hold `max_queued_per_client` requests, a network address `max_per_address` (several users behind
+one school's NAT share an address); past either, a request is refused at once with a "busy" line
+that says which limit. The address is the connection's own, unless the operator named the proxies
+whose X-Forwarded-For header may be trusted (app.py --forwarded-allow-ips).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -57,7 +58,6 @@ class Client:
     address: str = ""
 
 
-ADDRESS_SHARE = 4  # an address may hold this many clients' worth of requests (several users behind one NAT)
 PROMPT_TOKENS = 2048  # prompt tokens a row may hold beside the token cap: bounds every row's KV cache
 ABANDON_S = 10.0  # a run whose page (or API client) has stopped reading for this long is stopped: see easd.core.worker
 
@@ -71,13 +71,14 @@ class ModelHost:
     max_new_tokens_cap: int = 512
     max_batch: int | None = None  # rows decoded together; None: as many as fit in memory (easd.core.worker.default_max_rows)
     max_queued_per_client: int = 2  # requests one client may have in line or running
+    max_per_address: int | None = None  # requests one network address may have in line or running; None: half of `slots`
     max_waiting: int = 16  # requests waiting in a pair's line in all; more wait in Gradio's queue
+    abandon_after_s: float = ABANDON_S  # a run whose client has not taken what it was sent for this long is stopped
     states: dict[str, LoadState] = field(init=False)  # one per allowed pair, made in __post_init__
 
     def __post_init__(self):
         self._lock = threading.Lock()
         self.states = {name: LoadState() for name in self.allowed}
-        self._in_line: Counter = Counter()  # requests in line or running, by session and by address
 
     @property
     def row_tokens(self) -> int:
@@ -88,39 +89,50 @@ class ModelHost:
         """Requests Gradio hands to the generating functions at once: those in the batches and those in line."""
         return (self.max_batch or MAX_DEFAULT_ROWS) // 2 + self.max_waiting
 
+    @property
+    def address_cap(self) -> int:
+        return self.max_per_address or max(self.max_queued_per_client, self.slots // 2)
+
     @contextmanager
     def ticket(self, name: str, generations: Iterable[Generation], client: Client) -> Iterator[Ticket]:
         """Put `generations` in the shared batch of pair `name` for the block; raises Busy at once when
         `client` already has its share of requests. Leaving the block unfinished (Stop, a closed tab,
         an error) takes the rows out of the batch."""
         worker = self.states[name].worker
-        self._join(client)
+        with self._lock:  # counted and submitted at once, so two requests cannot both take the last place
+            self._check_limits(client)
+            ticket = worker.submit(generations, owner=client.session, address=client.address)
         try:
-            ticket = worker.submit(generations, owner=client.session)
-            try:
-                yield ticket
-            finally:
-                if not ticket.done:  # the reader left early: its rows leave the batch
-                    ticket.cancel()
+            yield ticket
         finally:
-            self._leave(client)
+            if not ticket.done:  # the reader left early: its rows leave the batch
+                ticket.cancel()
 
     def cancel(self, client: Client) -> int:
         """Stop every run of `client`'s session (a closed tab, Stop, Clear); -> how many."""
-        return sum(s.worker.cancel_owner(client.session) for s in self.states.values() if s.worker is not None)
+        return sum(worker.cancel_owner(client.session) for worker in self._workers())
 
-    def _join(self, client: Client) -> None:
-        with self._lock:
-            mine = self._in_line[("session", client.session)]
-            address_full = self._in_line[("address", client.address)] >= self.max_queued_per_client * ADDRESS_SHARE
-            if mine >= self.max_queued_per_client or address_full:
-                raise Busy(f"busy: you already have {mine or 'several'} request(s) waiting; try again when one has finished")
-            self._in_line[("session", client.session)] += 1
-            self._in_line[("address", client.address)] += 1
+    def _check_limits(self, client: Client) -> None:
+        """Busy, in words that say which limit, if the client or its address already holds its share.
 
-    def _leave(self, client: Client) -> None:
-        with self._lock:
-            self._in_line -= Counter({("session", client.session): 1, ("address", client.address): 1})
+        Counted from the workers' lines and batches (what is really waiting or running), not from
+        handlers still open: a client that vanished mid-run holds nothing once its ticket is cancelled.
+        """
+        mine = sum(worker.holding(owner=client.session) for worker in self._workers())
+        if mine >= self.max_queued_per_client:
+            raise Busy(
+                f"busy: you already have {mine} run(s) going or waiting (at most {self.max_queued_per_client}); "
+                "try again when one has finished"
+            )
+        neighbours = sum(worker.holding(address=client.address) for worker in self._workers())
+        if neighbours >= self.address_cap:
+            raise Busy(
+                f"busy: your network address already has {neighbours} runs going or waiting "
+                f"(at most {self.address_cap} per address); try again when one has finished"
+            )
+
+    def _workers(self) -> list[Worker]:
+        return [state.worker for state in self.states.values() if state.worker is not None]
 
     def ensure_loading(self, name: str) -> LoadState:
         """Start loading `name` in the background unless it is loading or loaded already."""
@@ -142,7 +154,7 @@ class ModelHost:
             return
         seconds = time.monotonic() - state.started
         rows = self.max_batch or default_max_rows(pair, self.row_tokens)
-        state.worker = Worker(pair, rows, self.row_tokens, abandon_after_s=ABANDON_S)
+        state.worker = Worker(pair, rows, self.row_tokens, abandon_after_s=self.abandon_after_s)
         state.pair, state.status = pair, "ready"
         state.message = f"{pair.describe()}; loaded in {seconds:.0f} s; up to {rows // 2} users decode together"
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import gradio as gr
 
@@ -28,15 +29,32 @@ from .html import Html, tag
 from .inspector import inspector_html
 from .lanes import lane_html, lane_title
 from .page import Page
-from .session import Session
+from .session import Session, Sessions
 from .stats import comparison_html, stats_html
 from .stepper import block_views, stepper_html
 
 LANES_EVERY_S = 0.25  # at most four lane updates a second: faster only floods the browser with HTML
-STOP_WAIT_S = 10.0  # Stop waits this long for the block in flight, so the lanes keep its tokens
-API_EVERY_S = 0.5  # the API streams both whole traces so far: twice a second keeps that cheap
-FIGURES_EVERY_S = 2.0  # figures redraw less often: a figure per token made the browser fall behind
+API_EVERY_S = 0.5  # the API streams each run's new rows twice a second
 MAX_WHATIF_ROWS = 200_000  # rows re-read per slider move or click (outside the queue); a bigger trace is shown, not re-read
+
+
+@dataclass(frozen=True)
+class Outbox:
+    """Whether a client has taken what Gradio queued for it: how a stream nobody reads is told from one being read.
+
+    Gradio pulls a streaming handler whether or not anyone listens, and keeps what it yields in a
+    queue per session that the client's event stream drains. While that queue stays full, nobody
+    is reading: the ticket is not marked read, and the worker stops it after its abandonment time
+    (easd.core.worker), so its rows go to the next user. Gradio has no public way to ask this;
+    this reads the size of its queue, and counts a client without one as caught up.
+    """
+
+    demo: gr.Blocks
+
+    def caught_up(self, session_hash: str) -> bool:
+        queue = getattr(self.demo, "_queue", None)
+        pending = queue.pending_messages_per_session.get(session_hash) if queue is not None and session_hash else None
+        return pending is None or pending.qsize() == 0
 
 
 # --- rendering a session ----------------------------------------------------------------------------
@@ -85,7 +103,7 @@ def render_panels(page: Page, session: Session, view: RuleView) -> dict:
 
 
 def render_files(page: Page, session: Session) -> dict:
-    paths = None if session.running else session.export()
+    paths = None if session.running else session.export(page.downloads)
     if paths is None:
         return {button: gr.DownloadButton(value=None, interactive=False) for button in (page.download_csv, page.download_json)}
     return {
@@ -95,11 +113,12 @@ def render_files(page: Page, session: Session) -> dict:
 
 
 def render_all(page: Page, session: Session, view: RuleView, message: str = "") -> dict:
+    """Everything the page shows of a session, the session itself included (so Gradio's time limit counts from now)."""
     return (
         render_lanes(page, session, view)
         | render_panels(page, session, view)
         | render_files(page, session)
-        | {page.message: say(message)}
+        | {page.message: say(message), page.state: session}
     )
 
 
@@ -114,42 +133,50 @@ def in_api_words(err: EasdError) -> str:
 # --- the handlers -------------------------------------------------------------------------------
 
 
-def generate(page: Page, host: ModelHost, values: dict, request: gr.Request):
-    """Run SD and EASD side by side in the shared batch, streaming both lanes (and, less often, the figures)."""
+def generate(page: Page, host: ModelHost, outbox: Outbox, values: dict, request: gr.Request):
+    """Run SD and EASD side by side in the shared batch, streaming the lanes; figures and files once it ends.
+
+    While it streams, each update is the lanes (which only grow, so Gradio sends the new spans) and
+    a message line: the page's work per block stays small however long the run.
+    """
     session: Session = values[page.state]
     view = page.controls.read_view(values)
     settings = page.controls.read_settings(values, host.max_new_tokens_cap)
     chat = check_flag("chat", values[page.controls.chat])
     name = values[page.pair]
     comparison = Comparison(ready_pair(host, name), check_prompt(values[page.prompt]), settings, chat=chat)
-    with host.ticket(name, comparison.runs.values(), client_of(request)) as ticket:
+    client = client_of(request)
+    with host.ticket(name, comparison.runs.values(), client) as ticket:
         session.clear()
+        page.sessions.track(client.session, session)
         session.ticket, session.running = ticket, True
-        figures_shown = time.monotonic()
         try:
-            for _ in _news(ticket, LANES_EVERY_S):
+            for _ in _news(ticket, LANES_EVERY_S, outbox, client):
                 if ticket.position:  # still in line: say where
                     yield {page.message: say(in_line(ticket))}
                     continue
                 session.show(ticket)
-                update = render_lanes(page, session, view) | {page.message: say(sharing(ticket))}
-                if time.monotonic() - figures_shown >= FIGURES_EVERY_S:
-                    update |= render_panels(page, session, view)
-                    figures_shown = time.monotonic()
-                yield update
+                yield render_lanes(page, session, view) | {page.message: say(sharing(ticket))}
         finally:
             session.running = False
     session.show(ticket)
     if ticket.error is not None:
-        raise ticket.error
-    yield render_all(page, session, view, message=f"Done: {_stop_note(session)}")
+        yield render_all(page, session, view) | {page.message: say(in_page_words(ticket.error))}
+        return
+    ended = "Stopped" if ticket.cancelled else "Done"  # Stop, or a stream nobody read
+    yield render_all(page, session, view, message=f"{ended}: {_stop_note(session)}")
 
 
-def _news(ticket: Ticket, every_s: float) -> Iterator[int]:
-    """Until the ticket is done, each time it has news (blocks, a new place in line), at most once per `every_s`."""
+def _news(ticket: Ticket, every_s: float, outbox: Outbox, client: Client) -> Iterator[int]:
+    """Until the ticket is done, each time it has news (blocks, a new place in line), at most once per `every_s`.
+
+    The ticket counts as read only when the client has taken everything sent so far (see `Outbox`).
+    """
     seen, shown = -1, 0.0
     while not ticket.done:
         time.sleep(max(0.0, shown + every_s - time.monotonic()))  # the browser cannot use more updates than this
+        if outbox.caught_up(client.session):
+            ticket.mark_read()
         news = ticket.wait(seen, every_s)
         if news != seen and not ticket.done:
             seen, shown = news, time.monotonic()
@@ -170,7 +197,8 @@ def sharing(ticket: Ticket) -> str:
 
 def compare(
     host: ModelHost,
-    prompt: str,
+    outbox: Outbox,
+    prompt: str | None = None,
     tau_h: float = DEFAULTS.tau_h,
     tau_o: float = DEFAULTS.tau_o,
     top_n: int = DEFAULTS.top_n,
@@ -184,39 +212,45 @@ def compare(
     chat: bool = True,
     request: gr.Request = None,
 ) -> Iterator[dict]:
-    """Run SD and EASD with the same prompt, seed and settings in the shared batch; streams both traces
-    so far (easd-trace JSON, at most every API_EVERY_S) and ends with the finished ones."""
+    """Run SD and EASD with the same prompt, seed and settings in the shared batch; streams them (at most every
+    API_EVERY_S) and ends with both whole traces (easd-trace JSON).
+
+    Either way only what is new travels: through Gradio's queue (gradio_client), each update is both
+    traces so far and Gradio sends the difference; through its plain HTTP route (/call/compare), which
+    sends every update whole, each update is each run's new rows (easd-trace-update JSON).
+    """
     values = dict(tau_h=tau_h, tau_o=tau_o, top_n=top_n, k=k, temperature=temperature, top_p=top_p, rule=rule, seed=seed)
     settings = read_settings(values | {"max_new_tokens": max_new_tokens}, host.max_new_tokens_cap)
-    name = pair or host.default
-    comparison = Comparison(ready_pair(host, name), check_prompt(prompt), settings, chat=check_flag("chat", chat))
-    with host.ticket(name, comparison.runs.values(), client_of(request)) as ticket:
-        for _ in _news(ticket, API_EVERY_S):
+    name = host.default if pair == "" else pair  # "" (the default) is the app's pair; anything else must be a name
+    prompt = check_prompt(prompt)
+    comparison = Comparison(ready_pair(host, name), prompt, settings, chat=check_flag("chat", chat))
+    client, whole = client_of(request), not sends_whole_outputs(request)
+    with host.ticket(name, comparison.runs.values(), client) as ticket:
+        sent = [(0, 0)] * len(comparison.runs)
+        for _ in _news(ticket, API_EVERY_S, outbox, client):
             if not ticket.position:  # nothing to show while in line
-                yield trace_io.to_json_dict(ticket.traces())
+                traces = ticket.traces()
+                yield trace_io.to_json_dict(traces) if whole else trace_io.to_json_delta(traces, sent)
+                sent = [(len(t.records), len(t.blocks)) for t in traces]
     if ticket.error is not None:
         raise ticket.error
     yield trace_io.to_json_dict(ticket.traces())
 
 
 def stop(page: Page, values: dict) -> dict:
-    """Stop this page's run: its rows leave the shared batch at the next block boundary; everything emitted is kept."""
-    session: Session = values[page.state]
-    ticket = session.ticket
-    if ticket is None:
-        return gr.skip()  # nothing ran here (loaded traces, or cleared)
-    if ticket.done and not session.running and not ticket.cancelled:
-        return gr.skip()  # a finished run keeps its "Done" line
-    ticket.cancel()
-    ticket.join(STOP_WAIT_S)
-    session.running = False
-    session.show(ticket)
-    return render_all(page, session, page.controls.read_view(values), message=f"Stopped: {_stop_note(session)}")
+    """Stop this page's run: its rows leave the shared batch at the next block boundary, and the run's own
+    handler then shows everything emitted ("Stopped: …"). A second click, or Stop after the end, changes nothing."""
+    ticket = values[page.state].ticket
+    if ticket is not None and not ticket.done:
+        ticket.cancel()
+    return gr.skip()
 
 
-def leave(host: ModelHost, request: gr.Request) -> None:
-    """The tab closed: its runs leave the shared batch at the next block boundary."""
-    host.cancel(client_of(request))
+def leave(host: ModelHost, sessions: Sessions, request: gr.Request) -> None:
+    """The tab closed: its runs leave the shared batch at the next block boundary; its traces and files go."""
+    client = client_of(request)
+    host.cancel(client)
+    sessions.close(client.session)
 
 
 def clear(page: Page, values: dict) -> dict:
@@ -265,8 +299,9 @@ def step(page: Page, delta: int, values: dict) -> dict:
     return {page.stepper: stepper_html(lane_title(lane, session.traces.get(lane)), views, session.step)}
 
 
-def load_file(page: Page, host: ModelHost, values: dict) -> dict:
+def load_file(page: Page, host: ModelHost, values: dict, request: gr.Request = None) -> dict:
     session: Session = values[page.state]
+    page.sessions.track(client_of(request).session, session)
     path = values[page.upload]
     try:
         traces = trace_io.load(path)
@@ -279,12 +314,13 @@ def load_file(page: Page, host: ModelHost, values: dict) -> dict:
     return show_loaded(page, host, session, session.load_traces(traces, _file_name(path)))
 
 
-def open_recorded(page: Page, host: ModelHost, gallery: Gallery, values: dict) -> dict:
+def open_recorded(page: Page, host: ModelHost, gallery: Gallery, values: dict, request: gr.Request = None) -> dict:
     """A comparison from the gallery: loaded like a file, with no model involved."""
     key = values[page.recorded]
     if key is None:
         return gr.skip()
     session: Session = values[page.state]
+    page.sessions.track(client_of(request).session, session)
     recording, traces = gallery.open(key)
     loaded = session.load_traces(traces, f"the gallery ({recording.title})")
     return show_loaded(page, host, session, f"{loaded}. {recording.shows}")
@@ -336,6 +372,12 @@ def ready_pair(host: ModelHost, name):
     if pair is None:
         raise EasdError(f"the pair {name} is not ready yet ({host.states[name].describe()})")
     return pair
+
+
+def sends_whole_outputs(request: gr.Request | None) -> bool:
+    """Whether the request came by Gradio's plain HTTP route (POST /gradio_api/call/NAME), which streams
+    every update whole, rather than by its queue protocol, which streams the difference to the last one."""
+    return request is not None and request.request is not None and "/call/" in request.request.url.path
 
 
 def client_of(request: gr.Request | None) -> Client:

@@ -1,18 +1,23 @@
-"""The app: the Compare and Evaluation tabs, and every event wired to its named handler.
+"""The app: the Compare and Evaluation tabs, every event wired to its named handler, and how it is served.
 
 Handlers live in `ui.handlers` and `ui.evaluation`; here each is bound to its page (and host) with
 `wire`, which also turns every failure into one line in the words of the interface that asked: a
 page's message area for the browser, a `gr.Error` for the API. Tracebacks go to the server log only.
+`serve` starts it as app.py, the load test and the tests do.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import json
 import logging
+import os
 from collections.abc import Callable
+from pathlib import Path
 
 import gradio as gr
+from starlette.middleware import Middleware
 
 from easd.errors import EasdError
 
@@ -20,9 +25,12 @@ from . import evaluation, handlers
 from .backend import ModelHost
 from .evaluation import EvaluationTab, build_evaluation_tab
 from .gallery import Gallery
-from .page import Page, build_page
+from .page import SESSION_TTL_S, Page, build_page
 
 log = logging.getLogger("easd.app")
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+LIGHT_EVENTS = 4  # uploads and the Evaluation tab's events served at once (generation has its own limit: ModelHost.slots)
+MAX_UPLOAD = "60mb"  # a little above easd.core.trace.MAX_TRACE_BYTES, so the app's own message explains the limit
 UNEXPECTED = "⚠️ Something went wrong on the server (the details are in its log); try again, or reload the page."
 
 
@@ -70,22 +78,31 @@ def wire(handler: Callable, *fixed, show: Callable[[str], dict] | None = None, w
     return bound
 
 
+VIEW_EVENTS = 2  # what-if re-reads, token clicks and steps served at once: one user's heavy trace cannot stall the rest
+
+
 def build_app(
-    host: ModelHost, examples: list[str], gallery: Gallery | None = None, eval_dirs: list[str] | None = None
+    host: ModelHost,
+    examples: list[str],
+    gallery: Gallery | None = None,
+    eval_dirs: list[str] | None = None,
+    session_ttl_s: float = SESSION_TTL_S,
 ) -> gr.Blocks:
     """The whole app: `examples` run live, `gallery` holds recorded comparisons (default: assets/gallery),
-    `eval_dirs` are the evaluation folders the operator allows the Evaluation tab to open."""
+    `eval_dirs` are the evaluation folders the operator allows the Evaluation tab to open; a session's
+    traces and files go `session_ttl_s` after its last run or load, or when its tab closes."""
     gallery = gallery or Gallery()
     eval_dirs = list(eval_dirs or [])
     with gr.Blocks(title="EASD Lab", delete_cache=(3600, 7200)) as demo:
+        outbox = handlers.Outbox(demo)
         with gr.Tab("Compare"):
-            page = build_page(host, examples, gallery)
+            page = build_page(host, examples, gallery, session_ttl_s)
         with gr.Tab("Evaluation"):
             tab = build_evaluation_tab(eval_dirs)
-        _wire_compare(demo, page, host, gallery)
+        _wire_compare(demo, page, host, gallery, outbox)
         _wire_evaluation(tab, eval_dirs)
         gr.api(
-            wire(handlers.compare, host, words=handlers.in_api_words),
+            wire(handlers.compare, host, outbox, words=handlers.in_api_words),
             api_name="compare",
             concurrency_id="generate",
             concurrency_limit=host.slots,
@@ -93,15 +110,16 @@ def build_app(
     return demo
 
 
-def _wire_compare(demo: gr.Blocks, page: Page, host: ModelHost, gallery: Gallery) -> None:
+def _wire_compare(demo: gr.Blocks, page: Page, host: ModelHost, gallery: Gallery, outbox: handlers.Outbox) -> None:
     c, s = page.controls, page.state
     say = functools.partial(_say, page)
     whatif_in = {*c.whatif().values(), s}
     private = dict(api_visibility="private")
-    instant = dict(private, concurrency_limit=None, show_progress="hidden", queue=False)
+    # every event is queued: the light ones share a small limit, so a flood of slider moves waits its turn
+    instant = dict(private, concurrency_id="view", concurrency_limit=VIEW_EVENTS, show_progress="hidden")
 
     run = page.generate.click(
-        wire(handlers.generate, page, host, show=say),
+        wire(handlers.generate, page, host, outbox, show=say),
         {page.pair, page.prompt, c.chat, *c.settings().values(), s},
         page.everything(),
         concurrency_id="generate",
@@ -109,9 +127,7 @@ def _wire_compare(demo: gr.Blocks, page: Page, host: ModelHost, gallery: Gallery
         show_progress="hidden",
         **private,
     )
-    page.stop.click(None, None, None, cancels=[run], **private).then(
-        wire(handlers.stop, page, show=say), whatif_in, page.everything(), **private
-    )
+    page.stop.click(wire(handlers.stop, page, show=say), {s}, [page.message], show_progress="hidden", **private)
     page.clear.click(wire(handlers.clear, page, show=say), whatif_in, [*page.everything(), page.prompt], cancels=[run], **private)
     rerendered = [*page.lane_outputs(), *page.panel_outputs(), c.tau_o_meaning, page.message]
     for control in c.whatif().values():
@@ -127,7 +143,7 @@ def _wire_compare(demo: gr.Blocks, page: Page, host: ModelHost, gallery: Gallery
     page.upload.upload(wire(handlers.load_file, page, host, show=say), {page.upload, s}, loaded, **private)
     page.recorded.change(wire(handlers.open_recorded, page, host, gallery, show=say), {page.recorded, s}, loaded, **private)
     page.example.change(wire(handlers.pick_example, page, show=say), {page.example}, [page.prompt, page.message], **instant)
-    demo.unload(wire(handlers.leave, host))  # a closed tab's rows leave the shared batch at once
+    demo.unload(wire(handlers.leave, host, page.sessions))  # a closed tab's rows leave the batch; its traces and files go
     polled = [page.status, page.generate, page.timer, page.message]
     for trigger in (demo.load, page.timer.tick, page.pair.change):
         trigger(wire(handlers.poll, page, host, show=say), {page.pair}, polled, **instant)
@@ -152,3 +168,80 @@ def _wire_evaluation(tab: EvaluationTab, eval_dirs: list[str]) -> None:
 
 def _eval_say(tab: EvaluationTab, text: str) -> dict:
     return {tab.message: handlers.say(text)}
+
+
+# --- serving ------------------------------------------------------------------------------------
+
+
+def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, forwarded_allow_ips: str = "", **options):
+    """Queue and launch the app; -> what `demo.launch` returns. Only the proxies in `forwarded_allow_ips`
+    (addresses or networks, comma-separated) may name a user's address in X-Forwarded-For: uvicorn,
+    which serves Gradio, reads FORWARDED_ALLOW_IPS as it starts, and by default trusts any client on 127.0.0.1."""
+    os.environ["FORWARDED_ALLOW_IPS"] = forwarded_allow_ips
+    demo.queue(default_concurrency_limit=LIGHT_EVENTS, max_size=64)
+    return demo.launch(
+        server_name=host,
+        server_port=port,
+        css_paths=[str(ASSETS / "style.css")],
+        max_file_size=MAX_UPLOAD,
+        ssr_mode=False,
+        show_error=False,  # handlers answer every failure in one line themselves (see `wire`); nothing raw leaks
+        app_kwargs={"middleware": [Middleware(WholeArguments, parameters={"compare": api_parameters(handlers.compare)})]},
+        **options,
+    )
+
+
+def api_parameters(handler: Callable) -> list[str]:
+    """The API's parameter names of a handler, in order (those its `wire` fixes and gr.Request left out)."""
+    names = list(inspect.signature(handler).parameters)
+    return names[names.index("prompt") : names.index("request")]
+
+
+class WholeArguments:
+    """Answers a plain-HTTP API call with too few values in one line, before Gradio sees it.
+
+    POST /gradio_api/call/NAME takes every parameter's value, in order. Given fewer, Gradio fails
+    inside the server (`{"error": null}` for the caller, a traceback in the log); here the caller is
+    told which values to send. Any other request passes through untouched.
+    """
+
+    def __init__(self, app, parameters: dict[str, list[str]]):
+        self.app, self.parameters = app, parameters
+
+    async def __call__(self, scope, receive, send):
+        name = scope.get("path", "").rsplit("/gradio_api/call/", 1)[-1].strip("/") if scope["type"] == "http" else ""
+        if scope.get("method") != "POST" or "/gradio_api/call/" not in scope.get("path", "") or name not in self.parameters:
+            return await self.app(scope, receive, send)
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+        problem = self._problem(name, body)
+        if problem:
+            response = json.dumps({"detail": problem}).encode()
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(response)).encode())]
+            await send({"type": "http.response.start", "status": 422, "headers": headers})
+            return await send({"type": "http.response.body", "body": response})
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    def _problem(self, name: str, body: bytes) -> str | None:
+        try:
+            data = json.loads(body).get("data")
+        except (ValueError, AttributeError):
+            return None  # not a JSON object: Gradio answers that itself
+        wanted = self.parameters[name]
+        if not isinstance(data, list) or len(data) >= len(wanted):
+            return None
+        return (
+            f"{name} takes {len(wanted)} values in this order: {', '.join(wanted)} (got {len(data)}); send them all, or "
+            f"POST /gradio_api/call/v2/{name} with named values, where missing ones take their defaults"
+        )

@@ -25,7 +25,7 @@ from easd.pairs.loading import configure_threads
 from easd.pairs.registry import default_pair_name, load_named_pair
 
 from .backend import ModelHost
-from .layout import build_app
+from .layout import build_app, serve
 
 PROMPTS = [  # sixteen questions a class might ask, of different lengths and kinds
     "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. How much did she earn?",
@@ -55,8 +55,7 @@ def serve(pair, name: str, max_batch: int | None, cap: int, users: int):
     while host.pair(name) is None:
         time.sleep(0.05)
     demo = build_app(host, [])
-    demo.queue(default_concurrency_limit=4, max_size=64)
-    _, url, _ = demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, ssr_mode=False)
+    _, url, _ = serve(demo, prevent_thread_lock=True, quiet=True)
     return demo, url, host
 
 

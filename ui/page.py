@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import gradio as gr
+from gradio.utils import get_upload_folder
 
 from easd.core.compare import LANES
 
@@ -15,10 +17,10 @@ from .gallery import Gallery
 from .html import tag
 from .inspector import inspector_html
 from .lanes import lane_html, lane_title, legend_html
-from .session import Session
+from .session import Session, Sessions
 from .stepper import stepper_html
 
-SESSION_TTL_S = 1800  # a session's traces go 30 minutes after its last run or load, or when its tab closes
+SESSION_TTL_S = 1800  # a session's traces and files go 30 minutes after its last run or load, or when its tab closes
 # Tokens are selected by click or tap, and by keyboard: Tab reaches the lane's selected (or first) token,
 # arrow keys move along the lane, Enter or Space selects. The lane is re-rendered after each selection,
 # so the newly selected token gets the focus back once it arrives.
@@ -94,6 +96,8 @@ class Page:
     download_json: gr.DownloadButton
     upload: gr.UploadButton
     timer: gr.Timer
+    sessions: Sessions  # the open tabs' sessions, so a closed tab frees its own at once
+    downloads: Path  # where sessions write their exports: inside Gradio's file cache, which serves them as they are
 
     def lane_outputs(self) -> list:
         return [*self.titles.values(), *self.lanes.values(), *self.stats.values(), self.comparison]
@@ -102,13 +106,14 @@ class Page:
         return [self.inspector, self.stepper, *self.figures.values()]
 
     def everything(self) -> list:
-        return [*self.lane_outputs(), *self.panel_outputs(), self.download_csv, self.download_json, self.message]
+        """Every output of a full render, the session included (setting it starts Gradio's time limit afresh)."""
+        return [*self.lane_outputs(), *self.panel_outputs(), self.download_csv, self.download_json, self.message, self.state]
 
 
-def build_page(host: ModelHost, examples: list[str], gallery: Gallery) -> Page:
+def build_page(host: ModelHost, examples: list[str], gallery: Gallery, session_ttl_s: float = SESSION_TTL_S) -> Page:
     """The first screen holds the prompt, the lanes with their legend, and the inspector beside them;
     the settings sit under the inspector, the step-through, figures and files below."""
-    state = gr.State(Session(), time_to_live=SESSION_TTL_S, delete_callback=Session.close)
+    state = gr.State(Session(), time_to_live=session_ttl_s, delete_callback=Session.close)
     with gr.Row(elem_id="masthead"):
         gr.Markdown("## EASD Lab: SD vs entropy-aware SD")
         with gr.Accordion("What am I looking at?", open=False, elem_id="about"):
@@ -204,6 +209,8 @@ def build_page(host: ModelHost, examples: list[str], gallery: Gallery) -> Page:
         download_json=download_json,
         upload=upload,
         timer=gr.Timer(1.0),
+        sessions=Sessions(),
+        downloads=Path(get_upload_folder()) / "easd-sessions",
     )
 
 

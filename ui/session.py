@@ -1,9 +1,11 @@
 """What one browser session holds: its two traces, the selected token, the step-through position,
 and the one folder its downloads are written to.
 
-Lives in `gr.State`, one copy per user; the model pair is never in here. Gradio calls `close`
-when the tab closes or the state expires, which deletes the folder: nothing a session wrote
-outlives it.
+Lives in `gr.State`, one copy per user; the model pair is never in here. A session ends when its
+tab closes (`Sessions.close`, from the page's unload event) or when its state expires (Gradio
+calls `Session.close` after the page's time limit): its run leaves the shared batch, its traces
+are dropped and its download folder is deleted. The folder lies inside Gradio's own file cache,
+so Gradio serves the downloads from there without copying them: deleting it leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import datetime
 import re
 import shutil
 import tempfile
+import threading
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,17 +38,16 @@ class Session:
     folder: Path | None = None  # made on the first export, reused (files replaced) by later ones
 
     def clear(self) -> None:
-        """Forget the traces and the selection; the run stops and the download folder is emptied too."""
+        """Forget the traces and the selection; the run stops and the download folder is deleted too."""
         self.close()
-        self.__dict__.update(Session().__dict__)
 
     def close(self) -> None:
-        """Stop the session's run and delete its download folder (the tab closed, the state expired, or Clear)."""
+        """Stop the session's run, delete its download folder and drop its traces (tab closed, state expired, Clear)."""
         if self.ticket is not None:
             self.ticket.cancel()
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
-            self.folder = None
+        self.__dict__.update(Session().__dict__)
 
     def show(self, ticket: Ticket) -> None:
         """The lanes show `ticket`'s traces: snapshots while it runs, the finished traces once done."""
@@ -80,13 +83,14 @@ class Session:
         skipped = len(traces) - len(shown)
         return f"Loaded {len(shown)} run(s) from {source}" + (f"; {skipped} more run(s) in the file not shown" if skipped else "")
 
-    def export(self) -> tuple[str, str] | None:
-        """Both traces as CSV and JSON files (one `method` column tells the runs apart)."""
+    def export(self, root: Path) -> tuple[str, str] | None:
+        """Both traces as CSV and JSON files in the session's folder under `root` (one `method` column tells the runs apart)."""
         traces = [t for t in self.traces.values() if t is not None and t.records]
         if not traces:
             return None
         if self.folder is None or not self.folder.is_dir():
-            self.folder = Path(tempfile.mkdtemp(prefix="easd-session-"))
+            root.mkdir(parents=True, exist_ok=True)
+            self.folder = Path(tempfile.mkdtemp(prefix="easd-session-", dir=root))
         for old in self.folder.iterdir():  # one pair of files per session: the latest export
             old.unlink()
         name = export_name(traces[0], datetime.date.today())
@@ -94,6 +98,31 @@ class Session:
         trace_io.write_csv(traces, paths[0])
         trace_io.write_json(traces, paths[1])
         return str(paths[0]), str(paths[1])
+
+
+class Sessions:
+    """The sessions of open tabs, by Gradio's session hash: a closed tab's session is freed at once.
+
+    Weak references: a session Gradio has dropped (its time limit passed) leaves on its own.
+    """
+
+    def __init__(self):
+        self._open: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
+        self._lock = threading.Lock()
+
+    def track(self, session_hash: str, session: Session) -> None:
+        if session_hash:
+            with self._lock:
+                self._open[session_hash] = session
+
+    def close(self, session_hash: str) -> None:
+        with self._lock:
+            session = self._open.pop(session_hash, None)
+        if session is not None:
+            session.close()
+
+    def __len__(self) -> int:
+        return len(self._open)
 
 
 def export_name(trace: Trace, day: datetime.date) -> str:

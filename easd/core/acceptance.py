@@ -303,13 +303,20 @@ def penalty_probs(target_logits: torch.Tensor, refused: torch.Tensor, temperatur
     return torch.where(mass > 0, masked / mass.clamp(min=1e-30), fallback)
 
 
+class NotADistribution(ValueError):
+    """Probabilities holding NaN or infinities, or no mass at all: nothing can be drawn from them."""
+
+
 def draw(probs: torch.Tensor, generator: torch.Generator | None, greedy: bool = False) -> torch.Tensor:
     """One token per row from a distribution.  [B, V] -> [B]
 
     Greedy rows are one-hot, so argmax yields the same token without a multinomial over the
     whole vocabulary (about 4 ms per call at 152k tokens on a CPU). Sampling draws consume
     random numbers identically in SD and EASD, keeping them in step until the first penalty.
+    Raises NotADistribution rather than drawing from NaN (torch would raise a message no user can act on).
     """
+    if not (torch.isfinite(probs).all() and (probs.sum(dim=-1) > 0).all()):
+        raise NotADistribution("the probabilities hold NaN or infinite values, or no mass")
     if greedy:
         return probs.argmax(dim=-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)

@@ -3,8 +3,10 @@
 Layers, bottom-up (as in gpt-fast's generate.py):
   KVSlots.logits   one forward pass over the tokens each row's cache has not seen (easd/core/kv.py)
   judge_block      pure decision for one row's block, given q_1..q_k and p_1..p_{k+1}
-  Batch._draft     every drafting row proposes c_1..c_k: one draft pass per drafted position, all rows in it
-  Batch._step      draft, ONE target pass for all rows, judge each row, roll its caches back
+  Batch._step      plan, draft, verify, judge, commit: a block for every row
+    _draft         every drafting row proposes c_1..c_k: one draft pass per drafted position, all rows in it
+    _verify        ONE target pass for all rows
+    _judge         each row's verdict, alone: a row whose numbers fail ends, the others go on
   Batch            rows join and leave at block boundaries; blocks are streamed, each naming its row
   Generation       one row: prompt checks, its own random numbers, stop handling, its trace
 
@@ -18,15 +20,17 @@ fires on a token the standard test accepted.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import SettingsError
+from ..errors import EasdError, SettingsError
 from . import acceptance as acc
 from .kv import KVSlots, RowKV, prefill
 from .pair import ModelPair
@@ -35,6 +39,11 @@ from .trace import BlockInfo, RunStats, TokenRecord, Trace, software_versions
 
 MAX_PROMPT_CHARS_PER_TOKEN = 32  # a prompt longer than this × context cannot fit; refuse before tokenizing
 SPECULATIVE = ("sd", "easd")
+log = logging.getLogger("easd.decoding")
+
+
+class RowFailure(EasdError):
+    """One row's numbers went wrong (non-finite logits or probabilities): that row ends, the batch goes on."""
 
 
 # --- what a block produced ------------------------------------------------------------------------
@@ -246,7 +255,8 @@ class Generation:
         )
         self.start_kv: tuple[RowKV | None, RowKV | None] | None = None  # (draft, target) caches to start from
         self.final_kv: tuple[RowKV | None, RowKV | None] | None = None  # kept when the row ends, if keep_kv
-        self.done = False
+        self.done = False  # set by `finish` only
+        self.error: EasdError | None = None  # why the row failed, when its stop reason is "error"
         self._stop = threading.Event()
 
     @property
@@ -256,6 +266,10 @@ class Generation:
     @property
     def uses_target(self) -> bool:
         return self.settings.method != "draft"
+
+    @property
+    def speculative(self) -> bool:
+        return self.settings.method in SPECULATIVE
 
     def stop(self) -> None:
         self._stop.set()
@@ -304,7 +318,13 @@ class Generation:
         stats.seconds, stats.target_calls, stats.draft_calls = checkpoint.seconds, checkpoint.target_calls, checkpoint.draft_calls
         return resumed
 
-    def _finish_reason(self) -> str | None:
+    def finish(self, reason: str, error: EasdError | None = None) -> None:
+        """End the row (once): the one place that sets `done`, the stop reason and a failure's error."""
+        if self.done:
+            return
+        self.trace.stats.stop_reason, self.error, self.done = reason, error, True
+
+    def end_reason(self) -> str | None:
         """Why this row ends after its latest block, or None while it goes on."""
         if self.trace.records and self.trace.records[-1].token_id in self.pair.eos_ids:
             return "eos"
@@ -382,7 +402,7 @@ class Batch:
                 self._leave([g for g in self.rows if g.done])
         finally:
             for generation in self.rows + list(self.waiting):
-                generation.done = True  # a run left unfinished keeps stop_reason "stopped"
+                generation.finish("stopped")  # a run left unfinished
 
     def run(self) -> list[Trace]:
         """Decode every row to the end; the traces in the order the rows were given."""
@@ -398,7 +418,7 @@ class Batch:
             with self._lock:
                 generation = self.waiting.popleft()
             if generation.stopped:
-                generation.done = True
+                generation.finish("stopped")
                 continue
             started = time.perf_counter()
             draft_kv, target_kv = generation.start_kv or (
@@ -415,7 +435,7 @@ class Batch:
         if not leaving:
             return
         for generation in leaving:
-            generation.done = True
+            generation.finish("stopped")
         staying = [i for i, g in enumerate(self.rows) if g not in leaving]
         self.draft.keep_rows(staying)
         self.target.keep_rows(staying)
@@ -424,95 +444,25 @@ class Batch:
     # --- one step: a block for every row ----------------------------------------------------------
 
     def _step(self) -> list[Block]:
+        """Plan, draft, verify, judge, commit: one block for every row (a row that fails ends alone)."""
         started = time.perf_counter()
-        for row, generation in enumerate(self.rows):
-            self._checkpoint(row, generation)
-        ks = {row: min(g.settings.k, g.room() - 1) for row, g in enumerate(self.rows) if g.settings.method in SPECULATIVE}
-        precise = {row for row, g in enumerate(self.rows) if g.settings.signals == "float32"}  # float32 lm_head rows
-        drafted, q_logits, draft_only = self._draft(ks, precise)
-        sequences = {row: g.tokens + drafted.get(row, []) for row, g in enumerate(self.rows) if g.uses_target}
-        last = {row: ks.get(row, 0) + 1 for row in sequences}
-        p_logits = self.target.logits(sequences, last, precise) if sequences else {}
-        blocks = []
-        for row, generation in enumerate(self.rows):
-            index, position = self._block_index(generation), len(generation.tokens) - generation.prompt_length
-            if row in ks:  # p_logits[row]: [k+1, V], the one target call of this block
-                verdict = judge_block(
-                    q_logits[row],
-                    p_logits[row],
-                    torch.tensor(drafted[row], dtype=torch.long, device=p_logits[row].device),
-                    generation.settings,
-                    generation.generator,
-                    self.rounding,
-                )
-                records = generation.recorder.block_records(index, position, drafted[row], verdict)
-                end = BLOCK_END[verdict.origin]
-            else:
-                logits = p_logits[row] if generation.uses_target else draft_only[row]  # [1, V]
-                settings = generation.settings
-                token = int(
-                    acc.draw(
-                        acc.sampling_probs(logits, settings.temperature, settings.top_p), generation.generator, settings.greedy
-                    )
-                )
-                records = [generation.recorder.single_record(index, position, token, logits)]
-                end = "single"
-            generation.tokens.extend(r.token_id for r in records)
-            self.target.truncate(row, len(generation.tokens) - 1)
-            self.draft.truncate(row, len(generation.tokens) - 1)
-            blocks.append(Block(index, drafted.get(row, []), records, end, generation))
-        self.draft.tidy()
-        self.target.tidy()
-        seconds = time.perf_counter() - started  # every row waited for the whole step: its honest wall time
-        for row, block in enumerate(blocks):
-            generation = block.generation
-            self._record(
-                block,
-                seconds,
-                target_call=generation.uses_target,
-                draft_calls=len(block.drafted) + (generation.settings.method == "draft"),
-            )
-            if generation.done and generation.keep_kv:  # taken before the row leaves: other runs may start from it
-                generation.final_kv = (_row_kv(self.draft, row), _row_kv(self.target, row))
+        plans = [self._plan(row, generation) for row, generation in enumerate(self.rows)]
+        precise = {plan.row for plan in plans if plan.generation.settings.signals == "float32"}  # float32 lm_head rows
+        self._draft(plans, precise)
+        self._verify(plans, precise)
+        blocks = [block for block in map(self._judge, plans) if block is not None]
+        self._commit(blocks, seconds=time.perf_counter() - started)  # every row waited for the whole step
         return blocks
 
-    def _draft(
-        self, ks: dict[int, int], precise: set[int]
-    ) -> tuple[dict[int, list[int]], dict[int, torch.Tensor], dict[int, torch.Tensor]]:
-        """Every speculative row proposes its k tokens; draft-only rows take their one step in the first pass.
-
-        -> (c_1..c_k per row, q logits [k, V] per row, draft-only logits [1, V] per row)
-        """
-        draft_only = [row for row, g in enumerate(self.rows) if g.settings.method == "draft"]
-        drafted = {row: [] for row in ks}
-        logits = {row: [] for row in ks}
-        single = {}
-        passes = max([*ks.values(), 1 if draft_only else 0])
-        for i in range(passes):
-            sequences = {row: self.rows[row].tokens + drafted[row] for row, k in ks.items() if k > i}
-            if i == 0:
-                sequences |= {row: self.rows[row].tokens for row in draft_only}
-            out = self.draft.logits(sequences, dict.fromkeys(sequences, 1), precise)  # {row: [1, V]}
-            for row, step_logits in out.items():
-                if row not in ks:
-                    single[row] = step_logits
-                    continue
-                settings, generator = self.rows[row].settings, self.rows[row].generator
-                probs = acc.sampling_probs(step_logits, settings.temperature, settings.top_p)
-                drafted[row].append(int(acc.draw(probs, generator, settings.greedy)))
-                logits[row].append(step_logits)
-        empty = torch.empty(0, self.pair.vocab_size, device=self.pair.device)  # k = 0: the block is just the target's token
-        return drafted, {row: torch.cat(steps) if steps else empty for row, steps in logits.items()}, single
-
-    def _block_index(self, generation: Generation) -> int:
-        return generation.checkpoints[-1].block
-
-    def _checkpoint(self, row: int, generation: Generation) -> None:
+    def _plan(self, row: int, generation: Generation) -> RowPlan:
+        """What the row does this step; also its checkpoint as the block starts."""
         stats = generation.trace.stats
+        block = generation.first_block + len(generation.checkpoints)
+        position = len(generation.tokens) - generation.prompt_length
         generation.checkpoints.append(
             Checkpoint(
-                generation.first_block + len(generation.checkpoints),
-                len(generation.tokens) - generation.prompt_length,
+                block,
+                position,
                 self.draft.length(row),
                 self.target.length(row),
                 generation.generator.get_state(),
@@ -521,6 +471,95 @@ class Batch:
                 stats.draft_calls,
             )
         )
+        k = min(generation.settings.k, generation.room() - 1) if generation.speculative else 0
+        return RowPlan(row, generation, k, block, position)
+
+    def _draft(self, plans: list[RowPlan], precise: set[int]) -> None:
+        """Every speculative row proposes c_1..c_k: one draft pass per drafted position, all drafting rows in it.
+
+        A draft-only row takes its one step in the first pass.
+        """
+        for i in range(max((plan.draft_passes for plan in plans), default=0)):
+            asking = [plan for plan in plans if plan.draft_passes > i and not plan.generation.done]
+            if not asking:
+                return
+            sequences = {plan.row: plan.generation.tokens + plan.drafted for plan in asking}
+            out = self.draft.logits(sequences, dict.fromkeys(sequences, 1), precise)  # {row: [1, V]}
+            for plan in asking:
+                with self._alone(plan):
+                    logits = _finite(out[plan.row], "draft", plan)
+                    plan.q_logits.append(logits)
+                    if plan.generation.speculative:
+                        settings = plan.generation.settings
+                        probs = acc.sampling_probs(logits, settings.temperature, settings.top_p)
+                        plan.drafted.append(int(acc.draw(probs, plan.generation.generator, settings.greedy)))
+
+    def _verify(self, plans: list[RowPlan], precise: set[int]) -> None:
+        """ONE target pass for every row that uses the target: p_1..p_{k+1} after each row's drafts."""
+        asking = [plan for plan in plans if plan.generation.uses_target and not plan.generation.done]
+        if not asking:
+            return
+        sequences = {plan.row: plan.generation.tokens + plan.drafted for plan in asking}
+        out = self.target.logits(sequences, {plan.row: plan.k + 1 for plan in asking}, precise)  # {row: [k+1, V]}
+        for plan in asking:
+            with self._alone(plan):
+                plan.p_logits = _finite(out[plan.row], "target", plan)
+
+    def _judge(self, plan: RowPlan) -> Block | None:
+        """The row's block: judge_block's verdict, or one sampled token for a single-model row (None if the row failed)."""
+        generation = plan.generation
+        if generation.done:
+            return None
+        settings, recorder = generation.settings, generation.recorder
+        with self._alone(plan):
+            if generation.speculative:
+                q_logits = torch.cat(plan.q_logits) if plan.q_logits else plan.p_logits[:0]  # [k, V]; k = 0 near the end
+                drafted = torch.tensor(plan.drafted, dtype=torch.long, device=plan.p_logits.device)
+                verdict = judge_block(q_logits, plan.p_logits, drafted, settings, generation.generator, self.rounding)
+                records = recorder.block_records(plan.block, plan.position, plan.drafted, verdict)
+                return Block(plan.block, plan.drafted, records, BLOCK_END[verdict.origin], generation)
+            logits = plan.p_logits if generation.uses_target else plan.q_logits[0]  # [1, V]
+            probs = acc.sampling_probs(logits, settings.temperature, settings.top_p)
+            token = int(acc.draw(probs, generation.generator, settings.greedy))
+            return Block(plan.block, [], [recorder.single_record(plan.block, plan.position, token, logits)], "single", generation)
+        return None
+
+    def _commit(self, blocks: list[Block], seconds: float) -> None:
+        """Emitted tokens join their rows; the caches forget rejected drafts; traces and counts grow."""
+        rows = {id(generation): row for row, generation in enumerate(self.rows)}
+        for block in blocks:
+            generation, row = block.generation, rows[id(block.generation)]
+            generation.tokens.extend(r.token_id for r in block.records)
+            self.target.truncate(row, len(generation.tokens) - 1)
+            self.draft.truncate(row, len(generation.tokens) - 1)
+        self.draft.tidy()
+        self.target.tidy()
+        for block in blocks:
+            generation = block.generation
+            self._record(block, seconds, generation.uses_target, len(block.drafted) + (generation.settings.method == "draft"))
+            if generation.done and generation.keep_kv:  # taken before the row leaves: other runs may start from it
+                row = rows[id(generation)]
+                generation.final_kv = (_row_kv(self.draft, row), _row_kv(self.target, row))
+
+    @contextmanager
+    def _alone(self, plan: RowPlan) -> Iterator[None]:
+        """Per-row work: a failure ends this row with one line and leaves every other row of the step as it was."""
+        try:
+            yield
+        except RowFailure as err:
+            plan.generation.finish("error", err)
+        except acc.NotADistribution:
+            failure = RowFailure(
+                f"the probabilities to sample token {plan.position} from were NaN or infinite (an extreme temperature "
+                "or top-p?), so this run stopped there (the other runs sharing the batch went on)"
+            )
+            plan.generation.finish("error", failure)
+        except Exception as err:  # noqa: BLE001 (one row's maths; logged, and the batch goes on)
+            log.exception("a row failed in its own maths at token %d", plan.position)
+            failure = RowFailure(
+                f"this run stopped at token {plan.position}: its sampling failed ({type(err).__name__}; details in the server log)"
+            )
+            plan.generation.finish("error", failure)
 
     def _record(self, block: Block, seconds: float, target_call: bool, draft_calls: int) -> None:
         """Add a finished block to its row's trace and counts, cut at EOS, and see whether the row ends."""
@@ -531,12 +570,40 @@ class Batch:
         stats.draft_calls += draft_calls
         block.records = _cut_at_eos(block.records, generation.pair.eos_ids)
         generation.trace.records.extend(block.records)
-        if generation.settings.method in SPECULATIVE:
+        if generation.speculative:
             drafted = [(token, generation.recorder.text(token)) for token in block.drafted]
             generation.trace.blocks.append(BlockInfo(block.index, drafted, block.end))
-        reason = generation._finish_reason()
+        reason = generation.end_reason()
         if reason is not None:
-            stats.stop_reason, generation.done = reason, True
+            generation.finish(reason)
+
+
+@dataclass(eq=False)
+class RowPlan:
+    """One row's part in a step: how many tokens it drafts, and what the passes gave it."""
+
+    row: int  # the row's index in both caches
+    generation: Generation
+    k: int  # tokens to draft; 0 for a single-model row (and for a speculative row one token before its end)
+    block: int  # the block's index in the row's trace
+    position: int  # tokens the row generated before this block
+    drafted: list[int] = field(default_factory=list)  # c_1..c_k
+    q_logits: list[torch.Tensor] = field(default_factory=list)  # [1, V] per draft pass: q_1..q_k (draft-only: its step)
+    p_logits: torch.Tensor | None = None  # [k+1, V] p_1..p_{k+1} from the one target pass
+
+    @property
+    def draft_passes(self) -> int:
+        return self.k if self.generation.speculative else int(self.generation.settings.method == "draft")
+
+
+def _finite(logits: torch.Tensor, model: str, plan: RowPlan) -> torch.Tensor:
+    """The row's logits, or RowFailure if a NaN, +inf or an all -inf row would reach its sampling (-inf masks a token)."""
+    if torch.isnan(logits).any() or not torch.isfinite(logits.max(dim=-1).values).all():
+        raise RowFailure(
+            f"the {model} model gave NaN or infinite logits at token {plan.position}, so this run stopped there "
+            "(the other runs sharing the batch went on)"
+        )
+    return logits
 
 
 def _row_kv(slots: KVSlots, row: int) -> RowKV | None:

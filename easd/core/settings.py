@@ -17,6 +17,10 @@ SIGNALS = ("float32", "model")
 RULES = ("full", "no_overlap", "no_draft_entropy", "target_entropy_only")
 MAX_K = 64  # more drafted tokens than this only wastes draft passes: acceptance decays geometrically
 MAX_TOP_N = 100  # top-n lists are stored per token in the trace; 100 columns is already a lot
+# Below these, logits / T overflows float32 (T = 1e-38 gave inf - inf = NaN) and a nucleus of
+# top_p = 5e-324 rounds to 0 in float32 and keeps no token: both would make NaN probabilities.
+MIN_TEMPERATURE = 1e-3  # a temperature > 0 is at least this; 0 means greedy
+MIN_TOP_P = 1e-3
 
 
 @dataclass(frozen=True)
@@ -99,8 +103,13 @@ def _check_counts(s: DecodeSettings) -> None:
 def _check_thresholds(s: DecodeSettings) -> None:
     _require(_is_real(s.tau_h) and s.tau_h >= 0, "tau_h", "a number of nats ≥ 0", s.tau_h)
     _require(_is_real(s.tau_o) and 0 <= s.tau_o <= 1, "tau_o", "a number in [0, 1]", s.tau_o)
-    _require(_is_real(s.temperature) and s.temperature >= 0, "temperature", "a number ≥ 0 (0 = greedy)", s.temperature)
-    _require(_is_real(s.top_p) and 0 < s.top_p <= 1, "top_p", "a number in (0, 1]", s.top_p)
+    _require(
+        _is_real(s.temperature) and (s.temperature == 0 or s.temperature >= MIN_TEMPERATURE),
+        "temperature",
+        f"0 (greedy) or a number ≥ {MIN_TEMPERATURE:g}",
+        s.temperature,
+    )
+    _require(_is_real(s.top_p) and MIN_TOP_P <= s.top_p <= 1, "top_p", f"a number from {MIN_TOP_P:g} to 1", s.top_p)
 
 
 def _is_int(value) -> bool:

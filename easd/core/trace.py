@@ -21,6 +21,7 @@ from .trace_schema import MAX_CELLS, MAX_ROWS, MAX_RUNS, MAX_TRACE_BYTES, Schema
 from .trace_schema import ORIGINS as ORIGINS  # re-exported: easd.core.trace.ORIGINS
 
 FORMAT = "easd-trace"
+DELTA_FORMAT = "easd-trace-update"  # a streamed run's new rows (see to_json_delta)
 FORMAT_VERSION = 1
 
 Candidate = tuple[int, str, float]  # (token id, token text, probability at temperature 1)
@@ -73,7 +74,7 @@ class RunStats:
     seconds: float | None = None  # wall time of the whole run, prefill included
     target_calls: int | None = None  # target forward passes
     draft_calls: int | None = None  # draft forward passes
-    stop_reason: str | None = None  # one of trace_schema.STOP_REASONS: eos | max_new_tokens | context | stopped
+    stop_reason: str | None = None  # one of trace_schema.STOP_REASONS: eos | max_new_tokens | context | stopped | error
 
 
 @dataclass
@@ -302,8 +303,17 @@ def read_csv(path: str | Path) -> list[Trace]:
             return _runs_from_csv(csv.reader(handle))
     except SchemaError as err:
         raise EasdError(f"{path.name}: {err}") from None
-    except (csv.Error, UnicodeDecodeError) as err:
-        raise EasdError(f"{path.name}: not a readable trace CSV ({err})") from None
+    except UnicodeDecodeError:
+        raise EasdError(f"{path.name}: not a readable trace CSV (it is not UTF-8 text)") from None
+    except csv.Error as err:
+        raise EasdError(f"{path.name}: not a readable trace CSV ({_csv_problem(err)})") from None
+
+
+def _csv_problem(err: csv.Error) -> str:
+    """Python's csv message in a trace's words (it speaks of its own `field limit` otherwise)."""
+    if "field larger than field limit" in str(err):
+        return f"a cell is longer than the {csv.field_size_limit():,} characters a CSV cell may hold"
+    return str(err)
 
 
 def _runs_from_csv(lines: Iterator[list[str]]) -> list[Trace]:
@@ -385,6 +395,31 @@ def to_json_dict(traces: list[Trace]) -> dict:
     return {"format": FORMAT, "version": FORMAT_VERSION, "runs": [_run_to_json(t) for t in traces]}
 
 
+def to_json_delta(traces: list[Trace], sent: list[tuple[int, int]]) -> dict:
+    """What each run gained since `sent` (its rows and blocks sent already): one update of a streamed run.
+
+    A reader appends each update's `rows` and `blocks` to the run's earlier ones (`first_row` and
+    `first_block` say where they go); `stats` is the run's so far. Update rows hold every column
+    but the candidate lists (draft_topJ_*, target_topJ_*), which are most of a row's bytes: the
+    stream ends with the whole document (`to_json_dict`), candidates included.
+    """
+    return {
+        "format": DELTA_FORMAT,
+        "version": FORMAT_VERSION,
+        "runs": [
+            {
+                "method": trace.settings.method,
+                "first_row": rows,
+                "rows": [{name: getattr(r, name) for name in _RECORD_SCALARS} for r in trace.records[rows:]],
+                "first_block": blocks,
+                "blocks": [asdict(b) for b in trace.blocks[blocks:]],
+                "stats": asdict(trace.stats),
+            }
+            for trace, (rows, blocks) in zip(traces, sent)
+        ],
+    }
+
+
 def _run_to_json(trace: Trace) -> dict:
     return {
         "settings": trace.settings.as_dict(),
@@ -410,8 +445,12 @@ def read_json(path: str | Path) -> list[Trace]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except RecursionError:
         raise EasdError(f"{path.name}: not a readable trace JSON (nested too deeply)") from None
-    except (ValueError, UnicodeDecodeError) as err:  # ValueError covers JSONDecodeError and ints of over 4300 digits
-        raise EasdError(f"{path.name}: not a readable trace JSON ({err})") from None
+    except UnicodeDecodeError:
+        raise EasdError(f"{path.name}: not a readable trace JSON (it is not UTF-8 text)") from None
+    except json.JSONDecodeError as err:
+        raise EasdError(f"{path.name}: not a readable trace JSON ({err.msg} at line {err.lineno}, column {err.colno})") from None
+    except ValueError:  # Python refuses integers of over 4,300 digits
+        raise EasdError(f"{path.name}: not a readable trace JSON (a number has more digits than a trace can hold)") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise EasdError(f'{path.name}: not an EASD trace (expected "format": "{FORMAT}")')
     try:
@@ -452,9 +491,9 @@ def _run_from_json(run) -> Trace:
     if "settings" not in run or "rows" not in run:
         raise SchemaError("", "a run needs settings and rows")
     trace = Trace(settings=_nested(_settings, _object(run, "settings"), "settings"))
-    for name in ("draft_model", "target_model", "prompt"):
+    for name, spec in (("draft_model", schema.NAME), ("target_model", schema.NAME), ("prompt", schema.PROMPT)):
         if run.get(name) is not None:
-            schema.check_value(name, run[name], schema.TEXT)
+            schema.check_value(name, run[name], spec)
             setattr(trace, name, run[name])
     trace.info = _nested(_info, _object(run, "info"), "info")
     stats = _object(run, "stats")
@@ -500,9 +539,9 @@ def _block(block, k: int) -> BlockInfo:
 def _info(info: dict) -> dict:
     """Versions and revisions: text keys, and values that are text, numbers, booleans or null."""
     for key, value in info.items():
-        schema.check_value(key, key, schema.TEXT)
+        schema.check_value(key, key, schema.NAME)
         if isinstance(value, str):
-            schema.check_value(key, value, schema.TEXT)
+            schema.check_value(key, value, schema.NAME)
         elif not (value is None or isinstance(value, bool) or isinstance(value, (int, float))):
             raise SchemaError(key, "must be text, a number, true, false or null")
     return info

@@ -16,7 +16,7 @@ from .settings import MAX_TOP_N, METHODS, RULES, SIGNALS
 
 ORIGINS = ("draft_accepted", "target_resample", "easd_penalty", "bonus", "target", "draft")
 BLOCK_ENDS = ("rejected", "penalty", "bonus", "single")  # as decoding.Block.end
-STOP_REASONS = ("eos", "max_new_tokens", "context", "stopped")
+STOP_REASONS = ("eos", "max_new_tokens", "context", "stopped", "error")
 
 # --- limits: the most work one file can cause --------------------------------------------------
 # A 4,000-token run with 20 candidates per token is about 5 MB of CSV; the app exports two runs.
@@ -28,6 +28,12 @@ MAX_CANDIDATES = MAX_TOP_N  # top candidates per token and side: no run can reco
 # load in about 4 s. Two 4,000-token runs with 20 candidates per token are 1.2M cells.
 MAX_CELLS = 2_000_000
 MAX_TOKEN_ID = 2**24  # far above any vocabulary (the largest hold about 262k tokens)
+# Text lengths: every text is re-read on each what-if move, so one long text must not cost every user
+# (a 45 MB token text once made each move take 9 s). The longest tokens of real vocabularies are
+# a few hundred characters; a CSV cell holds at most 131,072 (Python's csv limit) anyway.
+MAX_TOKEN_CHARS = 1_024  # token texts, drafted and candidate texts
+MAX_NAME_CHARS = 1_024  # model names, info values and keys
+MAX_PROMPT_CHARS = 131_072  # the prompt
 MAX_COUNT = 2**64 - 1  # the largest seed torch accepts; bounds every other count in a header too
 
 # Which fields each origin must carry: the inspector and the stepper show them.
@@ -71,7 +77,7 @@ class Field:
         if self.kind == "bool":
             return "True or False"
         if self.kind == "text":
-            return "text"
+            return "text" if self.high is None else f"text of at most {self.high:,} characters"
         noun = "an integer" if self.kind == "int" else "a finite number"
         if self.high is not None:
             return (
@@ -87,7 +93,9 @@ class Field:
     def _fits(self, value) -> bool:
         kind = type(value)  # exact types: True is not an integer here, as it is not in a trace
         if self.kind == "text":
-            return kind is str and (value in self.choices if self.choices else _encodable(value))
+            if kind is not str or (self.high is not None and len(value) > self.high):
+                return False
+            return value in self.choices if self.choices else _encodable(value)
         if self.kind == "bool":
             return kind is bool
         if kind is not int and (kind is not float or self.kind == "int"):
@@ -131,11 +139,13 @@ def _encodable(text: str) -> bool:
 
 def _show(value) -> str:
     """A value for a message: repr, cut short so that one line stays one line."""
-    shown = repr(value)
+    shown = repr(value[:60] if isinstance(value, str) else value)  # cut first: the value may be megabytes long
     return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
-TEXT = Field("text")
+TEXT = Field("text", high=MAX_TOKEN_CHARS)
+NAME = Field("text", high=MAX_NAME_CHARS)
+PROMPT = Field("text", high=MAX_PROMPT_CHARS)
 BOOL = Field("bool")
 PROBABILITY = Field("float", 0.0, 1.0)
 ENTROPY = Field("float", 0.0)  # nats
@@ -188,7 +198,7 @@ SETTINGS_FIELDS = {
     "record_top": COUNT,
     "signals": Field("text", choices=SIGNALS),
 }
-MODEL_FIELDS = {"draft_model": TEXT, "target_model": TEXT}
+MODEL_FIELDS = {"draft_model": NAME, "target_model": NAME}
 STATS_FIELDS = {
     "prompt_tokens": COUNT,
     "seconds": ENTROPY,  # a finite number ≥ 0

@@ -8,13 +8,18 @@ each row decodes exactly as it would alone, in float32).
 
 Each user reads only their own ticket. After every block of a ticket's row, the worker puts a
 snapshot of that row's trace in the ticket, so the user's thread never reads a trace the worker
-is writing. With `abandon_after_s`, a running ticket whose reader stops asking (a closed tab whose
-unload was missed, a client gone) for that long is cancelled, so a vanished user cannot hold rows
-to the end.
+is writing. With `abandon_after_s`, a running ticket whose reader has not taken what it was sent
+(`Ticket.mark_read`) for that long is cancelled, so a vanished user cannot hold rows to the end.
+
+Rows are isolated: a row whose numbers fail ends alone (easd.core.decoding), its ticket ends with
+that row's one-line error, and every other ticket goes on. When the batch has room, the line is
+served in order, except that an address already holding half the batch's rows waits behind
+requests from other addresses, so one network address cannot take the whole class's batch.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -30,14 +35,18 @@ from .trace import Trace
 FIRST_GUESS_S = 30.0  # the expected length of a ticket's run before any has finished
 MEMORY_SHARE = 0.5  # of the free memory, what a default batch's KV caches may take: the models' activations need the rest
 MAX_DEFAULT_ROWS = 32  # beyond this a CPU step grows too slow to stream; an operator with a GPU can ask for more
+ADDRESS_SHARE = 0.5  # of the batch's rows, what one address may hold while requests from other addresses wait
+STEP_FAILED = "decoding failed on the server (the details are in its log); try again"
+log = logging.getLogger("easd.worker")
 
 
 class Ticket:
     """One user's rows in the shared batch: where they stand, and their traces so far."""
 
-    def __init__(self, generations: Iterable[Generation], owner: str = ""):
+    def __init__(self, generations: Iterable[Generation], owner: str = "", address: str = ""):
         self.generations = list(generations)
         self.owner = owner  # who asked (a browser session); `Worker.cancel_owner` stops all of theirs
+        self.address = address  # where from (a network address): the line is fair between addresses
         self.position = 0  # 1, 2, … while waiting in line; 0 once in the batch
         self.sharing = 0  # tickets in the batch (this one included) at its latest block
         self.wait_s = 0.0  # the worker's estimate of the wait, while in line
@@ -70,19 +79,32 @@ class Ticket:
 
     def wait(self, seen: int, timeout: float) -> int:
         """Block until something is newer than version `seen` or `timeout` passes; -> the version now."""
-        self.last_read = time.monotonic()
         with self._news:
             self._news.wait_for(lambda: self._version != seen or self._done, timeout)
             return self._version
+
+    def mark_read(self) -> None:
+        """The user has received everything sent so far (see `Worker(abandon_after_s=…)`)."""
+        self.last_read = time.monotonic()
 
     def join(self, timeout: float) -> bool:
         """Wait up to `timeout` for the rows to end (after `cancel`, by the next block boundary); -> done."""
         with self._news:
             return self._news.wait_for(lambda: self._done, timeout)
 
-    # --- the worker's side ------------------------------------------------------------------------
+    @property
+    def failure(self) -> EasdError | None:
+        """The first error of a row of this ticket that failed, if one did."""
+        return next((g.error for g in self.generations if g.error is not None), None)
 
-    def _deliver(self, block: Block, sharing: int) -> None:
+    @property
+    def rows_held(self) -> int:
+        """Rows of the batch this ticket holds (or will, once in): those not ended or stopped."""
+        return sum(not (g.done or g.stopped) for g in self.generations)
+
+    # --- called by the worker thread --------------------------------------------------------------
+
+    def deliver(self, block: Block, sharing: int) -> None:
         row = self.generations.index(block.generation)  # by identity: a Generation equals only itself
         with self._news:
             self._snapshots[row] = block.generation.trace.snapshot()
@@ -90,18 +112,19 @@ class Ticket:
             self._version += 1
             self._news.notify_all()
 
-    def _moved(self, position: int, wait_s: float) -> None:
+    def moved(self, position: int, wait_s: float) -> None:
         with self._news:
             if (position, round(wait_s)) != (self.position, round(self.wait_s)):
                 self.position, self.wait_s = position, wait_s
                 self._version += 1
                 self._news.notify_all()
 
-    def _finish(self, error: EasdError | None = None) -> None:
+    def settle(self, error: EasdError | None = None) -> None:
+        """The ticket is over: rows that never joined end "stopped"; `error` is what its user is told."""
         with self._news:
             for generation in self.generations:
-                generation.done = True  # rows that never joined end "stopped"
-            self.error, self.position, self._done = error, 0, True
+                generation.finish("stopped")
+            self.error, self.position, self._done = error or self.failure, 0, True
             self._version += 1
             self._news.notify_all()
 
@@ -123,9 +146,9 @@ class Worker:
         self._thread = threading.Thread(target=self._serve, name="easd-worker", daemon=True)
         self._thread.start()
 
-    def submit(self, generations: Iterable[Generation], owner: str = "") -> Ticket:
+    def submit(self, generations: Iterable[Generation], owner: str = "", address: str = "") -> Ticket:
         """Put one user's rows in line; they join the batch as soon as it has room for all of them."""
-        ticket = Ticket(generations, owner)
+        ticket = Ticket(generations, owner, address)
         if len(ticket.generations) > self.max_rows:
             raise SettingsError("--max-batch", f"is {self.max_rows} rows; a request of {len(ticket.generations)} rows cannot fit")
         longest = max(g.prompt_length + g.settings.max_new_tokens for g in ticket.generations)
@@ -149,6 +172,15 @@ class Worker:
             ticket.cancel()
         return len(mine)
 
+    def holding(self, owner: str | None = None, address: str | None = None) -> int:
+        """Tickets of this owner (or from this address) in line or running, not cancelled."""
+        with self._lock:
+            tickets = [*self.line, *self.running]
+        return sum(
+            not (t.done or t.cancelled) and (owner is None or t.owner == owner) and (address is None or t.address == address)
+            for t in tickets
+        )
+
     @property
     def users(self) -> int:
         """Tickets decoding in the batch right now."""
@@ -164,21 +196,24 @@ class Worker:
             try:
                 for block in batch:
                     ticket = next(t for t in self.running if block.generation in t.generations)
-                    ticket._deliver(block, sharing=len(self.running))
+                    ticket.deliver(block, sharing=len(self.running))
                 self._admit(batch)  # the batch ran dry: settle the last tickets
-            except Exception as err:  # a failed step ends the tickets in it, with a line each can show
-                failure = err if isinstance(err, EasdError) else EasdError(f"decoding failed: {type(err).__name__}: {err}")
+            except Exception as err:  # a shared pass failed (a row's own maths fail alone, in the batch): its tickets end
+                if not isinstance(err, EasdError):
+                    log.exception("a step of the shared batch failed")
+                failure = err if isinstance(err, EasdError) else EasdError(STEP_FAILED)
                 with self._lock:
                     failed, self.running = self.running, []
                 for ticket in failed:
-                    ticket._finish(failure)
+                    ticket.settle(failure)
 
     def _admit(self, batch: Batch) -> None:
         """At a block boundary: settle finished tickets, cancel abandoned ones, let in those that fit."""
         now = time.monotonic()
         with self._lock:
             for ticket in self.running:
-                if self.abandon_after_s is not None and now - ticket.last_read > self.abandon_after_s:
+                abandoned = self.abandon_after_s is not None and now - ticket.last_read > self.abandon_after_s
+                if abandoned or ticket.failure is not None:  # a failed row takes its ticket's other rows with it
                     ticket.cancel()
             finished = [t for t in self.running if all(g.done for g in t.generations)]
             for ticket in finished:
@@ -188,25 +223,36 @@ class Worker:
                 self.line.remove(ticket)
                 finished.append(ticket)
             # rows stopped but not yet gone leave at the next boundary, before anyone joins: their room is free now
-            used = sum(not (g.done or g.stopped) for t in self.running for g in t.generations)
-            while self.line and used + len(self.line[0].generations) <= self.max_rows:
-                ticket = self.line.popleft()
+            while (ticket := self._next_in_line()) is not None:
+                self.line.remove(ticket)
                 for generation in ticket.generations:
                     batch.add(generation)
                 ticket.started = ticket.last_read = now
                 self.running.append(ticket)
-                used += len(ticket.generations)
             self._renumber()
         for ticket in finished:
-            ticket._finish()
+            ticket.settle()
+
+    def _next_in_line(self) -> Ticket | None:
+        """The first ticket in line that fits, skipping those of an address holding its share while others wait."""
+        free = self.max_rows - sum(t.rows_held for t in self.running)
+        fitting = [t for t in self.line if len(t.generations) <= free]
+        if not fitting or len(self.line[0].generations) > free:
+            return None  # the head waits for room: nobody overtakes it for lack of room alone
+        share = self.max_rows * ADDRESS_SHARE
+        held = {}
+        for ticket in self.running:
+            held[ticket.address] = held.get(ticket.address, 0) + ticket.rows_held
+        fair = [t for t in fitting if held.get(t.address, 0) + len(t.generations) <= share]
+        return fair[0] if fair else fitting[0]
 
     def _renumber(self) -> None:
         """Each waiting ticket's place in line and a rough wait: rounds of `max_rows` at the recent mean run length."""
         per_round = max(1, self.max_rows // 2)
         for place, ticket in enumerate(self.line, start=1):
-            ticket._moved(place, math.ceil(place / per_round) * self.mean_run_s)
+            ticket.moved(place, math.ceil(place / per_round) * self.mean_run_s)
         for ticket in self.running:
-            ticket._moved(0, 0.0)
+            ticket.moved(0, 0.0)
 
 
 def default_max_rows(pair: ModelPair, tokens_per_row: int) -> int:

@@ -1,0 +1,321 @@
+"""One user cannot break the class: the app attacked as a hostile user of a public Space would attack it.
+
+Each test is one point of the attack on the real app (tiny random pair, loopback only): bad values
+that reach the maths, short argument lists, streams nobody reads, spoofed addresses, huge texts in
+a loaded trace, and what a stream sends. Sessions that end are tested in the browser too
+(tests/test_app_browser.py).
+"""
+
+import gc
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+from conftest import launch_app
+from gradio_client import Client
+
+from easd.core import trace as trace_io
+from easd.core.compare import Comparison
+from easd.core.settings import DecodeSettings
+from easd.core.trace import Trace
+from easd.errors import EasdError
+from easd.pairs.tiny import load_tiny_pair
+from ui.backend import ModelHost
+from ui.layout import api_parameters
+from ui.handlers import compare
+
+ARGUMENTS = dict(prompt="x", tau_h=1.0, tau_o=0.8, top_n=5, k=4, temperature=0.0, top_p=1.0, max_new_tokens=8)
+ARGUMENTS |= dict(rule="full", seed=0, pair="", chat=True)  # /compare's parameters, in order
+
+
+def post_raw(url: str, data, route: str = "compare") -> str:
+    """POST a raw body to /gradio_api/call/ROUTE; -> the event id, or raise HTTPError."""
+    request = urllib.request.Request(f"{url}gradio_api/call/{route}", json.dumps(data).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())["event_id"]
+
+
+def read_stream(url: str, event_id: str, route: str = "compare") -> bytes:
+    with urllib.request.urlopen(f"{url}gradio_api/call/{route}/{event_id}", timeout=120) as response:
+        return response.read()
+
+
+def solo(pair, prompt: str, **settings) -> dict[str, list[int]]:
+    traces = Comparison(pair, prompt, DecodeSettings(record_top=20, **settings)).run()
+    return {lane: trace.token_ids for lane, trace in traces.items()}
+
+
+def tokens_by_lane(result: dict) -> dict[str, list[int]]:
+    return {run["settings"]["method"]: [row["token_id"] for row in run["rows"]] for run in result["runs"]}
+
+
+# --- 1. a value that would break the maths --------------------------------------------------------
+
+
+def test_the_attack_gets_one_line_and_the_other_user_their_solo_result(app_url, tiny_pair):
+    honest = Client(app_url, verbose=False).submit(prompt="an honest question", max_new_tokens=256, api_name="/compare")
+    time.sleep(0.3)  # the honest run is decoding when the attack arrives
+    for tiny in (1e-38, 1e-40, 5e-324):
+        with pytest.raises(Exception) as caught:
+            Client(app_url, verbose=False).predict(prompt="attacker", temperature=tiny, max_new_tokens=8, api_name="/compare")
+        line = str(caught.value)
+        assert f"temperature: must be 0 (greedy) or a number ≥ 0.001 (got {tiny!r})" in line and "\n" not in line.strip()
+    assert tokens_by_lane(honest.result(timeout=120)) == solo(tiny_pair, "an honest question", max_new_tokens=256)
+
+
+def test_a_loaded_trace_cannot_carry_the_attack_either(trace_sources, tmp_path):
+    document = json.loads((trace_sources / "t.json").read_text())
+    document["runs"][0]["settings"]["temperature"] = 1e-320
+    (tmp_path / "bad.json").write_text(json.dumps(document))
+    with pytest.raises(EasdError, match=r"settings.temperature: must be 0 \(greedy\) or a number ≥ 0.001"):
+        trace_io.load(tmp_path / "bad.json")
+
+
+# --- 7. short argument lists, and a pair that is not a name ----------------------------------------
+
+
+@pytest.mark.parametrize("data", [[], ["Hi"], ["Hi", 1.0, 0.8]])
+def test_too_few_values_get_one_line_naming_them(app_url, data):
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        post_raw(app_url, {"data": data})
+    assert caught.value.code == 422
+    detail = json.loads(caught.value.read())["detail"]
+    assert detail.startswith(f"compare takes 12 values in this order: prompt, tau_h") and f"(got {len(data)})" in detail
+    assert api_parameters(compare) == list(ARGUMENTS)
+
+
+def test_named_values_fill_in_the_rest(app_url):
+    event = post_raw(app_url, {"prompt": "Hi", "max_new_tokens": 5}, route="v2/compare")
+    stream = read_stream(app_url, event, route="v2/compare").decode()
+    final = json.loads(stream.split("event: complete\ndata:", 1)[1])[0]
+    assert [len(run["rows"]) for run in final["runs"]] == [5, 5]
+
+
+@pytest.mark.parametrize("pair", [None, [], 0, False, "tiny"])
+def test_a_pair_that_is_not_an_allowed_name_is_refused(app_url, pair):
+    event = post_raw(app_url, {"data": list((ARGUMENTS | {"pair": pair}).values())})
+    stream = read_stream(app_url, event).decode()
+    assert "event: error" in stream and "pair: must be one of tiny-random" in stream
+
+
+# --- 6. streams send what is new ------------------------------------------------------------------
+
+
+def test_a_400_token_stream_sends_at_most_three_times_its_result(app_url):
+    event = post_raw(app_url, {"data": list((ARGUMENTS | {"prompt": "A long story about pears.", "max_new_tokens": 400}).values())})
+    stream = read_stream(app_url, event)
+    events = [chunk for chunk in stream.split(b"\n\n") if chunk.startswith(b"event: generating")]
+    final = stream.split(b"event: complete\ndata: ", 1)[1].strip()
+    updates = [json.loads(chunk.split(b"data: ", 1)[1])[0] for chunk in events[:-1]]
+    print(f"\n400-token /call/compare stream: {len(stream):,} bytes in {len(events)} updates; result {len(final):,} bytes")
+    assert len(stream) <= 3 * len(final)
+    assert updates and all(u["format"] == "easd-trace-update" for u in updates)
+    whole = json.loads(final)[0]
+    for lane, run in enumerate(whole["runs"]):  # the updates' rows, appended, are the run's first rows (but candidates)
+        rows = [row for update in updates for row in update["runs"][lane]["rows"]]
+        assert rows == [{k: v for k, v in row.items() if "_top" not in k} for row in run["rows"][: len(rows)]]
+        assert [u["runs"][lane]["first_row"] for u in updates] == sorted(u["runs"][lane]["first_row"] for u in updates)
+
+
+# --- 3. a stream nobody reads ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def short_patience():
+    """An app that stops a run whose client has not taken its updates for 1.5 s; one comparison at a time."""
+    host = ModelHost({"tiny-random": load_tiny_pair}, "tiny-random", max_new_tokens_cap=500, max_batch=2, abandon_after_s=1.5)
+    url, demo = launch_app(host)
+    yield url, host
+    demo.close()
+
+
+def running_ticket(host: ModelHost, prompt: str, timeout: float = 30):
+    worker, deadline = host.states["tiny-random"].worker, time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for ticket in [*worker.running, *worker.line]:
+            if ticket.generations[0].prompt == prompt:
+                return ticket
+        time.sleep(0.01)
+    raise AssertionError(f"no ticket for {prompt!r}")
+
+
+def test_a_stream_nobody_reads_is_stopped_and_the_next_user_gets_the_room(short_patience):
+    url, host = short_patience
+    long = ARGUMENTS | {"prompt": "nobody reads this", "max_new_tokens": 500, "k": 12}  # about 3 s of decoding alone
+    post_raw(url, {"data": list(long.values())})  # and never read
+    unread = running_ticket(host, "nobody reads this")
+    started = time.monotonic()
+    reader = Client(url, verbose=False).predict(prompt="I read mine", max_new_tokens=40, api_name="/compare")
+    assert unread.done and all(t.stats.stop_reason == "stopped" and len(t.records) < 477 for t in unread.traces())
+    assert unread.last_read == unread.started  # Gradio pulling the generator never counted as a read
+    assert [len(run["rows"]) for run in reader["runs"]] == [40, 40]
+    print(f"\nunread stream stopped; the next user's result came {time.monotonic() - started:.1f} s after the unread one began")
+
+
+def test_a_stream_that_is_read_is_not_stopped(short_patience):
+    url, host = short_patience
+    job = Client(url, verbose=False).submit(prompt="I read every update", max_new_tokens=500, k=12, api_name="/compare")
+    ticket = running_ticket(host, "I read every update")
+    result = job.result(timeout=120)
+    assert all(run["summary"]["stop_reason"] != "stopped" for run in result["runs"])
+    assert ticket.last_read > ticket.started
+
+
+# --- 4. limits that count what is really waiting, and addresses nobody can spoof -------------------
+
+
+def test_twelve_users_behind_one_address_are_all_served(app_url):
+    results, errors = {}, []
+
+    def user(i):
+        try:
+            results[i] = Client(app_url, verbose=False).predict(prompt=f"pupil {i}", max_new_tokens=24, api_name="/compare")
+        except Exception as err:  # noqa: BLE001 (what is checked is that none fails)
+            errors.append(str(err))
+
+    threads = [threading.Thread(target=user, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=180)
+    assert not errors and len(results) == 12
+
+
+def test_a_spoofed_forwarded_for_header_does_not_make_a_new_address(tiny_pair):
+    host = ModelHost({"tiny-random": lambda: tiny_pair}, "tiny-random", max_new_tokens_cap=500, max_batch=2, max_per_address=3)
+    url, demo = launch_app(host)
+    try:
+        jobs = [
+            Client(url, verbose=False, headers={"X-Forwarded-For": f"203.0.113.{i}"}).submit(
+                prompt=f"flood {i}", max_new_tokens=500, k=12, api_name="/compare"
+            )
+            for i in range(4)
+        ]
+        outcomes = []
+        for job in jobs:
+            try:
+                job.result(timeout=120)
+                outcomes.append("served")
+            except Exception as err:  # noqa: BLE001
+                outcomes.append(str(err))
+        refused = [o for o in outcomes if o != "served"]
+        assert refused and all("your network address already has 3 runs going or waiting (at most 3 per address)" in o for o in refused)
+        assert {t.address for w in [host.states["tiny-random"].worker] for t in w.running} <= {"127.0.0.1"}
+    finally:
+        demo.close()
+
+
+# --- 5. one large text in a loaded trace ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "field, size, message",
+    [
+        ("token_text", 2_000_000, "rows[0].token_text: 'x"),
+        ("prompt", 200_000, "prompt: 'x"),
+        ("draft_model", 5_000, "draft_model: 'x"),
+    ],
+)
+def test_every_text_of_a_loaded_trace_has_a_length_limit(trace_sources, tmp_path, field, size, message):
+    document = json.loads((trace_sources / "t.json").read_text())
+    run = document["runs"][0]
+    if field == "token_text":
+        run["rows"][0][field] = "x" * size
+    else:
+        run[field] = "x" * size
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps(document))
+    started = time.monotonic()
+    with pytest.raises(EasdError) as caught:
+        trace_io.load(path)
+    assert message in str(caught.value) and "characters" in str(caught.value) and len(str(caught.value)) < 300
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize(
+    "content, suffix, message",
+    [
+        (b'{"format": "easd-trace", "version": 1, "runs": [' + b"9" * 5000 + b"]}", ".json", "a number has more digits"),
+        (b"\xff\xfe not text", ".json", "it is not UTF-8 text"),
+        (b"position,token_text\n\xff\n", ".csv", "it is not UTF-8 text"),
+        (b'"' + b"x" * 140_000 + b'"\n', ".csv", "a cell is longer than the 131,072 characters"),
+    ],
+)
+def test_unreadable_files_are_explained_in_our_words(tmp_path, trace_sources, content, suffix, message):
+    path = tmp_path / f"f{suffix}"
+    header = (trace_sources / "t.csv").read_bytes().split(b"\n", 1)[0] + b"\n" if content.startswith(b'"') else b""
+    path.write_bytes(header + content)
+    with pytest.raises(EasdError) as caught:
+        trace_io.load(path)
+    text = str(caught.value)
+    assert message in text and "sys.set_int_max_str_digits" not in text and "field limit" not in text and "codec" not in text
+
+
+def test_every_event_is_queued_and_the_light_ones_share_a_small_limit():
+    from ui.layout import VIEW_EVENTS, build_app
+
+    demo = build_app(ModelHost({}, None), [])
+    functions = [fn for fn in demo.fns.values() if fn.fn is not None]  # Stop's first step only cancels, and runs no code
+    assert functions and all(fn.queue for fn in functions)
+    views = [fn for fn in functions if fn.concurrency_id == "view"]
+    names = {fn.name for fn in views}
+    assert {"rerender", "select_token", "step", "poll"} <= names and {fn.concurrency_limit for fn in views} == {VIEW_EVENTS}
+
+
+# --- 2. sessions that end, over the page's own protocol ---------------------------------------------
+
+
+def page_event(url: str, session_hash: str, trigger: str, values: dict) -> list:
+    """Run the event of the page's component `trigger` as the browser does (queue/join, then its event
+    stream), with `values` by elem_id (the session state: None, as a new tab sends); -> its output."""
+    config = httpx.get(f"{url}config", timeout=30).json()
+    ids = {c["id"]: c.get("props", {}).get("elem_id") for c in config["components"]}
+    dependency = next(d for d in config["dependencies"] if [ids.get(t[0]) for t in d["targets"]] == [trigger])
+    data = [values.get(ids.get(i)) for i in dependency["inputs"]]
+    body = {"data": data, "fn_index": dependency["id"], "session_hash": session_hash, "trigger_id": None}
+    httpx.post(f"{url}gradio_api/queue/join", json=body, timeout=30).raise_for_status()
+    with httpx.stream("GET", f"{url}gradio_api/queue/data", params={"session_hash": session_hash}, timeout=60) as stream:
+        for line in stream.iter_lines():
+            if line.startswith("data:") and '"process_completed"' in line:
+                return json.loads(line[5:])["output"]
+    raise AssertionError("the event never completed")
+
+
+def live_traces() -> int:
+    gc.collect()
+    return sum(type(o) is Trace for o in gc.get_objects())
+
+
+def test_a_session_past_its_time_limit_frees_its_traces_and_files():
+    from gradio.utils import get_upload_folder
+
+    host = ModelHost({}, None)  # a viewer: the gallery needs no model
+    url, demo = launch_app(host, session_ttl_s=2)
+    try:
+        folders = Path(get_upload_folder()) / "easd-sessions"
+        before_folders = set(folders.glob("*")) if folders.exists() else set()
+        before_traces, rss = live_traces(), psutil.Process().memory_info().rss
+        for _ in range(5):  # five sessions, each holding a recorded comparison and its exported files
+            output = page_event(url, uuid.uuid4().hex, "recorded", {"recorded": "shirt"})
+            assert output.get("data") and not output.get("error")
+        held = set(folders.glob("*")) - before_folders
+        assert len(held) == 5 and live_traces() >= before_traces + 10
+        loaded_rss = psutil.Process().memory_info().rss
+        deadline = time.monotonic() + 20
+        while (set(folders.glob("*")) - before_folders) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not set(folders.glob("*")) - before_folders  # every session's folder went with it
+        assert live_traces() <= before_traces  # and its traces
+        print(
+            f"\nfive sessions: RSS {rss / 2**20:.0f} MB before, {loaded_rss / 2**20:.0f} MB holding them, "
+            f"{psutil.Process().memory_info().rss / 2**20:.0f} MB after their time limit"
+        )
+    finally:
+        demo.close()
