@@ -129,8 +129,8 @@ def test_a_400_token_stream_sends_at_most_three_times_its_result(app_url):
 
 @pytest.fixture(scope="module")
 def short_patience():
-    """An app that stops a run whose client has not taken its updates for 1.5 s; one comparison at a time."""
-    host = ModelHost({"tiny-random": load_tiny_pair}, "tiny-random", max_new_tokens_cap=500, max_batch=2, abandon_after_s=1.5)
+    """An app that stops a run whose client has not taken its updates for 2 s; one comparison at a time."""
+    host = ModelHost({"tiny-random": load_tiny_pair}, "tiny-random", max_new_tokens_cap=500, max_batch=2, abandon_after_s=2)
     url, demo = launch_app(host)
     yield url, host
     demo.close()
@@ -161,10 +161,12 @@ def test_a_stream_nobody_reads_is_stopped_and_the_next_user_gets_the_room(short_
 
 def test_a_stream_that_is_read_is_not_stopped(short_patience):
     url, host = short_patience
-    job = Client(url, verbose=False).submit(prompt="I read every update", max_new_tokens=500, k=12, api_name="/compare")
+    long = ARGUMENTS | {"prompt": "I read every update", "max_new_tokens": 500, "k": 12}
+    event = post_raw(url, {"data": list(long.values())})
     ticket = running_ticket(host, "I read every update")
-    result = job.result(timeout=120)
-    assert all(run["summary"]["stop_reason"] != "stopped" for run in result["runs"])
+    stream = read_stream(url, event)  # read as it comes
+    final = json.loads(stream.split(b"event: complete\ndata: ", 1)[1])[0]
+    assert all(run["summary"]["stop_reason"] != "stopped" for run in final["runs"])
     assert ticket.last_read > ticket.started
 
 

@@ -46,7 +46,8 @@ class Outbox:
     queue per session that the client's event stream drains. While that queue stays full, nobody
     is reading: the ticket is not marked read, and the worker stops it after its abandonment time
     (easd.core.worker), so its rows go to the next user. Gradio has no public way to ask this;
-    this reads the size of its queue, and counts a client without one as caught up.
+    this reads the size of its queue (one message may be on its way to a reader), and counts a
+    client without one as caught up.
     """
 
     demo: gr.Blocks
@@ -54,7 +55,7 @@ class Outbox:
     def caught_up(self, session_hash: str) -> bool:
         queue = getattr(self.demo, "_queue", None)
         pending = queue.pending_messages_per_session.get(session_hash) if queue is not None and session_hash else None
-        return pending is None or pending.qsize() == 0
+        return pending is None or pending.qsize() <= 1
 
 
 # --- rendering a session ----------------------------------------------------------------------------
