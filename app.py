@@ -6,7 +6,7 @@
     python app.py --draft ./small --target ./large --allow-pairs tiny-random
 
 Every flag can also come from the environment (EASD_PAIR, EASD_ALLOW_PAIRS, EASD_DRAFT, EASD_TARGET,
-EASD_DTYPE, EASD_INT8, EASD_HOST, EASD_PORT, EASD_MAX_NEW_TOKENS_CAP, EASD_MAX_BATCH, EASD_MAX_QUEUED_PER_CLIENT,
+EASD_BACKEND, EASD_DTYPE, EASD_INT8, EASD_HOST, EASD_PORT, EASD_MAX_NEW_TOKENS_CAP, EASD_MAX_BATCH, EASD_MAX_QUEUED_PER_CLIENT,
 EASD_MAX_PER_ADDRESS, EASD_FORWARDED_ALLOW_IPS, EASD_SESSION_TTL, EASD_EVAL_DIRS), which is how a Hugging Face Space sets them. The browser can only choose among the pairs allowed here.
 """
 
@@ -18,8 +18,8 @@ import os
 import sys
 from pathlib import Path
 
-from easd.cli import add_weight_flags, check_model_flags
-from easd.errors import SettingsError
+from easd.cli import add_weight_flags, check_model_flags, runtime_of
+from easd.errors import EasdError
 from easd.pairs.loading import load_pair
 from easd.pairs.registry import PAIRS, default_pair_name, load_named_pair
 from ui.backend import ModelHost
@@ -40,11 +40,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=env("EASD_ALLOW_PAIRS", ""),
         help="more named pairs the browser may switch to, comma-separated; each loads on first use",
     )
-    add_weight_flags(  # the operator's own pair, dtype and int8: the same flags as `python -m easd`
+    add_weight_flags(  # the operator's own pair, backend, dtype and int8: the same flags as `python -m easd`
         parser,
         {
             "draft": env("EASD_DRAFT"),
             "target": env("EASD_TARGET"),
+            "backend": env("EASD_BACKEND", "auto"),
             "dtype": env("EASD_DTYPE", "auto"),
             "int8": env("EASD_INT8", "none"),
         },
@@ -112,10 +113,11 @@ def make_host(args: argparse.Namespace) -> ModelHost:
     allowed = {}
     try:
         check_model_flags(None, args.draft, args.target)
-    except SettingsError as err:
+        runtime = runtime_of(args).checked()
+    except EasdError as err:
         sys.exit(f"error: {err}")
     if args.draft:
-        allowed["custom"] = lambda: load_pair(args.draft, args.target, args.dtype, int8=args.int8)
+        allowed["custom"] = lambda: load_pair(args.draft, args.target, runtime)
     elif (name := args.pair or default_pair_name()) != "none":
         allowed[name] = None
     for name in [n.strip() for n in args.allow_pairs.split(",") if n.strip()]:
@@ -124,7 +126,7 @@ def make_host(args: argparse.Namespace) -> ModelHost:
     if unknown:
         sys.exit(f"error: unknown pair(s) {', '.join(unknown)}; choose from {', '.join(PAIRS)} or 'none'")
     loaders = {
-        name: loader or (lambda name=name: load_named_pair(name, args.dtype, args.int8)) for name, loader in allowed.items()
+        name: loader or (lambda name=name: load_named_pair(name, runtime)) for name, loader in allowed.items()
     }
     default = next(iter(loaders), None)
     return ModelHost(

@@ -230,10 +230,11 @@ def _add_model_flags(parser: argparse.ArgumentParser, pairs: dict) -> None:
 
 
 def add_weight_flags(parser, defaults: dict | None = None) -> None:
-    """--draft, --target, --dtype and --int8: defined once for the CLI and app.py (which takes its defaults from the environment)."""
-    from .pairs.loading import DTYPES, INT8
+    """--draft, --target, --backend, --dtype and --int8: defined once for the CLI and app.py (which takes its defaults
+    from the environment)."""
+    from .pairs.loading import BACKENDS, DTYPES, INT8
 
-    d = {"draft": None, "target": None, "dtype": "auto", "int8": "none", **(defaults or {})}
+    d = {"draft": None, "target": None, "backend": "auto", "dtype": "auto", "int8": "none", **(defaults or {})}
     parser.add_argument(
         "--draft", default=d["draft"], help="draft model: a local folder, a .gguf file or a hub id (with --target)"
     )
@@ -241,10 +242,17 @@ def add_weight_flags(parser, defaults: dict | None = None) -> None:
         "--target", default=d["target"], help="target model: a local folder, a .gguf file or a hub id (with --draft)"
     )
     parser.add_argument(
+        "--backend",
+        default=d["backend"],
+        choices=BACKENDS,
+        help="what runs the models: llama.cpp reads .gguf files as they are (fast on a CPU); transformers reads anything "
+        "(exact in float32, GPUs); auto = llama.cpp for a GGUF pair on a CPU, else transformers",
+    )
+    parser.add_argument(
         "--dtype",
         default=d["dtype"],
         choices=DTYPES,
-        help="weights' dtype; auto = bfloat16 where the hardware supports it (CUDA, or CPUs with AVX512-BF16/AMX), else float32",
+        help="transformers' dtype; auto = bfloat16 where the hardware supports it (CUDA, or CPUs with AVX512-BF16/AMX), else float32",
     )
     parser.add_argument(
         "--int8",
@@ -321,9 +329,9 @@ def load_models(args: argparse.Namespace):
     if args.draft is not None:
         from .pairs.loading import load_pair
 
-        pair = load_pair(args.draft, args.target, args.dtype, int8=args.int8)
+        pair = load_pair(args.draft, args.target, runtime_of(args))
     else:
-        pair = load_named_pair(args.pair or default_pair_name(), args.dtype, args.int8)
+        pair = load_named_pair(args.pair or default_pair_name(), runtime_of(args))
     print(f"models: {pair.describe()}", file=sys.stderr)
     if pair.note:
         print(f"note: {pair.note}", file=sys.stderr)
@@ -595,9 +603,17 @@ INT8_BATCH_NOTE = (
 
 
 def _model_args(args: argparse.Namespace) -> argparse.Namespace:
-    """Only the flags that name the pair, checked: what `load_models` and each Ray actor need."""
+    """Only the flags that name the pair and how it runs, checked: what `load_models` and each Ray actor need."""
     check_model_flags(args.pair, args.draft, args.target)
-    return argparse.Namespace(**{name: getattr(args, name) for name in ("pair", "draft", "target", "dtype", "int8")})
+    runtime_of(args).checked()
+    return argparse.Namespace(**{name: getattr(args, name) for name in ("pair", "draft", "target", "backend", "dtype", "int8")})
+
+
+def runtime_of(args: argparse.Namespace):
+    """How the flags say the pair runs (--backend, --dtype, --int8), as one object."""
+    from .pairs.loading import Runtime
+
+    return Runtime(backend=args.backend, dtype=args.dtype, int8=args.int8)
 
 
 def _print_tables(*tables) -> None:

@@ -1,16 +1,26 @@
-"""Shared fixtures: the tiny random pair, built once per test session (about a second)."""
+"""Shared fixtures: the tiny random pair on each backend, built once per test session (about a second)."""
 
 import pytest
 
 from easd.core.settings import DecodeSettings
+from easd.pairs.loading import Runtime
 from easd.pairs.tiny import load_tiny_pair
 
 PROMPTS = ["Tom has 3 apples and buys 5 more.", "def add(a, b):", "The answer is"]
+BACKENDS = ("transformers", "llama.cpp")
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def tiny_pair(request):
+    """The tiny random pair on each backend: every test that takes it runs on both (one parametrization)."""
+    return load_tiny_pair(Runtime(backend=request.param))
 
 
 @pytest.fixture(scope="session")
-def tiny_pair():
-    return load_tiny_pair()
+def hf_tiny_pair():
+    """The tiny pair on transformers alone: for transformers' own machinery (its caches, int8, bfloat16, its
+    generate) and for comparing with the app, which the tests serve on transformers."""
+    return load_tiny_pair(Runtime(backend="transformers"))
 
 
 @pytest.fixture(scope="session")

@@ -117,7 +117,7 @@ def test_one_client_flooding_does_not_lock_out_another(app_url):
     assert len(refusals) <= 30 - 2
 
 
-def test_eight_users_at_once_each_get_what_they_get_alone(app_url, tiny_pair):
+def test_eight_users_at_once_each_get_what_they_get_alone(app_url, hf_tiny_pair):
     """Eight API users with their own prompts and seeds share the batch; each result equals the same request run alone."""
     from easd.core.compare import Comparison
     from easd.core.settings import DecodeSettings
@@ -139,7 +139,7 @@ def test_eight_users_at_once_each_get_what_they_get_alone(app_url, tiny_pair):
         runs = runs_of(result)
         assert all(run["prompt"] == asked["prompt"] and run["settings"]["seed"] == asked["seed"] for run in runs.values())
         settings = DecodeSettings(seed=asked["seed"], max_new_tokens=48, record_top=20)  # greedy: see README "A class at once"
-        alone = Comparison(tiny_pair, asked["prompt"], settings).run()
+        alone = Comparison(hf_tiny_pair, asked["prompt"], settings).run()
         for lane, trace in alone.items():
             rows = runs[lane]["rows"]
             assert [r["position"] for r in rows] == list(range(len(rows)))  # none duplicated

@@ -318,13 +318,13 @@ def test_hostile_values_in_every_field_run_nothing(browser, trace_sources, tmp_p
 
 
 @pytest.fixture(scope="module")
-def one_at_a_time(tiny_pair):
+def one_at_a_time(hf_tiny_pair):
     """A second app whose shared batch holds one comparison (--max-batch 2): (url, the pair's worker)."""
     from conftest import launch_app
 
     from ui.backend import ModelHost
 
-    host = ModelHost({"tiny-random": lambda: tiny_pair}, "tiny-random", max_new_tokens_cap=400, max_batch=2)
+    host = ModelHost({"tiny-random": lambda: hf_tiny_pair}, "tiny-random", max_new_tokens_cap=400, max_batch=2)
     url, demo = launch_app(host)
     yield url, host.states["tiny-random"].worker
     demo.close()

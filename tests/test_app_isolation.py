@@ -59,7 +59,7 @@ def tokens_by_lane(result: dict) -> dict[str, list[int]]:
 # --- 1. a value that would break the maths --------------------------------------------------------
 
 
-def test_the_attack_gets_one_line_and_the_other_user_their_solo_result(app_url, tiny_pair):
+def test_the_attack_gets_one_line_and_the_other_user_their_solo_result(app_url, hf_tiny_pair):
     honest = Client(app_url, verbose=False).submit(prompt="an honest question", max_new_tokens=256, api_name="/compare")
     time.sleep(0.3)  # the honest run is decoding when the attack arrives
     for tiny in (1e-38, 1e-40, 5e-324):
@@ -67,7 +67,7 @@ def test_the_attack_gets_one_line_and_the_other_user_their_solo_result(app_url, 
             Client(app_url, verbose=False).predict(prompt="attacker", temperature=tiny, max_new_tokens=8, api_name="/compare")
         line = str(caught.value)
         assert f"temperature: must be 0 (greedy) or a number ≥ 0.001 (got {tiny!r})" in line and "\n" not in line.strip()
-    assert tokens_by_lane(honest.result(timeout=120)) == solo(tiny_pair, "an honest question", max_new_tokens=256)
+    assert tokens_by_lane(honest.result(timeout=120)) == solo(hf_tiny_pair, "an honest question", max_new_tokens=256)
 
 
 def test_a_loaded_trace_cannot_carry_the_attack_either(trace_sources, tmp_path):
@@ -190,8 +190,8 @@ def test_twelve_users_behind_one_address_are_all_served(app_url):
     assert not errors and len(results) == 12
 
 
-def test_a_spoofed_forwarded_for_header_does_not_make_a_new_address(tiny_pair):
-    host = ModelHost({"tiny-random": lambda: tiny_pair}, "tiny-random", max_new_tokens_cap=500, max_batch=2, max_per_address=3)
+def test_a_spoofed_forwarded_for_header_does_not_make_a_new_address(hf_tiny_pair):
+    host = ModelHost({"tiny-random": lambda: hf_tiny_pair}, "tiny-random", max_new_tokens_cap=500, max_batch=2, max_per_address=3)
     url, demo = launch_app(host)
     try:
         jobs = [

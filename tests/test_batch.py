@@ -9,7 +9,7 @@ from conftest import PROMPTS
 
 from easd.core import acceptance as acc
 from easd.core.decoding import Batch, Generation, encode_prompt
-from easd.core.kv import COMPACT_SLACK
+from easd.backends.transformers import COMPACT_SLACK
 from easd.core.settings import DecodeSettings
 from easd.errors import SettingsError
 
@@ -122,27 +122,34 @@ def test_the_method_invariants_hold_inside_a_batch(tiny_pair):
                 assert record.token_id != record.draft_token_id
 
 
+def next_logits(model, ids: list[int], vocab_size: int) -> torch.Tensor:
+    """The model's logits for the token after `ids`, through its own caches (any backend).  -> [1, V]"""
+    caches = model.caches(vocab_size)
+    caches.add_row(ids[:-1], len(ids) + 1)
+    return caches.logits({0: ids}, {0: 1})[0]
+
+
 def test_sampling_sd_reproduces_the_target_distribution_per_row(tiny_pair):
-    """The first token of 1,500 sampling SD rows, decoded 500 at a time, follows the target's p̃ at the prompt."""
+    """The first token of 1,500 sampling SD rows, decoded 250 at a time, follows the target's p̃ at the prompt."""
     prompt, temperature = PROMPTS[1], 1.5
     settings = [DecodeSettings(method="sd", k=1, max_new_tokens=2, temperature=temperature, seed=s) for s in range(1500)]
-    traces = Batch(tiny_pair, [Generation(tiny_pair, prompt, s) for s in settings], max_rows=500).run()
-    ids = torch.tensor([encode_prompt(tiny_pair, prompt, chat=True)])
-    with torch.no_grad():
-        p_logits = tiny_pair.target(ids).logits[:, -1, : tiny_pair.vocab_size]
-        q_logits = tiny_pair.draft(ids).logits[:, -1, : tiny_pair.vocab_size]
+    traces = Batch(tiny_pair, [Generation(tiny_pair, prompt, s) for s in settings], max_rows=250).run()
+    ids = encode_prompt(tiny_pair, prompt, chat=True)
+    p_logits, q_logits = (next_logits(model, ids, tiny_pair.vocab_size) for model in (tiny_pair.target, tiny_pair.draft))
     target = acc.sampling_probs(p_logits, temperature, 1.0)[0]
     draft = acc.sampling_probs(q_logits, temperature, 1.0)[0]
     counts = torch.bincount(torch.tensor([t.token_ids[0] for t in traces]), minlength=tiny_pair.vocab_size).float()
-    tv = lambda a, b: 0.5 * (a - b).abs().sum().item()
-    assert tv(counts / counts.sum(), target) < 0.06
-    assert tv(draft, target) > 0.1  # the draft alone is far off: the test can fail
+    tv = lambda a, b: 0.5 * (a - b).abs().sum().item()  # noqa: E731
+    # the distance 1,500 exact draws from `target` keep on average (normal approximation of each count)
+    expected = 0.5 * (2 * target * (1 - target) / (torch.pi * len(traces))).sqrt().sum().item()
+    assert tv(counts / counts.sum(), target) < 1.5 * expected
+    assert tv(draft, target) > 2 * expected  # drawing from the draft would be far off: the test can fail
 
 
-def test_kv_memory_per_row_stays_bounded(tiny_pair):
-    """Over 1,000-token runs with many rejections, the holes rejected drafts leave in the shared cache are
-    compacted away: the slots stay within a fixed slack of the longest row."""
-    pair = dataclasses.replace(tiny_pair, context_length=1100, eos_ids=frozenset())  # RoPE has no hard limit; run long
+def test_kv_memory_per_row_stays_bounded(hf_tiny_pair):
+    """Over 1,000-token runs with many rejections, the holes rejected drafts leave in transformers' shared cache are
+    compacted away: the slots stay within a fixed slack of the longest row. (llama.cpp reuses freed cells itself.)"""
+    pair = dataclasses.replace(hf_tiny_pair, context_length=1100, eos_ids=frozenset())  # RoPE has no hard limit; run long
     settings = [DecodeSettings(method="sd", k=8, max_new_tokens=1000, temperature=1.0, seed=i) for i in range(2)]
     generations = [Generation(pair, prompt, s, chat=False) for prompt, s in zip(["Tom", "def add(a, b):"], settings)]
     batch = Batch(pair, generations)

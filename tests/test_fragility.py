@@ -10,10 +10,11 @@ import torch
 from easd.core import acceptance as acc
 from easd.core import trace as trace_io
 from easd.core.decoding import Batch, Generation
-from easd.core.kv import float32_head
+from easd.backends.transformers import float32_head
 from easd.core.settings import DecodeSettings
 from easd.core.whatif import would_be_fragile
 from easd.lab.bench import head_copy_bytes
+from easd.pairs.loading import Runtime
 from easd.pairs.tiny import load_tiny_pair
 
 RULE = {"rule": "full", "tau_o": 0.8, "top_n": 2}
@@ -106,7 +107,7 @@ def test_fragile_decisions_work_on_plain_numbers_like_rule_fires():
 
 @pytest.fixture(scope="module")
 def bf16_pair():
-    return load_tiny_pair(torch.bfloat16)
+    return load_tiny_pair(Runtime(backend="transformers", dtype="bfloat16"))
 
 
 def hidden_states_of(model):
@@ -118,7 +119,7 @@ def hidden_states_of(model):
 
 @pytest.mark.parametrize("method", ["target", "draft"])
 def test_float32_signals_equal_a_float64_reference_from_the_same_hidden_states(bf16_pair, method):
-    model = bf16_pair.target if method == "target" else bf16_pair.draft
+    model = (bf16_pair.target if method == "target" else bf16_pair.draft).module
     weight = model.get_output_embeddings().weight.detach().double()[: bf16_pair.vocab_size]
     errors = {}
     for signals in ("float32", "model"):
@@ -137,19 +138,27 @@ def test_float32_signals_equal_a_float64_reference_from_the_same_hidden_states(b
     assert errors["model"] > 1e-5  # bfloat16 logits are coarser: the test can tell the two apart
 
 
-def test_rows_with_either_signals_decode_in_one_batch_as_they_do_alone(bf16_pair):
+def test_rows_with_either_signals_decode_in_one_batch_as_they_do_in_a_batch_of_their_own_kind(bf16_pair):
+    """A float32-signals row and a model-signals row share a pass: each gets what it gets beside a row of its own
+    kind in a batch of the same shape (in bfloat16 the shape itself moves the hidden states, so it is kept)."""
     runs = [DecodeSettings(method="easd", max_new_tokens=20, signals=s) for s in ("float32", "model")]
-    alone = [Generation(bf16_pair, "def add(a, b):", s).run() for s in runs]
-    together = Batch(bf16_pair, [Generation(bf16_pair, "def add(a, b):", s) for s in runs]).run()
-    assert [t.records for t in together] == [t.records for t in alone]
-    assert alone[0].token_ids != alone[1].token_ids or alone[0].records != alone[1].records
+
+    def batch(settings):
+        return Batch(bf16_pair, [Generation(bf16_pair, "def add(a, b):", s) for s in settings]).run()
+
+    mixed = batch(runs)
+    for row, kind in ((0, batch([runs[0], runs[0]])[0]), (1, batch([runs[1], runs[1]])[1])):
+        assert mixed[row].token_ids == kind.token_ids
+        assert [r.h_target for r in mixed[row].records] == pytest.approx([r.h_target for r in kind.records], abs=1e-3)
+    assert [r.h_target for r in mixed[0].records] != [r.h_target for r in mixed[1].records]  # the two heads differ here
 
 
-def test_the_float32_head_is_a_copy_only_for_low_precision_heads(tiny_pair, bf16_pair):
-    assert float32_head(tiny_pair.target) is tiny_pair.target.get_output_embeddings()
-    assert float32_head(bf16_pair.target).weight.dtype == torch.float32
-    assert head_copy_bytes(tiny_pair) == 0 and head_copy_bytes(bf16_pair) > 0
-    assert bf16_pair.rounding == acc.Rounding(2.0**-7, 2.0**-7) and tiny_pair.rounding.target == 2.0**-23
+def test_the_float32_head_is_a_copy_only_for_low_precision_heads(hf_tiny_pair, bf16_pair):
+    float32_model = hf_tiny_pair.target.module
+    assert float32_head(float32_model) is float32_model.get_output_embeddings()
+    assert float32_head(bf16_pair.target.module).weight.dtype == torch.float32
+    assert head_copy_bytes(hf_tiny_pair) == 0 and head_copy_bytes(bf16_pair) > 0
+    assert bf16_pair.rounding == acc.Rounding(2.0**-7, 2.0**-7) and hf_tiny_pair.rounding.target == 2.0**-23
 
 
 # --- the tiny pair with a forced tie ------------------------------------------------------------
@@ -161,7 +170,7 @@ def tied_pair():
     pair = load_tiny_pair()
     for model in (pair.draft, pair.target):
         with torch.no_grad():
-            model.get_output_embeddings().weight.zero_()
+            model.module.get_output_embeddings().weight.zero_()
     return pair
 
 

@@ -39,7 +39,7 @@ def greedy_target_answer(pair, question: str) -> str:
     """What target-only greedy decoding writes, straight from the engine, cut at the task's stop string."""
     settings = DecodeSettings(method="target", max_new_tokens=MAX_GEN_TOKS)
     trace = Generation(pair, prompt(question), settings, chat=False).run()
-    return cut_at_stops(pair.tokenizer.decode(trace.token_ids, skip_special_tokens=True), ["\n"])
+    return cut_at_stops(pair.tokenizer.decode(trace.token_ids), ["\n"])
 
 
 @pytest.fixture(scope="module")

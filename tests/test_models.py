@@ -3,10 +3,11 @@
 import pytest
 import torch
 
+from easd.backends.transformers import HFTokenizer
 from easd.core.decoding import Generation
 from easd.core.settings import DecodeSettings
 from easd.errors import ModelLoadError
-from easd.pairs.loading import check_same_tokenizer, make_pair, resolve_dtype, with_int8
+from easd.pairs.loading import Runtime, check_same_tokenizer, make_pair, resolve_dtype, with_int8
 from easd.pairs.registry import PAIRS, load_named_pair, pairs_table
 from easd.pairs.tiny import CORPUS, build_models, build_tokenizer
 
@@ -14,18 +15,18 @@ from easd.pairs.tiny import CORPUS, build_models, build_tokenizer
 def test_tokenizers_that_differ_are_refused_naming_the_first_difference(monkeypatch):
     import easd.pairs.tiny as tiny
 
-    same = build_tokenizer()
-    check_same_tokenizer(same, build_tokenizer())  # built twice from the same recipe: identical
+    same = HFTokenizer(build_tokenizer())
+    check_same_tokenizer(same, HFTokenizer(build_tokenizer()))  # built twice from the same recipe: identical
     monkeypatch.setattr(tiny, "CORPUS", CORPUS[::-1] + ["zebra zebra zebra quagga"])
-    other = tiny.build_tokenizer()
+    other = HFTokenizer(tiny.build_tokenizer())
     with pytest.raises(
         ModelLoadError, match=r"the tokenizers differ: '.+' is id \d+ in the target but (is id \d+|is missing) in the draft"
     ):
         check_same_tokenizer(other, same)
 
 
-def test_logits_are_cut_to_the_shared_vocabulary(tiny_pair):
-    tokenizer = tiny_pair.tokenizer
+def test_logits_are_cut_to_the_shared_vocabulary():
+    tokenizer = build_tokenizer()
     draft, target = build_models(len(tokenizer))
     target.resize_token_embeddings(len(tokenizer) + 24, mean_resizing=False)  # like Qwen 7B's padded embedding
     with torch.no_grad():
@@ -37,7 +38,8 @@ def test_logits_are_cut_to_the_shared_vocabulary(tiny_pair):
     assert all(token < len(tokenizer) for r in trace.records for token, _, _ in r.target_top)
 
 
-def test_int8_draft_keeps_greedy_sd_equal_to_the_unquantized_target(tiny_pair):
+def test_int8_draft_keeps_greedy_sd_equal_to_the_unquantized_target(hf_tiny_pair):
+    tiny_pair = hf_tiny_pair  # int8 layers are transformers' (llama.cpp runs the GGUF's own quantization)
     quantized = with_int8(tiny_pair, "draft")
     assert quantized.target is tiny_pair.target and "[int8]" in quantized.draft_name
     target = Generation(tiny_pair, "Tom has 3 apples.", DecodeSettings(method="target", max_new_tokens=40)).run()
@@ -82,7 +84,7 @@ def test_a_pair_loads_from_gguf_files(tmp_path):
     from easd.pairs.loading import load_pair
 
     write_tiny_qwen2_gguf(tmp_path / "tiny.gguf")
-    pair = load_pair(str(tmp_path / "tiny.gguf"), str(tmp_path / "tiny.gguf"), dtype="float32")
-    assert pair.draft_name == "tiny.gguf" and pair.vocab_size == len(pair.tokenizer)
+    pair = load_pair(str(tmp_path / "tiny.gguf"), str(tmp_path / "tiny.gguf"), Runtime(backend="transformers", dtype="float32"))
+    assert pair.draft_name == "tiny.gguf" and pair.vocab_size == len(pair.tokenizer.vocab())
     trace = Generation(pair, "hi", DecodeSettings(method="sd", max_new_tokens=8), chat=False).run()
     assert len(trace.records) == 8 and trace.summary()["acceptance_rate"] == 1.0  # a model drafting for itself

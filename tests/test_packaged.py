@@ -24,6 +24,7 @@ from easd.pairs.packaged import (
     _assemble,
     cache_root,
     converted_folder,
+    gguf_file,
     installed,
 )
 
@@ -105,6 +106,9 @@ def tiny_model(tmp_path: Path) -> tuple[PackagedModel, dict[str, torch.Tensor]]:
     return split_into_parts(tmp_path, data, part_size=len(data) // 3 + 1), weights
 
 
+JOINED = ["fake-model.gguf", "fake-model.gguf.json"]  # the whole GGUF joined from the parts (llama.cpp reads it), kept
+
+
 def leftovers(root: Path) -> list[str]:
     """What an interrupted or failed build may have left in the cache root."""
     return sorted(path.name for path in root.iterdir() if not path.name.endswith(".lock"))
@@ -172,7 +176,7 @@ def test_conversion_writes_a_loadable_folder_with_the_same_weights(tiny_model, t
     spec, weights = tiny_model
     folder = converted_folder(spec, cache_root=tmp_path / "cache", progress=False)
 
-    assert leftovers(tmp_path / "cache") == [folder.name]  # no temporary folder, no GGUF left
+    assert leftovers(tmp_path / "cache") == sorted([folder.name, *JOINED])  # no temporary folder left
     assert not list(folder.glob("*.gguf"))
     model = AutoModelForCausalLM.from_pretrained(folder)
     assert model.dtype == torch.bfloat16
@@ -216,10 +220,10 @@ def test_a_failed_conversion_leaves_no_folder_and_the_next_call_works(tiny_model
     for _ in range(2):  # fails the same clean way twice: nothing stale gets in the way
         with pytest.raises(ModelLoadError, match=r"converting to .* failed"):
             converted_folder(broken_spec, cache_root=root, progress=False)
-        assert leftovers(root) == []
+        assert leftovers(root) == JOINED  # the parts joined well; only the conversion failed
 
-    folder = converted_folder(spec, cache_root=root, progress=False)
-    assert leftovers(root) == [folder.name]
+    folder = converted_folder(spec, cache_root=root, progress=False)  # other parts: joined again, then converted
+    assert leftovers(root) == sorted([folder.name, *JOINED])
 
 
 def test_leftovers_of_a_killed_run_are_cleaned_up(tiny_model, tmp_path):
@@ -233,7 +237,7 @@ def test_leftovers_of_a_killed_run_are_cleaned_up(tiny_model, tmp_path):
     (final / "config.json").write_text("{}")
 
     assert converted_folder(spec, cache_root=root, progress=False) == final
-    assert leftovers(root) == ["fake-model"]
+    assert leftovers(root) == sorted(["fake-model", *JOINED])
     assert (final / MANIFEST).is_file()
 
 
@@ -252,7 +256,7 @@ def test_an_outdated_or_damaged_cache_is_rebuilt(tiny_model, tmp_path, damage):
     assert converted_folder(spec, cache_root=tmp_path / "cache", progress=False) == folder
     assert json.loads((folder / MANIFEST).read_text())["source"]["transformers"] != "0.0.1"
     assert (folder / "model.safetensors").stat().st_size > 100
-    assert leftovers(tmp_path / "cache") == [folder.name]
+    assert leftovers(tmp_path / "cache") == sorted([folder.name, *JOINED])
 
 
 def test_progress_bars_go_to_stderr_and_can_be_turned_off(tiny_model, tmp_path, capfd):
@@ -263,6 +267,37 @@ def test_progress_bars_go_to_stderr_and_can_be_turned_off(tiny_model, tmp_path, 
     shown = capfd.readouterr().err
     assert "Assembling fake-model.gguf" in shown
     assert "Converting fake-model.gguf" in shown
+
+
+# --- The whole GGUF, for llama.cpp -------------------------------------------------------------------
+
+
+def test_the_whole_gguf_is_joined_once_and_then_reused_without_reading_the_parts(tiny_model, tmp_path):
+    spec, _ = tiny_model
+    root = tmp_path / "cache"
+    joined = gguf_file(spec, cache_root=root, progress=False)
+    assert joined.read_bytes() == b"".join(path.read_bytes() for path in spec.part_files)
+    assert leftovers(root) == JOINED
+    written = joined.stat().st_mtime_ns
+    for path in spec.part_files:
+        path.unlink()
+    assert gguf_file(spec, cache_root=root, progress=False) == joined and joined.stat().st_mtime_ns == written
+
+
+@pytest.mark.parametrize("damage", ["truncated", "joined from other parts", "no record of its hash"])
+def test_a_damaged_whole_gguf_is_joined_again(tiny_model, tmp_path, damage):
+    spec, _ = tiny_model
+    root = tmp_path / "cache"
+    joined = gguf_file(spec, cache_root=root, progress=False)
+    whole = joined.read_bytes()
+    if damage == "truncated":
+        joined.write_bytes(whole[:100])
+    elif damage == "joined from other parts":
+        (root / "fake-model.gguf.json").write_text(json.dumps({"sha256": "0" * 64}))
+    else:
+        (root / "fake-model.gguf.json").unlink()
+    assert gguf_file(spec, cache_root=root, progress=False).read_bytes() == whole
+    assert leftovers(root) == JOINED
 
 
 def test_cache_root_follows_the_environment(monkeypatch, tmp_path):

@@ -8,6 +8,7 @@ from conftest import PROMPTS
 from easd.core.decoding import Generation
 from easd.core.prefix import easd_after_sd
 from easd.core.settings import DecodeSettings
+from easd.pairs.loading import Runtime
 
 VARIANTS = [
     ("full", 1.0, 0.8),
@@ -24,7 +25,7 @@ def tiny_bf16():
 
     from easd.pairs.tiny import load_tiny_pair
 
-    return load_tiny_pair(torch.bfloat16)
+    return load_tiny_pair(Runtime(backend="transformers", dtype="bfloat16"))
 
 
 @pytest.mark.parametrize("precision", ["float32", "bfloat16"])

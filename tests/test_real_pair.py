@@ -23,7 +23,9 @@ QUESTION = (
 def qwen_pair():
     from easd.pairs.registry import load_named_pair
 
-    return load_named_pair("qwen-coder", "float32")  # the invariant is exact in float32; bfloat16 may flip near-ties
+    from easd.pairs.loading import Runtime
+
+    return load_named_pair("qwen-coder", Runtime(backend="transformers", dtype="float32"))  # exact in float32
 
 
 def test_greedy_sd_on_a_real_pair_is_fluent_and_equals_the_target(qwen_pair):

@@ -102,7 +102,7 @@ def test_spec_bench_suite_on_the_tiny_pair_writes_spec_bench_answer_files(tmp_pa
     trace = Generation(
         tiny_pair, chat_text(tiny_pair, history), DecodeSettings(method="target", max_new_tokens=8), chat=False
     ).run()
-    assert second == tiny_pair.tokenizer.decode(trace.token_ids, skip_special_tokens=True).strip()
+    assert second == tiny_pair.tokenizer.decode(trace.token_ids).strip()
 
 
 @pytest.mark.parametrize(

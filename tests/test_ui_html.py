@@ -70,7 +70,7 @@ def test_each_bad_setting_is_named_as_the_page_names_it(name, value, message):
     assert not page_words(caught.value).startswith("--")
 
 
-def test_generate_answers_bad_input_in_the_page_words(page, tiny_pair):
+def test_generate_answers_bad_input_in_the_page_words(page, hf_tiny_pair):
     host = ModelHost({}, None)
     values = {c: getattr(RuleView(), n, None) for n, c in page.controls.settings().items()}
     values |= {c: v for c, v in zip(page.controls.settings().values(), [1.0, 0.8, 5, 4, 0.0, 1.0, 16, 0, "full"])}
@@ -103,20 +103,20 @@ def test_unexpected_failures_are_one_generic_line(page, caplog):
     assert "exploded" in caplog.text  # the traceback goes to the server log
 
 
-def test_one_client_gets_its_share_of_the_line_and_a_closed_tab_stops_its_runs(tiny_pair):
+def test_one_client_gets_its_share_of_the_line_and_a_closed_tab_stops_its_runs(hf_tiny_pair):
     from dataclasses import replace
 
     from easd.core.decoding import Generation
     from easd.core.settings import DecodeSettings
 
-    host = ModelHost({"tiny": lambda: tiny_pair}, "tiny", max_queued_per_client=2, max_batch=8)
+    host = ModelHost({"tiny": lambda: hf_tiny_pair}, "tiny", max_queued_per_client=2, max_batch=8)
     host.ensure_loading("tiny")
     while host.pair("tiny") is None:
         time.sleep(0.05)
     me, other = Client("me", "10.0.0.1"), Client("other", "10.0.0.1")
 
     def rows(prompt):
-        return [Generation(tiny_pair, prompt, replace(DecodeSettings(max_new_tokens=400), method=m)) for m in ("sd", "easd")]
+        return [Generation(hf_tiny_pair, prompt, replace(DecodeSettings(max_new_tokens=400), method=m)) for m in ("sd", "easd")]
 
     with host.ticket("tiny", rows("a"), me) as a, host.ticket("tiny", rows("b"), me) as b:
         with pytest.raises(Busy, match=r"busy: you already have 2 run\(s\) going or waiting \(at most 2\); try again when"):

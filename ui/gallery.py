@@ -24,6 +24,7 @@ from easd.core.decoding import Batch
 from easd.core.settings import DecodeSettings
 from easd.core.trace import Trace
 from easd.errors import SettingsError
+from easd.pairs.loading import Runtime
 
 from .controls import WHATIF_TOP
 
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         parser.error(f"--keys: {', '.join(unknown)} not in {gallery.folder / 'index.json'}")
     configure_threads()
-    gallery.record(load_named_pair(args.pair, "float32"), keys)
+    gallery.record(load_named_pair(args.pair, Runtime(backend="transformers", dtype="float32")), keys)
 
 
 if __name__ == "__main__":

@@ -74,14 +74,18 @@ def rule_fires(rule: str, h_draft, h_target, overlap, *, tau_h: float, tau_o: fl
 
 @dataclass(frozen=True)
 class Rounding:
-    """Relative precision of each model's logits: one rounding step at a logit z is about eps·|z|.
+    """How far each model's logits may move for reasons that mean nothing: a logit z by up to eps·|z| + shift.
 
-    eps is the machine epsilon of the model's dtype (bfloat16 2⁻⁷, float16 2⁻¹⁰, float32 2⁻²³),
-    2⁻⁷ for int8 weights; 0 treats the logits as exact (only exact ties are fragile).
+    eps is the relative precision of the model's dtype (bfloat16 2⁻⁷, float16 2⁻¹⁰, float32 2⁻²³,
+    2⁻⁷ for int8 weights); shift is the largest change of a logit measured between the pass shapes
+    a backend uses (llama.cpp's kernels change with the number of tokens in a pass). Zeros treat
+    the logits as exact (only exact ties are fragile).
     """
 
     draft: float = 0.0
     target: float = 0.0
+    draft_shift: float = 0.0
+    target_shift: float = 0.0
 
 
 EXACT = Rounding()  # logits taken as exact: only exact ties are fragile
@@ -118,13 +122,13 @@ def decision_margins(
 ) -> Margins:
     """The rule's margins at each drafted position, the tolerances rounding allows, and whether the decision is fragile.
 
-    ε_H = eps·‖(∂H/∂z_i)·|z_i|‖₂ is the largest first-order change of H when each logit z_i
-    moves by eps·|z_i| (the perturbation's worst direction in L2). A model's n-th and (n+1)-th
-    candidates may swap when their logits are within eps·(|z_n| + |z_n+1|); the overlap counts
+    ε_H = ‖(∂H/∂z_i)·δ_i‖₂ is the largest first-order change of H when each logit z_i moves by
+    δ_i = eps·|z_i| + shift (the perturbation's worst direction in L2). A model's n-th and
+    (n+1)-th candidates may swap when their logits are within δ_n + δ_n+1; the overlap counts
     those swaps can reach span [overlap_low, overlap_high].
     """
-    d_top, d_gap, d_near = _boundary(draft_logits, top_n, rounding.draft)
-    t_top, t_gap, t_near = _boundary(target_logits, top_n, rounding.target)
+    d_top, d_gap, d_near = _boundary(draft_logits, top_n, rounding.draft, rounding.draft_shift)
+    t_top, t_gap, t_near = _boundary(target_logits, top_n, rounding.target, rounding.target_shift)
     d_swapped, t_swapped = _swap_boundary(d_top, top_n), _swap_boundary(t_top, top_n)
     if_draft = _shared(d_swapped, t_top[:, :top_n])  # [k] |∩| had the draft's boundary pair swapped
     if_target = _shared(d_top[:, :top_n], t_swapped)
@@ -139,8 +143,8 @@ def decision_margins(
     )
     low, high = reachable.min(dim=0).values, reachable.max(dim=0).values
     h_draft_tol, h_target_tol = (
-        _entropy_tolerance(draft_logits, rounding.draft),
-        _entropy_tolerance(target_logits, rounding.target),
+        _entropy_tolerance(draft_logits, rounding.draft, rounding.draft_shift),
+        _entropy_tolerance(target_logits, rounding.target, rounding.target_shift),
     )
     rule_settings = {"rule": rule, "tau_h": tau_h, "tau_o": tau_o, "top_n": top_n}
     return Margins(
@@ -194,7 +198,7 @@ def fragile_decisions(
     return (fired & any_near) | (~fired & all_reachable)
 
 
-def _boundary(logits: torch.Tensor, top_n: int, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _boundary(logits: torch.Tensor, top_n: int, eps: float, shift: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Top n+1 ids, the n-th minus (n+1)-th logit, and whether that gap is within rounding.  [k, V] -> [k, n+1], [k], [k]"""
     logits = logits.float()
     if top_n >= logits.shape[-1]:  # every token is in the set: no boundary to cross
@@ -203,7 +207,7 @@ def _boundary(logits: torch.Tensor, top_n: int, eps: float) -> tuple[torch.Tenso
         return torch.cat([ids, ids[:, -1:]], dim=-1), infinite, torch.zeros_like(infinite, dtype=torch.bool)
     values, ids = logits.topk(top_n + 1, dim=-1)
     gap = values[:, -2] - values[:, -1]
-    return ids, gap, gap <= eps * (values[:, -2].abs() + values[:, -1].abs())
+    return ids, gap, gap <= eps * (values[:, -2].abs() + values[:, -1].abs()) + 2 * shift
 
 
 def _swap_boundary(top_ids: torch.Tensor, top_n: int) -> torch.Tensor:
@@ -216,14 +220,14 @@ def _shared(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a[:, :, None] == b[:, None, :]).any(dim=-1).sum(dim=-1)  # [B, n, n] -> [B]
 
 
-def _entropy_tolerance(logits: torch.Tensor, eps: float) -> torch.Tensor:
-    """ε_H = eps·‖p_i (log p_i + H) |z_i|‖₂: how far H can move when each logit moves by one rounding step.  [k, V] -> [k]"""
+def _entropy_tolerance(logits: torch.Tensor, eps: float, shift: float) -> torch.Tensor:
+    """ε_H = ‖p_i (log p_i + H) (eps·|z_i| + shift)‖₂: how far H can move when each logit moves by one rounding step.  [k, V] -> [k]"""
     logits = logits.float()
     log_p = torch.log_softmax(logits, dim=-1)
     p = log_p.exp()
     h = -(p * log_p).nansum(dim=-1, keepdim=True)
-    sensitivity = torch.nan_to_num(p * (log_p + h) * logits.abs(), nan=0.0)  # 0 where p = 0 (masked tokens)
-    return eps * sensitivity.norm(dim=-1)
+    sensitivity = torch.nan_to_num(p * (log_p + h) * (eps * logits.abs() + shift), nan=0.0)  # 0 where p = 0 (masked tokens)
+    return sensitivity.norm(dim=-1)
 
 
 # --- sampling distributions -------------------------------------------------------------------

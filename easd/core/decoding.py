@@ -1,7 +1,7 @@
 """The decoding loop: target-only, draft-only, SD and EASD for B ≥ 1 rows at once, streamed block by block.
 
 Layers, bottom-up (as in gpt-fast's generate.py):
-  KVSlots.logits   one forward pass over the tokens each row's cache has not seen (easd/core/kv.py)
+  Caches.logits    one forward pass over the tokens each row's cache has not seen (easd/core/backend.py)
   judge_block      pure decision for one row's block, given q_1..q_k and p_1..p_{k+1}
   Batch._step      plan, draft, verify, judge, commit: a block for every row
     _draft         every drafting row proposes c_1..c_k: one draft pass per drafted position, all rows in it
@@ -32,7 +32,7 @@ import torch
 
 from ..errors import EasdError, SettingsError
 from . import acceptance as acc
-from .kv import KVSlots, RowKV, prefill
+from .backend import Caches, RowState
 from .pair import ModelPair
 from .settings import DecodeSettings
 from .trace import BlockInfo, RunStats, TokenRecord, Trace, software_versions
@@ -142,7 +142,7 @@ class Recorder:
 
     def text(self, token_id: int) -> str:
         if token_id not in self.texts:
-            self.texts[token_id] = self.tokenizer.decode([token_id], skip_special_tokens=False)
+            self.texts[token_id] = self.tokenizer.text(token_id)
         return self.texts[token_id]
 
     def top(self, probs: torch.Tensor) -> list[list[tuple[int, str, float]]]:
@@ -217,12 +217,23 @@ class Checkpoint:
     draft_calls: int
 
 
+@dataclass
+class Start:
+    """How a resumed run joins a batch: each model's cache as a finished run left it (None: computed afresh),
+    of which it keeps the first `seen` tokens, as the run's caches held them when its checkpoint was taken."""
+
+    draft: RowState | None
+    target: RowState | None
+    draft_seen: int
+    target_seen: int
+
+
 @dataclass(eq=False)  # a row is itself: two runs with the same prompt and settings are still two rows
 class Generation:
     """One run (one row of a batch). Iterate it for its Blocks; `trace` holds what was emitted so far.
 
     Stop it at any time with `stop()` (from any thread) or by leaving the loop: the trace keeps
-    every token emitted before that. `keep_kv` keeps the row's caches when it ends, so that other
+    every token emitted before that. `keep_kv` keeps a copy of the row's caches when it ends, so that other
     runs can start from its checkpoints (`resume_at`, used by easd.core.prefix).
     """
 
@@ -253,8 +264,8 @@ class Generation:
         self.trace.stats = RunStats(
             prompt_tokens=self.prompt_length, seconds=0.0, target_calls=0, draft_calls=0, stop_reason="stopped"
         )
-        self.start_kv: tuple[RowKV | None, RowKV | None] | None = None  # (draft, target) caches to start from
-        self.final_kv: tuple[RowKV | None, RowKV | None] | None = None  # kept when the row ends, if keep_kv
+        self.start: Start | None = None  # the cache states a resumed run joins with (see resume_at)
+        self.final: tuple[RowState | None, RowState | None] | None = None  # kept when the row ends, if keep_kv
         self.done = False  # set by `finish` only
         self.error: EasdError | None = None  # why the row failed, when its stop reason is "error"
         self._stop = threading.Event()
@@ -277,6 +288,11 @@ class Generation:
     @property
     def stopped(self) -> bool:
         return self._stop.is_set()
+
+    @property
+    def capacity(self) -> int:
+        """The most tokens the row's caches may hold: its prompt, its new tokens (within the context) and a block's drafts."""
+        return min(self.prompt_length + self.settings.max_new_tokens, self.pair.context_length) + self.settings.k + 1
 
     def room(self) -> int:
         """How many more tokens this run may emit (max_new_tokens and the context both count)."""
@@ -303,15 +319,14 @@ class Generation:
         enough to move an entropy across τ_H.) The copied records keep this run's `triggered`;
         `easd.core.prefix` recomputes it for other rules.
         """
-        if self.final_kv is None:
+        if self.final is None:
             raise ValueError("resume_at needs a finished run that kept its caches (Generation(..., keep_kv=True))")
         resumed = Generation(self.pair, self.prompt, settings, chat=self.chat, use_cache=self.use_cache)
         shared = checkpoint.position
         resumed.tokens.extend(self.tokens[self.prompt_length : self.prompt_length + shared])
         resumed.trace.records = [dataclasses.replace(r) for r in self.trace.records[:shared]]
         resumed.trace.blocks = [dataclasses.replace(b) for b in self.trace.blocks if b.index < checkpoint.block]
-        draft_kv, target_kv = self.final_kv
-        resumed.start_kv = (_first(draft_kv, checkpoint.draft_seen), _first(target_kv, checkpoint.target_seen))
+        resumed.start = Start(*self.final, checkpoint.draft_seen, checkpoint.target_seen)
         resumed.generator.set_state(checkpoint.rng_state)
         resumed.first_block = checkpoint.block
         stats = resumed.trace.stats
@@ -332,10 +347,6 @@ class Generation:
             generated = len(self.tokens) - self.prompt_length
             return "max_new_tokens" if generated >= self.settings.max_new_tokens else "context"
         return "stopped" if self.stopped else None
-
-
-def _first(kv: RowKV | None, length: int) -> RowKV | None:
-    return None if kv is None or length == 0 else [(k[:, :, :length], v[:, :, :length]) for k, v in kv]
 
 
 # --- the batch ------------------------------------------------------------------------------------
@@ -361,13 +372,13 @@ class Batch:
         if max_rows is not None and max_rows < 1:
             raise SettingsError("--batch-size", f"must be ≥ 1 (got {max_rows})")
         self.pair = pair
-        self.max_rows = max_rows
+        limit = min(pair.draft.max_rows, pair.target.max_rows)  # more wait in line, as for `max_rows`
+        self.max_rows = limit if max_rows is None else min(max_rows, limit)
         self.at_boundary = at_boundary  # called between steps, when every block so far has been yielded (a scheduler's hook)
         self.rows: list[Generation] = []  # row i of both caches
         self.waiting: deque[Generation] = deque(generations)
-        pad = pair.tokenizer.pad_token_id if pair.tokenizer.pad_token_id is not None else 0
-        self.draft = KVSlots(pair.draft, pair.vocab_size, pad, use_cache)
-        self.target = KVSlots(pair.target, pair.vocab_size, pad, use_cache)
+        self.draft: Caches = pair.draft.caches(pair.vocab_size, use_cache)
+        self.target: Caches = pair.target.caches(pair.vocab_size, use_cache)
         self.rounding = pair.rounding  # the models' precision, once: the pair is read-only
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -414,20 +425,19 @@ class Batch:
     # --- rows joining and leaving ---------------------------------------------------------------
 
     def _join(self) -> None:
-        while self.waiting and (self.max_rows is None or len(self.rows) < self.max_rows):
+        while self.waiting and len(self.rows) < self.max_rows:
             with self._lock:
                 generation = self.waiting.popleft()
             if generation.stopped:
                 generation.finish("stopped")
                 continue
             started = time.perf_counter()
-            draft_kv, target_kv = generation.start_kv or (
-                prefill(self.pair.draft, generation.tokens[:-1]) if generation.uses_draft and self.draft.use_cache else None,
-                prefill(self.pair.target, generation.tokens[:-1]) if generation.uses_target and self.target.use_cache else None,
-            )
-            self.draft.add_row(draft_kv)
-            self.target.add_row(target_kv)
-            generation.start_kv = None
+            seen = len(generation.tokens) - 1  # the caches hold every token but the last, whose logits the next pass computes
+            start = generation.start or Start(None, None, seen, seen)
+            tokens, room = generation.tokens, generation.capacity
+            self.draft.add_row(tokens[: start.draft_seen] if generation.uses_draft else [], room, start.draft)
+            self.target.add_row(tokens[: start.target_seen] if generation.uses_target else [], room, start.target)
+            generation.start = None
             generation.trace.stats.seconds += time.perf_counter() - started
             self.rows.append(generation)
 
@@ -539,7 +549,7 @@ class Batch:
             self._record(block, seconds, generation.uses_target, len(block.drafted) + (generation.settings.method == "draft"))
             if generation.done and generation.keep_kv:  # taken before the row leaves: other runs may start from it
                 row = rows[id(generation)]
-                generation.final_kv = (_row_kv(self.draft, row), _row_kv(self.target, row))
+                generation.final = (self.draft.save_row(row), self.target.save_row(row))
 
     @contextmanager
     def _alone(self, plan: RowPlan) -> Iterator[None]:
@@ -606,11 +616,6 @@ def _finite(logits: torch.Tensor, model: str, plan: RowPlan) -> torch.Tensor:
     return logits
 
 
-def _row_kv(slots: KVSlots, row: int) -> RowKV | None:
-    length = slots.length(row)
-    return slots.row_kv(row, length) if length else None
-
-
 def _cut_at_eos(records: list[TokenRecord], eos_ids: frozenset[int]) -> list[TokenRecord]:
     for i, record in enumerate(records):
         if record.token_id in eos_ids:
@@ -627,11 +632,8 @@ def encode_prompt(pair: ModelPair, prompt: str, chat: bool) -> list[int]:
             "prompt", f"is {len(prompt):,} characters, more than the model's context of {pair.context_length:,} tokens can hold"
         )
     tokenizer = pair.tokenizer
-    if chat and tokenizer.chat_template:
-        messages = [{"role": "user", "content": prompt}]
-        ids = list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False))
-    else:
-        ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    text = tokenizer.render_chat([{"role": "user", "content": prompt}]) if chat and tokenizer.chat_template else prompt
+    ids = tokenizer.encode(text)
     if len(ids) >= pair.context_length:
         raise SettingsError(
             "prompt", f"is {len(ids):,} tokens; the model's context is {pair.context_length:,} tokens, so shorten it"

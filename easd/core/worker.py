@@ -28,7 +28,7 @@ from collections.abc import Iterable
 
 from ..errors import EasdError, SettingsError
 from .decoding import Batch, Block, Generation
-from .kv import free_memory, row_bytes
+from .backend import free_memory, row_bytes
 from .pair import ModelPair
 from .trace import Trace
 
@@ -135,6 +135,9 @@ class Worker:
     def __init__(self, pair: ModelPair, max_rows: int, row_tokens: int, abandon_after_s: float | None = None):
         if max_rows < 2:
             raise SettingsError("--max-batch", f"must be at least 2: a comparison is two rows, SD and EASD (got {max_rows})")
+        limit = min(pair.draft.max_rows, pair.target.max_rows)
+        if max_rows > limit:
+            raise SettingsError("--max-batch", f"must be at most {limit} on {pair.backend} (got {max_rows})")
         self.pair = pair
         self.max_rows = max_rows
         self.row_tokens = row_tokens  # the most tokens (prompt and generated) one row may hold: bounds the batch's memory

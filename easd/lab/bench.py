@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from ..core.decoding import Batch, Generation, encode_prompt
-from ..core.kv import float32_head
+from ..backends.transformers import float32_head
 from ..core.pair import ModelPair
 from ..core.settings import DecodeSettings
 from ..core.trace import Trace
@@ -122,7 +122,7 @@ MODEL_LOGITS = "model-dtype logits"
 def head_copy_bytes(pair: ModelPair) -> int:
     """Memory float32 signals add: the float32 copies of the pair's bfloat16/float16 lm_heads (shared if one model)."""
     total = 0
-    for model in {id(m): m for m in (pair.draft, pair.target)}.values():
+    for model in {id(m.module): m.module for m in (pair.draft, pair.target)}.values():
         head = model.get_output_embeddings()
         if float32_head(model) is not head:
             total += head.weight.numel() * 4
@@ -137,7 +137,7 @@ def signals_memory(pair: ModelPair) -> str:
 
 
 def _weights_bytes(pair: ModelPair) -> int:
-    tensors = {id(t): t for m in (pair.draft, pair.target) for t in [*m.parameters(), *m.buffers()]}
+    tensors = {id(t): t for m in (pair.draft.module, pair.target.module) for t in [*m.parameters(), *m.buffers()]}
     return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
@@ -162,9 +162,13 @@ def _ours(pair: ModelPair, prompt: str, settings: DecodeSettings) -> Trace:
 @torch.inference_mode()
 def _assisted(pair: ModelPair, prompt: str, max_new_tokens: int, constant_k: int | None) -> list[int]:
     ids = torch.tensor([encode_prompt(pair, prompt, chat=True)], device=pair.device)
-    with _assistant_settings(pair.draft, constant_k):
-        out = pair.target.generate(
-            ids, attention_mask=torch.ones_like(ids), assistant_model=pair.draft, do_sample=False, max_new_tokens=max_new_tokens
+    with _assistant_settings(pair.draft.module, constant_k):
+        out = pair.target.module.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            assistant_model=pair.draft.module,
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
         )
     return out[0, ids.shape[1] :].tolist()
 
@@ -245,10 +249,10 @@ def _batch(pair: ModelPair, prompts: list[str], settings: DecodeSettings) -> lis
 def _generate_batched(pair: ModelPair, prompts: list[str], max_new_tokens: int) -> list[list[int]]:
     """transformers' own batched greedy decoding of the target, prompts left-padded; each row's tokens up to its EOS."""
     encoded = [encode_prompt(pair, p, chat=True) for p in prompts]
-    width, pad = max(len(ids) for ids in encoded), pair.tokenizer.pad_token_id or 0
+    width, pad = max(len(ids) for ids in encoded), pair.tokenizer.pad_id
     ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded], device=pair.device)
     mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded], device=pair.device)
-    out = pair.target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=pad)
+    out = pair.target.module.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=pad)
     rows = []
     for row in out[:, width:].tolist():
         end = next((i for i, token in enumerate(row) if token in pair.eos_ids), len(row) - 1)

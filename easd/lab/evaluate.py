@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from ..core import trace as trace_io
 from ..core.decoding import Batch, Generation, encode_prompt
-from ..core.kv import free_memory, row_bytes
+from ..core.backend import free_memory, row_bytes
 from ..core.pair import ModelPair
 from ..core.prefix import easd_start
 from ..core.settings import RULES, DecodeSettings
@@ -137,7 +137,7 @@ def decode_items(
                         yield from finish(item, follower, begin.trace, begin.saved_seconds)
                     else:
                         add(begin.generation, item, follower, begin.saved_seconds, first=True)
-                generation.final_kv = None  # the followers hold what they need
+                generation.final = None  # the followers hold what they need
             yield from finish(item, variant, generation.trace, saved)
             fill()
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
@@ -34,11 +35,12 @@ log = logging.getLogger(__name__)
 
 @register_model(MODEL_NAME)
 class EasdLM(LM):
-    """model_args: pair, method (target|draft|sd|easd), rule, k, tau_h, tau_o, top_n, seed, dtype, int8."""
+    """model_args: pair, backend, method (target|draft|sd|easd), rule, k, tau_h, tau_o, top_n, seed, dtype, int8."""
 
     def __init__(
         self,
         pair: str | None = None,
+        backend: str = "auto",
         dtype: str = "auto",
         int8: str = "none",
         batch_size=None,  # rows decoded together; lm-eval's "auto" (or none) means our default
@@ -48,12 +50,14 @@ class EasdLM(LM):
     ):
         super().__init__()
         self.base = settings_from_model_args(settings)
+        from ..pairs.loading import Runtime
         from ..pairs.registry import default_pair_name, load_named_pair
 
         try:
-            self.pair: ModelPair = load_named_pair(str(pair or default_pair_name()), str(dtype), str(int8))
+            runtime = Runtime(backend=str(backend), dtype=str(dtype), int8=str(int8))
+            self.pair: ModelPair = load_named_pair(str(pair or default_pair_name()), runtime)
         except EasdError as err:  # name the model_args the user typed, not our own CLI's flags
-            raise EasdError(str(err).replace("--pair:", "--model_args pair:", 1)) from None
+            raise EasdError(re.sub(r"^--([a-z0-9]+)", r"--model_args \1", str(err))) from None
         self._device = self.pair.device
         self.rows = int(batch_size) if str(batch_size).isdigit() and int(batch_size) > 0 else DEFAULT_BATCH_SIZE
         self._warned: set[str] = set()
@@ -101,12 +105,7 @@ class EasdLM(LM):
         return self.pair.tokenizer.chat_template
 
     def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        return self.pair.tokenizer.apply_chat_template(
-            chat_history,
-            tokenize=False,
-            add_generation_prompt=add_generation_prompt,
-            continue_final_message=not add_generation_prompt,
-        )
+        return self.pair.tokenizer.render_chat(chat_history, add_generation_prompt=add_generation_prompt)
 
 
 def decode_until(pair: ModelPair, jobs: list[tuple[str, DecodeSettings, list[str]]], rows: int, progress: str = "") -> list[str]:
@@ -120,7 +119,7 @@ def decode_until(pair: ModelPair, jobs: list[tuple[str, DecodeSettings, list[str
 
     generations = [Generation(pair, context, settings, chat=False) for context, settings, _ in jobs]
     stops = {id(g): until for g, (_, _, until) in zip(generations, jobs)}
-    text = lambda g: pair.tokenizer.decode(g.trace.token_ids, skip_special_tokens=True)
+    text = lambda g: pair.tokenizer.decode(g.trace.token_ids)
     with tqdm(total=len(jobs), desc=progress, disable=len(jobs) < 2) as bar:
         for block in Batch(pair, generations, max_rows=rows):
             row = block.generation

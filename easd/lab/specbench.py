@@ -128,7 +128,7 @@ def answer_question(pair: ModelPair, question: Question, settings: DecodeSetting
             raise EasdError(
                 f"--suite: question {question.question_id}, turn {number} does not fit the pair ({problem})"
             ) from None
-        text = pair.tokenizer.decode(trace.token_ids, skip_special_tokens=True).strip()
+        text = pair.tokenizer.decode(trace.token_ids).strip()
         messages.append({"role": "assistant", "content": text})
         answer.turns.append(text)
         answer.decoding_steps.append(trace.stats.target_calls)
@@ -143,7 +143,7 @@ def chat_text(pair: ModelPair, messages: list[dict]) -> str:
     """The conversation so far, through the tokenizer's chat template (plain text when it has none)."""
     tokenizer = pair.tokenizer
     if tokenizer.chat_template:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return tokenizer.render_chat(messages)
     return "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in messages) + "Assistant:"
 
 

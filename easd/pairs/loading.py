@@ -1,29 +1,79 @@
-"""Loading a draft/target pair and checking that the two can be compared token by token.
+"""Loading a draft/target pair on a backend, and checking that the two can be compared token by token.
 
-A model reference is a local Hugging Face folder, a `.gguf` file, or a hub id. Hub ids are
-tried offline first (the local hub cache), and the hub is only contacted after a quick
-reachability probe, so a machine without network fails in seconds instead of retrying for
+A model reference is a local Hugging Face folder, a `.gguf` file, or a hub id. `Runtime` says how
+the weights run. The llama.cpp backend reads .gguf files as they are (quantized, fast on a CPU);
+the transformers backend reads all three, unpacking a GGUF's weights to float (exact in float32,
+and the one for GPUs). `--backend auto` picks llama.cpp for a pair of .gguf files on a CPU, unless
+llama-cpp-python is missing (then it says so in the pair's note) or --dtype or --int8 ask for
+transformers; transformers otherwise.
+
+Hub ids are tried offline first (the local hub cache), and the hub is only contacted after a
+quick reachability probe, so a machine without network fails in seconds instead of retrying for
 half a minute. `trust_remote_code` is never enabled.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import socket
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from ..backends.transformers import HFModel, HFTokenizer
 from ..core.pair import ModelPair
 from ..errors import ModelLoadError
 
+BACKENDS = ("auto", "llama.cpp", "transformers")
 DTYPES = ("auto", "float32", "bfloat16")
 INT8 = ("none", "draft", "target", "both")
 HUB_PROBE_SECONDS = 3.0  # long enough for a real connection, short enough to fail fast offline
+NO_LLAMA_CPP = "llama-cpp-python is not installed, so this GGUF pair runs on transformers, slower: pip install -r requirements.txt"
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """How a pair's weights run: the backend, and for transformers the dtype, device and int8 layers.
+
+    Every command that loads a pair takes these as --backend, --dtype and --int8 (easd.cli), and
+    an lm-eval or Ray run passes them whole to wherever the pair loads.
+    """
+
+    backend: str = "auto"  # auto | llama.cpp | transformers
+    dtype: str = "auto"  # transformers: auto (bfloat16 where the hardware does it natively) | float32 | bfloat16
+    int8: str = "none"  # transformers on a CPU: none | draft | target | both
+    device: str | None = None  # transformers: None means cuda when there is one
+
+    def checked(self) -> Runtime:
+        """Itself, or ModelLoadError naming the flag that is out of its choices or cannot go with the backend."""
+        for flag, value, choices in (("--backend", self.backend, BACKENDS), ("--dtype", self.dtype, DTYPES), ("--int8", self.int8, INT8)):
+            if value not in choices:
+                raise ModelLoadError(f"{flag}: must be one of {', '.join(choices)} (got {value!r})")
+        if self.backend == "llama.cpp" and (self.dtype != "auto" or self.int8 != "none"):
+            flag = "--dtype" if self.dtype != "auto" else "--int8"
+            raise ModelLoadError(
+                f"{flag}: llama.cpp runs a GGUF's own quantized weights; drop {flag}, or use --backend transformers"
+            )
+        return self
+
+    def resolve(self, gguf: bool) -> tuple[str, str]:
+        """(the backend that runs a pair of these files, a note when `auto` could not take llama.cpp)."""
+        if self.backend != "auto":
+            return self.backend, ""
+        wants_transformers = self.dtype != "auto" or self.int8 != "none" or (self.device or default_device()) != "cpu"
+        if not gguf or wants_transformers:
+            return "transformers", ""
+        return ("llama.cpp", "") if llama_cpp_installed() else ("transformers", NO_LLAMA_CPP)
+
+
+def llama_cpp_installed() -> bool:
+    return importlib.util.find_spec("llama_cpp") is not None
 
 
 # --- the machine --------------------------------------------------------------------------------
@@ -68,33 +118,131 @@ def default_device() -> str:
 # --- loading ------------------------------------------------------------------------------------
 
 
-def load_pair(draft_ref: str, target_ref: str, dtype: str = "auto", device: str | None = None, int8: str = "none") -> ModelPair:
-    """Load two models by reference and check that they can be paired."""
+def load_pair(draft_ref: str, target_ref: str, runtime: Runtime = Runtime()) -> ModelPair:
+    """Load two models by reference on the runtime's backend and check that they can be paired."""
+    runtime = runtime.checked()
+    backend, note = runtime.resolve(gguf=all(str(ref).endswith(".gguf") for ref in (draft_ref, target_ref)))
+    if backend == "llama.cpp":
+        from .packaged import cache_root
+
+        paths = (Path(draft_ref).expanduser(), Path(target_ref).expanduser())
+        return load_llama_pair(*paths, note=note, shifts=ShiftCache(cache_root() / SHIFTS_FILE))
     configure_threads()
-    device = device or default_device()
-    torch_dtype = resolve_dtype(dtype, device)
+    device = runtime.device or default_device()
+    torch_dtype = resolve_dtype(runtime.dtype, device)
     draft, draft_tokenizer = load_model(draft_ref, torch_dtype, device, role="--draft")
     target, target_tokenizer = load_model(target_ref, torch_dtype, device, role="--target")
-    pair = make_pair(draft, target, draft_tokenizer, target_tokenizer, _short_name(draft_ref), _short_name(target_ref))
-    return with_int8(pair, int8)
+    pair = make_pair(draft, target, draft_tokenizer, target_tokenizer, _short_name(draft_ref), _short_name(target_ref), note)
+    return with_int8(pair, runtime.int8)
 
 
 def make_pair(draft, target, draft_tokenizer, target_tokenizer, draft_name: str, target_name: str, note: str = "") -> ModelPair:
-    """Pair two loaded models after checking their tokenizers agree."""
-    check_same_tokenizer(draft_tokenizer, target_tokenizer)
+    """Pair two loaded transformers models after checking their tokenizers agree."""
+    tokenizer = HFTokenizer(target_tokenizer)
+    check_same_tokenizer(HFTokenizer(draft_tokenizer), tokenizer)
     vocab_size = min(draft.get_input_embeddings().num_embeddings, target.get_input_embeddings().num_embeddings)
     return ModelPair(
-        draft=draft.eval(),
-        target=target.eval(),
-        tokenizer=target_tokenizer,
+        draft=HFModel(draft.eval(), draft_name, tokenizer.pad_id),
+        target=HFModel(target.eval(), target_name, tokenizer.pad_id),
+        tokenizer=tokenizer,
         draft_name=draft_name,
         target_name=target_name,
         vocab_size=vocab_size,
         eos_ids=_eos_ids(target, target_tokenizer),
         context_length=min(_context_length(draft), _context_length(target)),
         note=note,
-        info={"draft_revision": _revision(draft), "target_revision": _revision(target), "dtype": str(target.dtype)},
+        info={
+            "draft_revision": _revision(draft),
+            "target_revision": _revision(target),
+            "dtype": str(target.dtype),
+            "backend": "transformers",
+        },
     )
+
+
+def load_llama_pair(
+    draft_path: Path, target_path: Path, note: str = "", shifts: ShiftCache | None = None, names: tuple[str, str] | None = None
+) -> ModelPair:
+    """Two .gguf files on llama.cpp, paired after checking their tokenizers agree (named by their file names
+    unless `names` are given); each model's logit shift between pass shapes measured (or read from `shifts`)."""
+    from ..backends import llamacpp
+
+    configure_threads()
+    for role, path in (("--draft", draft_path), ("--target", target_path)):
+        if not path.is_file():
+            raise ModelLoadError(f"{role}: {path} does not exist; llama.cpp reads .gguf files")
+    models = []
+    for role, path, name in zip(("--draft", "--target"), (draft_path, target_path), names or (draft_path.name, target_path.name)):
+        try:
+            models.append(llamacpp.LlamaModel(path, name))
+        except ValueError as err:
+            raise ModelLoadError(f"{role}: {err}") from None
+    draft, target = models
+    draft_tokenizer, tokenizer = llamacpp.LlamaTokenizer(draft), llamacpp.LlamaTokenizer(target)
+    check_same_tokenizer(draft_tokenizer, tokenizer)
+    shifts = shifts or ShiftCache()
+    for model, model_tokenizer in ((draft, draft_tokenizer), (target, tokenizer)):
+        model.shift = shifts.get(model, lambda m=model, t=model_tokenizer: llamacpp.measure_shift(m, t))
+    return ModelPair(
+        draft=draft,
+        target=target,
+        tokenizer=tokenizer,
+        draft_name=draft.name,
+        target_name=target.name,
+        vocab_size=min(draft.n_vocab, target.n_vocab),
+        eos_ids=tokenizer.eos_ids,
+        context_length=min(draft.context_length, target.context_length),
+        note=note,
+        info={
+            "dtype": target.dtype,
+            "backend": "llama.cpp",
+            "llama_cpp": llamacpp.llama.__version__,
+            "llama_kernels": llamacpp.KERNELS,
+            "draft_logit_shift": draft.shift,
+            "target_logit_shift": target.shift,
+        },
+    )
+
+
+SHIFTS_FILE = "llama-shifts.json"  # in the cache root: each GGUF's measured logit shift
+SHIFT_CACHED_BYTES = 64 * 2**20  # smaller models are measured in a blink; their figures are not kept
+
+
+class ShiftCache:
+    """Each GGUF's measured logit shift (llamacpp.measure_shift), kept in a file so that a model is measured once.
+
+    Keyed by the file (path, size, modification time), llama-cpp-python's version and the CPU
+    features it runs with, since each can change the kernels and so the figure.
+    """
+
+    def __init__(self, path: Path | None = None):
+        self.path = path
+
+    def get(self, model, measure) -> float:
+        import json
+
+        from ..backends.llamacpp import llama
+
+        stat = model.path.stat()
+        from ..backends.llamacpp import KERNELS
+
+        system = llama.llama_print_system_info().decode()
+        key = f"{model.path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{llama.__version__}|{KERNELS}|{system}"
+        known = self._read()
+        if key not in known:
+            known[key] = measure()
+            if self.path is not None and stat.st_size >= SHIFT_CACHED_BYTES:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.path.write_text(json.dumps(known, indent=1))
+        return float(known[key])
+
+    def _read(self) -> dict:
+        import json
+
+        try:
+            return json.loads(self.path.read_text()) if self.path is not None else {}
+        except (OSError, ValueError):
+            return {}
 
 
 def load_model(ref: str, dtype: torch.dtype, device: str, role: str):
@@ -174,6 +322,8 @@ def with_int8(pair: ModelPair, which: str) -> ModelPair:
         raise ModelLoadError(f"--int8: must be one of {', '.join(INT8)} (got {which!r})")
     if which == "none":
         return pair
+    if pair.backend != "transformers":
+        raise ModelLoadError("--int8: quantizes transformers models; llama.cpp runs the GGUF's own quantization")
     if pair.device.type != "cpu":
         raise ModelLoadError("--int8: dynamic int8 quantization runs on the CPU only; drop --int8 on a GPU")
     draft = _int8(pair.draft) if which in ("draft", "both") else pair.draft
@@ -185,11 +335,12 @@ def with_int8(pair: ModelPair, which: str) -> ModelPair:
     return dataclasses.replace(pair, draft=draft, target=target, info={**pair.info, "int8": which}, **names)
 
 
-def _int8(model):
+def _int8(model: HFModel) -> HFModel:
     """Every Linear layer to int8 weights with float32 activations (what quantize_dynamic supports)."""
     with warnings.catch_warnings():  # torch warns that the quantized tensor API will move; it works in 2.13
         warnings.simplefilter("ignore")
-        return torch.ao.quantization.quantize_dynamic(model.float(), {torch.nn.Linear}, dtype=torch.qint8)
+        module = torch.ao.quantization.quantize_dynamic(model.module.float(), {torch.nn.Linear}, dtype=torch.qint8)
+    return HFModel(module, model.name + " [int8]", model.pad_id)
 
 
 # --- pairing checks -----------------------------------------------------------------------------
@@ -197,7 +348,7 @@ def _int8(model):
 
 def check_same_tokenizer(draft_tokenizer, target_tokenizer) -> None:
     """Refuse a pair whose tokenizers map some string to different ids, naming the first one."""
-    draft_vocab, target_vocab = draft_tokenizer.get_vocab(), target_tokenizer.get_vocab()
+    draft_vocab, target_vocab = draft_tokenizer.vocab(), target_tokenizer.vocab()
     for token, token_id in sorted(target_vocab.items(), key=lambda item: item[1]):
         if draft_vocab.get(token) != token_id:
             where = "is missing" if token not in draft_vocab else f"is id {draft_vocab[token]}"

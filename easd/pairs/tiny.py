@@ -1,7 +1,13 @@
 """The tiny random pair: two small Qwen2 models and a tokenizer, built locally in about a second.
 
 Nothing is downloaded. It exists for tests and for trying the app without real weights, and its
-text is gibberish. It is built so that every token origin occurs in ordinary runs:
+text is gibberish. On the transformers backend the models are built in memory; on llama.cpp the
+same weights and tokenizer are written as two GGUF files (about 100 kB each, in a temporary
+folder) and read from there, so both backends run one pair. Its weight matrices are rounded to
+Q5_1 values (5 bits and a scale per 32 weights): llama.cpp stores them so, and multiplies Q5_1
+with one dot product per output for any pass (float32 and float16 take kernels whose sums change
+with the pass's shape), so in llama.cpp's exact mode the tiny pair is batch-independent there
+too. It is built so that every token origin occurs in ordinary runs:
 - the draft *is* the target's first layers (shared embeddings, layers and head), so the two
   agree often;
 - the target's extra layers are scaled down, so they perturb the draft's guess only sometimes;
@@ -11,13 +17,21 @@ text is gibberish. It is built so that every token origin occurs in ordinary run
 
 from __future__ import annotations
 
+import atexit
 import copy
+import json
+import shutil
+import tempfile
+from pathlib import Path
 
+import gguf
+import numpy as np
 import torch
+from gguf import quants
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from .loading import ModelPair, configure_threads, make_pair
+from .loading import ModelPair, Runtime, configure_threads, load_llama_pair, make_pair, resolve_dtype, with_int8
 
 NAME = "tiny-random"
 NOTE = "tiny random models: the text is gibberish; use them to see the mechanics, not the quality"
@@ -27,6 +41,7 @@ TARGET_LAYERS, DRAFT_LAYERS = 4, 2
 EXTRA_LAYER_SCALE = 0.2  # how far the target strays from its own first layers: ~70% top-1 agreement
 WEIGHT_STD = 0.8  # weight scale: entropies near 1 nat, so τ_H = 1 splits positions
 CONTEXT = 512
+MATRIX_TYPE = gguf.GGMLQuantizationType.Q5_1  # how the weight matrices are stored (see above)
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -42,12 +57,75 @@ CORPUS = [
 ]
 
 
-def load_tiny_pair(dtype: torch.dtype = torch.float32) -> ModelPair:
+def load_tiny_pair(runtime: Runtime = Runtime(backend="transformers")) -> ModelPair:
+    """The tiny pair on the runtime's backend (`auto` takes llama.cpp where it is installed: the pair is GGUF files there)."""
+    runtime = runtime.checked()
+    backend, note = runtime.resolve(gguf=True)
+    if backend == "llama.cpp":
+        return load_llama_pair(*gguf_files(), note=NOTE, names=(f"{NAME}-draft", f"{NAME}-target"))
     configure_threads()
+    dtype = resolve_dtype("float32" if runtime.dtype == "auto" else runtime.dtype)
     tokenizer = build_tokenizer()
     draft, target = build_models(len(tokenizer))
     draft, target = draft.to(dtype), target.to(dtype)
-    return make_pair(draft, target, tokenizer, tokenizer, f"{NAME}-draft", f"{NAME}-target", note=NOTE)
+    pair = make_pair(draft, target, tokenizer, tokenizer, f"{NAME}-draft", f"{NAME}-target", note=" ".join(filter(None, (NOTE, note))))
+    return with_int8(pair, runtime.int8)
+
+
+_FILES: list[Path] = []  # the GGUF files this process wrote, once
+
+
+def gguf_files() -> tuple[Path, Path]:
+    """(draft, target) as float32 GGUF files, written once per process into a temporary folder removed at exit."""
+    if not _FILES:
+        folder = Path(tempfile.mkdtemp(prefix="easd-tiny-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        tokenizer = build_tokenizer()
+        for model, role in zip(build_models(len(tokenizer)), ("draft", "target")):
+            _FILES.append(write_gguf(model, tokenizer, folder / f"{NAME}-{role}.gguf"))
+    return _FILES[0], _FILES[1]
+
+
+def write_gguf(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, path: Path) -> Path:
+    """A Qwen2 model and its byte-level BPE tokenizer as a GGUF (the format llama.cpp reads), its matrices as Q5_1."""
+    config = model.config
+    writer = gguf.GGUFWriter(path, "qwen2")
+    writer.add_name(path.stem)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q5_1)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_rope_freq_base(config.rope_parameters["rope_theta"])
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    writer.add_tokenizer_model("gpt2")  # byte-level BPE
+    writer.add_tokenizer_pre("gpt-2")  # GPT-2's split, as the tokenizer's ByteLevel pre-tokenizer does
+    writer.add_token_list([token for token, _ in vocab])
+    special = set(SPECIAL_TOKENS)
+    writer.add_token_types([gguf.TokenType.CONTROL if token in special else gguf.TokenType.NORMAL for token, _ in vocab])
+    merges = json.loads(tokenizer.backend_tokenizer.to_str())["model"]["merges"]
+    writer.add_token_merges([" ".join(merge) if isinstance(merge, list) else merge for merge in merges])
+    writer.add_eos_token_id(tokenizer.eos_token_id)
+    writer.add_pad_token_id(tokenizer.pad_token_id)
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(CHAT_TEMPLATE)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN2, config.num_hidden_layers)
+    for name, tensor in model.state_dict().items():
+        if name == "lm_head.weight" and config.tie_word_embeddings:
+            continue  # llama.cpp ties the output to the embeddings when the file has no output tensor
+        values, gguf_name = tensor.float().numpy(), names.get_name(name, try_suffixes=(".weight", ".bias"))
+        if tensor.dim() == 2:
+            writer.add_tensor(gguf_name, quants.quantize(values, MATRIX_TYPE), raw_dtype=MATRIX_TYPE)
+        else:
+            writer.add_tensor(gguf_name, values)  # norms and biases stay float32, as llama.cpp wants
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
 
 
 def build_tokenizer() -> PreTrainedTokenizerFast:
@@ -92,7 +170,18 @@ def build_models(vocab_size: int) -> tuple[Qwen2ForCausalLM, Qwen2ForCausalLM]:
         draft = Qwen2ForCausalLM(_fewer_layers(config)).eval()
     draft.load_state_dict(_first_layers_state(target), strict=True)
     _scale_extra_layers(target)
+    for model in (draft, target):
+        _round_matrices(model)
     return draft, target
+
+
+@torch.no_grad()
+def _round_matrices(model: Qwen2ForCausalLM) -> None:
+    """Every weight matrix to the values its Q5_1 form holds (quantizing them again gives the same bytes)."""
+    for parameter in model.parameters():
+        if parameter.dim() == 2:
+            stored = quants.quantize(parameter.numpy().astype(np.float32), MATRIX_TYPE)
+            parameter.copy_(torch.from_numpy(quants.dequantize(stored, MATRIX_TYPE)))
 
 
 def _fewer_layers(config: Qwen2Config) -> Qwen2Config:

@@ -1,36 +1,114 @@
-"""The KV cache of B rows of one model: padded slots, a mask of the ones in use, and forward passes over them.
+"""The transformers backend: PyTorch models from folders, hub ids or GGUF files, on a CPU or a GPU.
 
-Rows of a batch are ragged: prompts differ in length, and each block every row keeps a different
-number of its drafted tokens. Every row's keys and values sit in one tensor per layer,
-[B, heads, L, head_dim], at slots 0..L-1. `used[b, s]` says whether slot s holds one of row b's
-tokens; a rejected draft's slot is simply marked unused, and later passes mask it out of
+`HFModel` wraps a loaded transformers model, `HFCaches` holds its key/value caches for the rows
+of a batch, and `HFTokenizer` wraps its tokenizer (easd.core.backend). In float32 a row's numbers
+do not depend on the batch it is in: the exact regime the tests hold the other backend against.
+
+The caches: rows of a batch are ragged (prompts differ in length, and each block every row keeps
+a different number of its drafted tokens). Every row's keys and values sit in one tensor per
+layer, [B, heads, L, head_dim], at slots 0..L-1. `used[b, s]` says whether slot s holds one of
+row b's tokens; a rejected draft's slot is simply marked unused, and later passes mask it out of
 attention. Position ids are given explicitly (a row's token at slot s has the position "number
 of used slots before s"), so holes never shift a row's positions.
 
 Waste is bounded: trailing slots no row uses are cut after every block, and when the slots in use
 fall far behind L (`COMPACT_SLACK`), every row's used slots are gathered to the front. Keys and
 values of committed tokens are never recomputed, only moved, so a row's numbers do not depend on
-where its slots are.
-
-A row joins with the keys and values of its prefix computed alone (`prefill`), so a row's prefill
-is the same computation whether it runs alone or in a batch; it leaves by being cut out of the
-batch dimension.
+where its slots are. A row joins with the keys and values of its prefix computed alone, so its
+prefill is the same computation whether it runs alone or in a batch; it leaves by being cut out of
+the batch dimension.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Collection
+from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
+INT8_EPS = 2.0**-7  # dynamic int8: 255 levels per tensor, about bfloat16's relative step
 COMPACT_SLACK = 64  # unused slots tolerated per row before compacting: a copy of the cache costs about one pass
 
 RowKV = list[tuple[torch.Tensor, torch.Tensor]]  # one (keys, values) per layer, each [1, heads, n, head_dim]
 
 
-def prefill(model, tokens: list[int]) -> RowKV | None:
+@dataclass(eq=False)
+class HFModel:
+    """A transformers model as the loop sees it (easd.core.backend.Model); `module` is the model itself."""
+
+    module: PreTrainedModel
+    name: str
+    pad_id: int  # fills the padding of ragged passes (masked out)
+    backend: str = field(default="transformers", init=False)
+    shift: float = field(default=0.0, init=False)  # beyond rounding, a row's logits do not depend on the pass's shape
+    max_rows: int = field(default=2**31 - 1, init=False)  # as many as memory holds
+
+    @property
+    def device(self) -> torch.device:
+        return self.module.device
+
+    @property
+    def dtype(self) -> str:
+        return "int8" if self.int8 else str(self.module.dtype).removeprefix("torch.")
+
+    @property
+    def int8(self) -> bool:
+        """Dynamic int8 Linear layers (whose head has no weight tensor)."""
+        return not isinstance(getattr(self.module.get_output_embeddings(), "weight", None), torch.Tensor)
+
+    @property
+    def eps(self) -> float:
+        """Machine epsilon of the weights: their dtype's, or INT8_EPS for int8 weights."""
+        return INT8_EPS if self.int8 else torch.finfo(self.module.dtype).eps
+
+    @property
+    def bytes_per_token(self) -> int:
+        """KV-cache bytes one token takes: keys and values, every layer, every KV head."""
+        config = self.module.config.get_text_config(decoder=True)
+        heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        element = self.module.get_input_embeddings().weight.element_size()  # int8 layers still cache float activations
+        return 2 * config.num_hidden_layers * heads * head_dim * element
+
+    def caches(self, vocab_size: int, use_cache: bool = True) -> HFCaches:
+        return HFCaches(self.module, vocab_size, self.pad_id, use_cache)
+
+
+@dataclass(eq=False)
+class HFTokenizer:
+    """A transformers tokenizer as the loop sees it (easd.core.backend.Tokenizer)."""
+
+    tokenizer: PreTrainedTokenizerBase
+
+    @property
+    def chat_template(self) -> str | None:
+        return self.tokenizer.chat_template
+
+    @property
+    def pad_id(self) -> int:
+        return self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def render_chat(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt, continue_final_message=not add_generation_prompt
+        )
+
+    def text(self, token_id: int) -> str:
+        return self.tokenizer.decode([token_id], skip_special_tokens=False)
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+    def vocab(self) -> dict[str, int]:
+        return self.tokenizer.get_vocab()
+
+
+def prefill(model: PreTrainedModel, tokens: list[int]) -> RowKV | None:
     """Keys and values of `tokens` for one row, computed alone (None for no tokens)."""
     if not tokens:
         return None
@@ -40,24 +118,10 @@ def prefill(model, tokens: list[int]) -> RowKV | None:
     return [(layer.keys, layer.values) for layer in cache.layers]
 
 
-def bytes_per_token(model) -> int:
-    """KV-cache bytes one token takes in `model`: keys and values, every layer, every KV head."""
-    config = model.config.get_text_config(decoder=True)
-    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    element = model.get_input_embeddings().weight.element_size()  # int8 Linear layers still cache float activations
-    return 2 * config.num_hidden_layers * heads * head_dim * element
-
-
-def row_bytes(models: Collection, tokens: int) -> int:
-    """KV-cache bytes one row of up to `tokens` tokens takes in all of `models`, with the slack compaction allows."""
-    return (tokens + COMPACT_SLACK) * sum(bytes_per_token(model) for model in models)
-
-
 _FLOAT32_HEADS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its lm_head in float32
 
 
-def float32_head(model) -> torch.nn.Module:
+def float32_head(model: PreTrainedModel) -> torch.nn.Module:
     """The model's lm_head computing in float32 (README, "Fragile decisions").
 
     A float32 head (and an int8 one, whose output is float32) is used as it is; a bfloat16 or
@@ -78,22 +142,10 @@ def float32_head(model) -> torch.nn.Module:
     return _FLOAT32_HEADS[model]
 
 
-def free_memory(device: torch.device) -> int:
-    """Bytes this process could still allocate on `device` (the GPU's free memory, or the OS's MemAvailable)."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    with open("/proc/meminfo") as meminfo:
-        fields = dict(line.split(":", 1) for line in meminfo)
-    return int(fields["MemAvailable"].split()[0]) * 1024
-
-
-class KVSlots:
-    """One model's cache for the rows of a batch, and the forward pass that reads and extends it.
-
-    Invariant between blocks (kept by the caller): a row's cache holds every committed token of
-    that row but the last, whose logits the next pass computes. `use_cache=False` keeps nothing
-    and recomputes every row from its first token on each pass; tests compare both.
-    """
+class HFCaches:
+    """One model's caches for the rows of a batch, and the forward pass that reads and extends them
+    (easd.core.backend.Caches). `use_cache=False` keeps nothing and recomputes every row from its
+    first token on each pass; tests compare both."""
 
     def __init__(self, model, vocab_size: int, pad_id: int, use_cache: bool = True):
         self.model = model
@@ -117,9 +169,12 @@ class KVSlots:
         """How many of the row's tokens the cache holds."""
         return int(self.used[row].sum())
 
-    def add_row(self, kv: RowKV | None) -> None:
-        """Append a row (as the last one) whose prefix keys and values are `kv`."""
-        n = 0 if kv is None or not self.use_cache else kv[0][0].shape[2]
+    def add_row(self, tokens: list[int], room: int, start: RowKV | None = None) -> None:
+        """Append a row (as the last one) holding `tokens`: prefilled alone, or the first of `start`'s keys and values."""
+        if not self.use_cache:
+            tokens = []
+        kv = [(k[:, :, : len(tokens)], v[:, :, : len(tokens)]) for k, v in start] if start and tokens else prefill(self.model, tokens)
+        n = len(tokens)
         width = max(self.slots, n)
         self._widen(width)
         row_used = torch.zeros(1, width, dtype=torch.bool, device=self.used.device)
@@ -147,9 +202,11 @@ class KVSlots:
         self.used = self.used[index]
         self.tidy()
 
-    def row_kv(self, row: int, length: int) -> RowKV:
-        """A copy of the keys and values of the row's first `length` tokens, for another run to start from."""
-        slots = self.used[row].nonzero().squeeze(-1)[:length]
+    def save_row(self, row: int) -> RowKV | None:
+        """A copy of the row's keys and values, for another run to start from."""
+        if not self.length(row):
+            return None
+        slots = self.used[row].nonzero().squeeze(-1)
         return [(k[row : row + 1, :, slots].clone(), v[row : row + 1, :, slots].clone()) for k, v in self.layers]
 
     # --- the forward pass ---------------------------------------------------------------------
