@@ -125,9 +125,7 @@ def make_host(args: argparse.Namespace) -> ModelHost:
     unknown = [name for name in allowed if name != "custom" and name not in PAIRS]
     if unknown:
         sys.exit(f"error: unknown pair(s) {', '.join(unknown)}; choose from {', '.join(PAIRS)} or 'none'")
-    loaders = {
-        name: loader or (lambda name=name: load_named_pair(name, runtime)) for name, loader in allowed.items()
-    }
+    loaders = {name: loader or (lambda name=name: load_named_pair(name, runtime)) for name, loader in allowed.items()}
     default = next(iter(loaders), None)
     return ModelHost(
         loaders,

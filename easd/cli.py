@@ -53,7 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--prompts", type=int, default=5, help="how many built-in prompts to run (1 to 10)")
     bench.add_argument("--max-new-tokens", type=int, default=128, help="new tokens per prompt (≥ 1)")
     bench.add_argument(
-        "--k", type=int, default=4, help="draft tokens per block, for SD, EASD and constant-k assisted generation (1 to 64)"
+        "--k",
+        default="4",
+        help="draft tokens per block (1 to 64); several, comma-separated, give an SD row each (the first is EASD's and the peers')",
     )
     bench.add_argument(
         "--tau-h",
@@ -244,9 +246,9 @@ def add_weight_flags(parser, defaults: dict | None = None) -> None:
     parser.add_argument(
         "--backend",
         default=d["backend"],
-        choices=BACKENDS,
-        help="what runs the models: llama.cpp reads .gguf files as they are (fast on a CPU); transformers reads anything "
-        "(exact in float32, GPUs); auto = llama.cpp for a GGUF pair on a CPU, else transformers",
+        help=f"what runs the models ({', '.join(BACKENDS)}): llama.cpp reads .gguf files as they are (fast on a CPU); "
+        "transformers reads anything (exact in float32, GPUs); auto = llama.cpp for a GGUF pair on a CPU, else transformers. "
+        "bench takes several, comma-separated",
     )
     parser.add_argument(
         "--dtype",
@@ -411,22 +413,40 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.suite is not None:
         return run_suite(args)
 
+    from .lab.bench import PROMPTS, Plan
+
     if not 1 <= args.prompts <= 10:
         raise SettingsError("--prompts", f"must be from 1 to 10 (got {args.prompts})")
     if args.repeats < 1:
         raise SettingsError("--repeats", f"must be ≥ 1 (got {args.repeats})")
-    tau_hs = _numbers("--tau-h", args.tau_h)
-    for tau_h in tau_hs:
-        DecodeSettings(k=args.k, tau_h=tau_h, max_new_tokens=args.max_new_tokens).validate()
+    tau_hs, ks = _numbers("--tau-h", args.tau_h), _whole_numbers("--k", args.k)
+    for settings in [DecodeSettings(k=k) for k in ks] + [
+        DecodeSettings(tau_h=t, max_new_tokens=args.max_new_tokens) for t in tau_hs
+    ]:
+        settings.validate()
+    backends = [b.strip() for b in args.backend.split(",") if b.strip()]
+    transformers_only = {"dtype": "auto", "int8": "none"}  # --dtype and --int8 are transformers' own
+    pairs_args = [
+        argparse.Namespace(**{**vars(args), "backend": backend, **(transformers_only if backend == "llama.cpp" else {})})
+        for backend in backends
+    ]
+    for each in pairs_args:
+        runtime_of(each).checked()  # every backend's flags are checked before any model loads
     if args.batch_sizes is not None:
-        sizes = [int(size) for size in _numbers("--batch-sizes", args.batch_sizes)]
-        if min(sizes) < 1 or any(size != float(text) for size, text in zip(sizes, args.batch_sizes.split(","))):
-            raise SettingsError("--batch-sizes", f"must be whole numbers ≥ 1 separated by commas (got {args.batch_sizes!r})")
+        sizes = _whole_numbers("--batch-sizes", args.batch_sizes)
         from .lab.bench import run_batched_benchmark
 
-        return run_batched_benchmark(load_models(args), sizes, args.max_new_tokens, args.k, tau_hs[0])
-    pair = load_models(args)
-    return run_benchmark(pair, args.prompts, args.max_new_tokens, args.k, tau_hs, args.repeats)
+        return max(run_batched_benchmark(load_models(each), sizes, args.max_new_tokens, ks[0], tau_hs[0]) for each in pairs_args)
+    pairs = [load_models(each) for each in pairs_args]
+    return run_benchmark(pairs, Plan(PROMPTS[: args.prompts], args.max_new_tokens, ks, tau_hs, args.repeats))
+
+
+def _whole_numbers(option: str, text: str) -> list[int]:
+    """Comma-separated whole numbers ≥ 1, or SettingsError naming the option."""
+    values = _numbers(option, text)
+    if min(values) < 1 or any(value != int(value) for value in values):
+        raise SettingsError(option, f"must be whole numbers ≥ 1 separated by commas (got {text!r})")
+    return [int(value) for value in values]
 
 
 def run_suite(args: argparse.Namespace) -> int:
@@ -440,7 +460,7 @@ def run_suite(args: argparse.Namespace) -> int:
         raise SettingsError("--per-category", f"must be ≥ 1 (got {args.per_category})")
     if args.answers is not None and not args.answers.parent.resolve().is_dir():
         raise SettingsError("--answers", f"the folder {args.answers.parent} does not exist")
-    methods = specbench.methods_for(args.k, _numbers("--tau-h", args.tau_h), args.max_new_tokens)
+    methods = specbench.methods_for(_whole_numbers("--k", args.k)[0], _numbers("--tau-h", args.tau_h), args.max_new_tokens)
     for method in methods:
         method.settings.validate()
     questions = specbench.load_questions(Path(path), args.per_category)
@@ -613,6 +633,8 @@ def runtime_of(args: argparse.Namespace):
     """How the flags say the pair runs (--backend, --dtype, --int8), as one object."""
     from .pairs.loading import Runtime
 
+    if "," in args.backend:
+        raise SettingsError("--backend", f"takes one backend here; only bench takes several (got {args.backend!r})")
     return Runtime(backend=args.backend, dtype=args.dtype, int8=args.int8)
 
 

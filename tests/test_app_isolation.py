@@ -28,8 +28,8 @@ from easd.core.trace import Trace
 from easd.errors import EasdError
 from easd.pairs.tiny import load_tiny_pair
 from ui.backend import ModelHost
-from ui.layout import api_parameters
 from ui.handlers import compare
+from ui.layout import api_parameters
 
 ARGUMENTS = dict(prompt="x", tau_h=1.0, tau_o=0.8, top_n=5, k=4, temperature=0.0, top_p=1.0, max_new_tokens=8)
 ARGUMENTS |= dict(rule="full", seed=0, pair="", chat=True)  # /compare's parameters, in order
@@ -37,7 +37,9 @@ ARGUMENTS |= dict(rule="full", seed=0, pair="", chat=True)  # /compare's paramet
 
 def post_raw(url: str, data, route: str = "compare") -> str:
     """POST a raw body to /gradio_api/call/ROUTE; -> the event id, or raise HTTPError."""
-    request = urllib.request.Request(f"{url}gradio_api/call/{route}", json.dumps(data).encode(), {"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{url}gradio_api/call/{route}", json.dumps(data).encode(), {"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read())["event_id"]
 
@@ -87,7 +89,7 @@ def test_too_few_values_get_one_line_naming_them(app_url, data):
         post_raw(app_url, {"data": data})
     assert caught.value.code == 422
     detail = json.loads(caught.value.read())["detail"]
-    assert detail.startswith(f"compare takes 12 values in this order: prompt, tau_h") and f"(got {len(data)})" in detail
+    assert detail.startswith("compare takes 12 values in this order: prompt, tau_h") and f"(got {len(data)})" in detail
     assert api_parameters(compare) == list(ARGUMENTS)
 
 
@@ -109,7 +111,9 @@ def test_a_pair_that_is_not_an_allowed_name_is_refused(app_url, pair):
 
 
 def test_a_400_token_stream_sends_at_most_three_times_its_result(app_url):
-    event = post_raw(app_url, {"data": list((ARGUMENTS | {"prompt": "A long story about pears.", "max_new_tokens": 400}).values())})
+    event = post_raw(
+        app_url, {"data": list((ARGUMENTS | {"prompt": "A long story about pears.", "max_new_tokens": 400}).values())}
+    )
     stream = read_stream(app_url, event)
     events = [chunk for chunk in stream.split(b"\n\n") if chunk.startswith(b"event: generating")]
     final = stream.split(b"event: complete\ndata: ", 1)[1].strip()
@@ -208,7 +212,9 @@ def test_a_spoofed_forwarded_for_header_does_not_make_a_new_address(hf_tiny_pair
             except Exception as err:  # noqa: BLE001
                 outcomes.append(str(err))
         refused = [o for o in outcomes if o != "served"]
-        assert refused and all("your network address already has 3 runs going or waiting (at most 3 per address)" in o for o in refused)
+        assert refused and all(
+            "your network address already has 3 runs going or waiting (at most 3 per address)" in o for o in refused
+        )
         assert {t.address for w in [host.states["tiny-random"].worker] for t in w.running} <= {"127.0.0.1"}
     finally:
         demo.close()

@@ -7,9 +7,9 @@ import pytest
 import torch
 from conftest import PROMPTS
 
+from easd.backends.transformers import COMPACT_SLACK
 from easd.core import acceptance as acc
 from easd.core.decoding import Batch, Generation, encode_prompt
-from easd.backends.transformers import COMPACT_SLACK
 from easd.core.settings import DecodeSettings
 from easd.errors import SettingsError
 

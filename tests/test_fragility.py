@@ -7,10 +7,10 @@ import dataclasses
 import pytest
 import torch
 
+from easd.backends.transformers import float32_head
 from easd.core import acceptance as acc
 from easd.core import trace as trace_io
 from easd.core.decoding import Batch, Generation
-from easd.backends.transformers import float32_head
 from easd.core.settings import DecodeSettings
 from easd.core.whatif import would_be_fragile
 from easd.lab.bench import head_copy_bytes

@@ -21,7 +21,6 @@ VARIANTS = [
 
 @pytest.fixture(scope="module")
 def tiny_bf16():
-    import torch
 
     from easd.pairs.tiny import load_tiny_pair
 

@@ -1,13 +1,20 @@
-"""Smoke test on the embedded real pair (Qwen2.5-Coder 0.5B → 1.5B from the PyPI part packages).
+"""The embedded real pair (Qwen2.5-Coder 0.5B → 1.5B from the PyPI part packages), on llama.cpp in seconds.
 
-It converts the GGUF parts on first use (a few minutes on 2 cores, cached afterwards), so it is
-the slowest test; it is skipped only when the part packages are not installed.
+llama.cpp reads the GGUF files as shipped (joined once from their parts into the cache), in its
+exact mode (easd.backends.llamacpp). One test runs the same pair on transformers in float32, the
+other exact regime: it is the suite's slowest, since its first run converts the GGUF files (about
+4 minutes on 2 cores, cached afterwards). Skipped only when the part packages are not installed.
 """
+
+import json
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from easd.core.decoding import Generation
+from easd.core.decoding import Batch, Generation, encode_prompt
 from easd.core.settings import DecodeSettings
+from easd.pairs.loading import Runtime
 from easd.pairs.packaged import DRAFT, TARGET, installed
 
 pytestmark = pytest.mark.skipif(not (installed(DRAFT) and installed(TARGET)), reason="qwen-coder part packages not installed")
@@ -17,63 +24,92 @@ QUESTION = (
     "Her parents decided to give her $15 for that purpose, and her grandparents twice as much as her parents. "
     "How much more money does Betty need to buy the wallet?"
 )
+EXAMPLES = json.loads((Path(__file__).resolve().parent.parent / "assets" / "examples.json").read_text())
 
 
 @pytest.fixture(scope="module")
 def qwen_pair():
     from easd.pairs.registry import load_named_pair
 
-    from easd.pairs.loading import Runtime
-
-    return load_named_pair("qwen-coder", Runtime(backend="transformers", dtype="float32"))  # exact in float32
+    return load_named_pair("qwen-coder", Runtime(backend="llama.cpp"))
 
 
-def test_greedy_sd_on_a_real_pair_is_fluent_and_equals_the_target(qwen_pair):
-    settings = DecodeSettings(method="sd", max_new_tokens=48)
-    sd = Generation(qwen_pair, QUESTION, settings).run()
+def assert_fluent_english(text: str) -> None:
+    words = text.split()
+    assert len(words) >= 20 and ("money" in text.lower() or "wallet" in text.lower()), text
+    assert sum(w.isascii() for w in words) / len(words) > 0.9, text  # English prose, not byte soup
+
+
+def test_greedy_sd_on_the_real_pair_is_fluent_and_equals_the_target(qwen_pair):
+    sd = Generation(qwen_pair, QUESTION, DecodeSettings(method="sd", max_new_tokens=48)).run()
     target = Generation(qwen_pair, QUESTION, DecodeSettings(method="target", max_new_tokens=48)).run()
-    assert sd.token_ids == target.token_ids
+    assert sd.token_ids == target.token_ids  # llama.cpp's exact mode: a k-token pass gives what k 1-token passes give
     assert sd.summary()["acceptance_rate"] > 0.5
-    words = sd.text.split()
-    assert len(words) >= 20 and ("money" in sd.text.lower() or "wallet" in sd.text.lower()), sd.text
-    assert sum(w.isascii() for w in words) / len(words) > 0.9, sd.text  # English prose, not byte soup
+    assert_fluent_english(sd.text)
+    assert qwen_pair.info["draft_logit_shift"] == qwen_pair.info["target_logit_shift"] == 0.0  # measured at load
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_sd_equals_a_loop_written_directly_against_llama_cpp_python(qwen_pair, k):
+    from easd.lab.llama_reference import speculative
+
+    ours = Generation(qwen_pair, EXAMPLES[0], DecodeSettings(method="sd", k=k, max_new_tokens=40)).run()
+    prompt = encode_prompt(qwen_pair, EXAMPLES[0], chat=True)
+    assert ours.token_ids == speculative(qwen_pair.draft, qwen_pair.target, prompt, k, 40, qwen_pair.eos_ids)
 
 
 def test_the_pair_shares_one_tokenizer_and_vocabulary(qwen_pair):
     assert qwen_pair.vocab_size == 151936
-    assert qwen_pair.tokenizer.convert_tokens_to_ids("<|im_end|>") in qwen_pair.eos_ids
-    assert qwen_pair.tokenizer.convert_tokens_to_ids("<|endoftext|>") in qwen_pair.eos_ids
+    assert {token for text in ("<|im_end|>", "<|endoftext|>") for token in qwen_pair.tokenizer.encode(text)} <= qwen_pair.eos_ids
+
+
+def test_token_ids_and_chat_template_are_the_ones_transformers_reads_from_the_same_gguf(qwen_pair):
+    from transformers import AutoTokenizer
+
+    reference = AutoTokenizer.from_pretrained(qwen_pair.target.path.parent, gguf_file=qwen_pair.target.path.name)
+    texts = [*EXAMPLES, QUESTION, "def f(x):\n\treturn x  # ünïcödé 😀 中文 <|im_end|>"]
+    for text in texts:
+        assert qwen_pair.tokenizer.encode(text) == reference(text, add_special_tokens=False)["input_ids"], text
+    chat = [{"role": "user", "content": EXAMPLES[0]}]
+    assert qwen_pair.tokenizer.render_chat(chat) == reference.apply_chat_template(
+        chat, tokenize=False, add_generation_prompt=True
+    )
+    ids = [*range(0, 151643, 97), *range(151643, 151665)]  # every 97th token, and every special one
+    assert [qwen_pair.tokenizer.text(i) for i in ids] == [reference.decode([i]) for i in ids]
 
 
 def test_batched_rows_on_the_real_pair_equal_their_solo_runs(qwen_pair):
-    """Three ragged rows (SD, EASD, target-only) in one batch, float32: each equals its run alone, token for token."""
-    from easd.core.decoding import Batch
-
+    """Three ragged rows (SD, EASD, target-only) in one batch: each equals its run alone, token for token."""
     prompts = [QUESTION, "Write a Python function that reverses a string.", "What is 17 * 23?"]
     methods = [dict(method="sd"), dict(method="easd", tau_h=0.5), dict(method="target")]
-    generations = [Generation(qwen_pair, p, DecodeSettings(max_new_tokens=12, **m)) for p, m in zip(prompts, methods)]
+    generations = [Generation(qwen_pair, p, DecodeSettings(max_new_tokens=24, **m)) for p, m in zip(prompts, methods)]
     Batch(qwen_pair, generations).run()
     for generation in generations:
         alone = Generation(qwen_pair, generation.prompt, generation.settings).run()
         assert generation.trace.token_ids == alone.token_ids, generation.settings.method
         assert [r.origin for r in generation.trace.records] == [r.origin for r in alone.records]
+        assert [r.h_target for r in generation.trace.records] == [r.h_target for r in alone.records]  # bit for bit
 
 
 def test_every_live_example_forks_within_its_first_128_tokens(qwen_pair):
     """The app's examples, at the app's default settings: EASD penalizes a token (so its text leaves SD's) by
-    token 128. All rows run in one batch (float32: as each would alone) and each leaves at its first penalty."""
-    import json
-    from dataclasses import replace
-    from pathlib import Path
-
-    from easd.core.decoding import Batch
+    token 128. All rows run in one batch (as each would alone) and each leaves at its first penalty."""
     from ui.controls import read_settings
 
-    examples = json.loads((Path(__file__).resolve().parent.parent / "assets" / "examples.json").read_text())
     settings = replace(read_settings({"max_new_tokens": 128}, 256), method="easd")
-    rows = [Generation(qwen_pair, example, settings) for example in examples]
+    rows = [Generation(qwen_pair, example, settings) for example in EXAMPLES]
     for block in Batch(qwen_pair, rows):
         if block.end == "penalty":
             block.generation.stop()  # it forked: no need to decode the rest
     forks = {row.prompt[:40]: row.trace.summary()["first_penalty_position"] for row in rows}
     assert all(position is not None and position < 128 for position in forks.values()), forks
+
+
+def test_slowest_the_same_pair_on_transformers_in_float32_equals_its_target_greedily():
+    """The suite's one real-pair test on transformers (its first run converts the GGUF files): float32 is exact too."""
+    from easd.pairs.registry import load_named_pair
+
+    pair = load_named_pair("qwen-coder", Runtime(backend="transformers", dtype="float32"))
+    sd = Generation(pair, QUESTION, DecodeSettings(method="sd", max_new_tokens=32)).run()
+    target = Generation(pair, QUESTION, DecodeSettings(method="target", max_new_tokens=32)).run()
+    assert sd.token_ids == target.token_ids and pair.backend == "transformers"

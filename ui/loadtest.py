@@ -1,6 +1,6 @@
 """A class at once: N users press Generate together; how long until the last one has their result?
 
-    python -m ui.loadtest --pair qwen-coder --users 1,4,8,16 --max-new-tokens 128
+    python -m ui.loadtest --pair qwen-coder --backend llama.cpp,transformers --users 1,4,8,16 --max-new-tokens 128
 
 Serves the app on a local port (the real app: `ui.layout.build_app`, the pair loaded once) and
 sends N simultaneous `/compare` requests with gradio_client, each with its own prompt and seed.
@@ -9,19 +9,22 @@ Twice, in the same run:
     time the N-th result arrives is what N users wait in a queue;
   * the shared batch: `--max-batch` (default: the memory estimate), each N sent at once.
 Each user's shared-batch result is compared token for token with the same request's result in the
-queue, where it ran alone. Every user comes from this machine's one address, so the per-address
-limit is lifted here (`--max-queued-per-client`).
+queue, where it ran alone (both backends promise equality: transformers in float32, llama.cpp in
+its exact mode). With several backends, each is measured in turn, in the same run. The process's
+peak RSS after each backend is printed too. Every user comes from this machine's one address, so
+the per-client and per-address limits are lifted here.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import threading
 import time
 
 from gradio_client import Client
 
-from easd.pairs.loading import configure_threads
+from easd.pairs.loading import Runtime, configure_threads
 from easd.pairs.registry import default_pair_name, load_named_pair
 
 from .backend import ModelHost
@@ -49,8 +52,15 @@ PROMPTS = [  # sixteen questions a class might ask, of different lengths and kin
 ]
 
 
-def serve(pair, name: str, max_batch: int | None, cap: int, users: int):
-    host = ModelHost({name: lambda: pair}, name, max_new_tokens_cap=cap, max_batch=max_batch, max_queued_per_client=users)
+def start_app(pair, name: str, max_batch: int | None, cap: int, users: int):
+    host = ModelHost(
+        {name: lambda: pair},
+        name,
+        max_new_tokens_cap=cap,
+        max_batch=max_batch,
+        max_queued_per_client=users,
+        max_per_address=users,
+    )
     host.ensure_loading(name)
     while host.pair(name) is None:
         time.sleep(0.05)
@@ -89,24 +99,33 @@ def tokens_of(result: dict) -> list[list[int]]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pair", default=None, help="a named pair (default: the app's default)")
+    parser.add_argument("--backend", default="auto", help="auto, llama.cpp or transformers; several, comma-separated, in turn")
+    parser.add_argument("--dtype", default="auto", help="transformers' dtype: auto, float32 or bfloat16")
     parser.add_argument("--users", default="1,4,8,16", help="comma-separated numbers of simultaneous users")
     parser.add_argument("--max-new-tokens", type=int, default=128, help="tokens per lane, greedy")
     parser.add_argument("--max-batch", type=int, default=None, help="rows of the shared batch (default: the memory estimate)")
     args = parser.parse_args(argv)
     counts = sorted({int(n) for n in args.users.split(",")})
-    most = max(counts)
     configure_threads()
     name = args.pair or default_pair_name()
-    pair = load_named_pair(name)
-    print(f"pair: {pair.describe()}; {args.max_new_tokens} tokens per lane, greedy; users {counts}", flush=True)
+    for backend in [b.strip() for b in args.backend.split(",") if b.strip()]:
+        dtype = args.dtype if backend == "transformers" else "auto"  # llama.cpp runs the GGUF's own weights
+        pair = load_named_pair(name, Runtime(backend=backend, dtype=dtype))
+        print(f"pair: {pair.describe()}; {args.max_new_tokens} tokens per lane, greedy; users {counts}", flush=True)
+        measure(pair, name, counts, args)
+        print(f"peak RSS of this process so far: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GB", flush=True)
 
-    demo, url, _ = serve(pair, name, 2, args.max_new_tokens, most)
+
+def measure(pair, name: str, counts: list[int], args: argparse.Namespace) -> None:
+    """Today's queue, then the shared batch at each number of users, all against the queue's lone runs."""
+    most = max(counts)
+    demo, url, _ = start_app(pair, name, 2, args.max_new_tokens, most)
     queue_s, alone = send(url, most, args.max_new_tokens)
     demo.close()
     arrivals = sorted(queue_s)
     print(f"today's queue (--max-batch 2), {most} users at once: results after " + ", ".join(f"{s:.0f}" for s in arrivals) + " s")
 
-    demo, url, host = serve(pair, name, args.max_batch, args.max_new_tokens, most)
+    demo, url, host = start_app(pair, name, args.max_batch, args.max_new_tokens, most)
     rows = host.states[name].worker.max_rows
     print(f"shared batch: --max-batch {rows}", flush=True)
     print(

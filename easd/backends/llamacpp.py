@@ -28,6 +28,7 @@ import ctypes
 import os
 import sys
 import threading
+import weakref
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,9 +44,9 @@ if KERNELS not in ("exact", "fast"):
 os.environ["GGML_CPU_TILED_MM"] = "0" if KERNELS == "exact" else "1"  # read by llama.cpp at its first matrix product
 
 import llama_cpp as llama  # noqa: E402 (after the switch above)
-import llama_cpp._logger  # noqa: E402
 
-llama_cpp._logger.set_verbose(False)  # llama.cpp logs every load and context on stderr otherwise
+_SILENT = llama.llama_log_callback(lambda level, text, data: None)  # kept: llama.cpp calls it for as long as we run
+llama.llama_log_set(_SILENT, None)  # llama.cpp logs every load and context on stderr otherwise; errors come back to us
 
 ROW_CELLS = 256  # llama.cpp rounds a row's share of the cache up to a multiple of this
 MICRO_BATCH = 256  # tokens llama.cpp computes at once: long prompts go through in pieces of this many
@@ -84,14 +85,10 @@ class LlamaModel:
         self.handle = llama.llama_model_load_from_file(str(self.path).encode(), params)
         if not self.handle:
             raise ValueError(f"llama.cpp could not load {self.path.name}")
+        weakref.finalize(self, llama.llama_model_free, self.handle)  # also at exit, before llama.cpp's module goes
         self.vocab = llama.llama_model_get_vocab(self.handle)
         self.n_vocab = llama.llama_vocab_n_tokens(self.vocab)
         self.context_length = llama.llama_model_n_ctx_train(self.handle)
-
-    def __del__(self):
-        if getattr(self, "handle", None):
-            llama.llama_model_free(self.handle)
-            self.handle = None
 
     @property
     def dtype(self) -> str:
@@ -135,12 +132,10 @@ class LlamaCaches:
     def __init__(self, model: LlamaModel, vocab_size: int, use_cache: bool = True):
         self.model, self.vocab_size, self.use_cache = model, vocab_size, use_cache
         self.context = None
+        self._release = lambda: None  # frees the context, once (a finalizer: also at exit)
         self.capacity = Capacity(0, 0)
         self.seq_ids: list[int] = []  # row -> its sequence in the context
         self.lengths: list[int] = []  # row -> tokens its sequence holds
-
-    def __del__(self):
-        self._free()
 
     @property
     def rows(self) -> int:
@@ -247,8 +242,9 @@ class LlamaCaches:
             cells=-(-max(cells, self.capacity.cells) // ROW_CELLS) * ROW_CELLS,
         )
         saved = [self.save_row(row) for row in range(self.rows)]
-        self._free()
+        self._release()
         self.context = self._new_context(wanted)
+        self._release = weakref.finalize(self, llama.llama_free, self.context)
         self.capacity = wanted
         self.seq_ids = list(range(len(saved)))
         for seq, state in enumerate(saved):
@@ -268,7 +264,10 @@ class LlamaCaches:
         params.no_perf = True
         context = llama.llama_init_from_model(self.model.handle, params)
         if not context:
-            raise MemoryError(f"llama.cpp could not make a context of {capacity.rows} rows × {capacity.cells} tokens")
+            raise EasdError(
+                f"llama.cpp could not make room for {capacity.rows} rows of {capacity.cells} tokens (out of memory?): "
+                "use a smaller batch or fewer new tokens"
+            )
         return context
 
     def _restore(self, seq: int, state: bytes) -> None:
@@ -279,11 +278,6 @@ class LlamaCaches:
 
     def _memory(self):
         return llama.llama_get_memory(self.context)
-
-    def _free(self) -> None:
-        if getattr(self, "context", None):
-            llama.llama_free(self.context)
-            self.context = None
 
 
 def restream(state: bytes, streams: int) -> bytes:
@@ -346,7 +340,10 @@ class LlamaTokenizer:
         return b"".join(self._piece(t, special=False) for t in token_ids).decode("utf-8", errors="replace")
 
     def vocab(self) -> dict[str, int]:
-        return {llama.llama_vocab_get_text(self.vocab_handle, i).decode("utf-8", errors="replace"): i for i in range(self.model.n_vocab)}
+        return {
+            llama.llama_vocab_get_text(self.vocab_handle, i).decode("utf-8", errors="replace"): i
+            for i in range(self.model.n_vocab)
+        }
 
     def _piece(self, token_id: int, special: bool) -> bytes:
         buffer = ctypes.create_string_buffer(64)

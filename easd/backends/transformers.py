@@ -95,7 +95,10 @@ class HFTokenizer:
 
     def render_chat(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt, continue_final_message=not add_generation_prompt
+            messages,
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=not add_generation_prompt,
         )
 
     def text(self, token_id: int) -> str:
@@ -173,7 +176,11 @@ class HFCaches:
         """Append a row (as the last one) holding `tokens`: prefilled alone, or the first of `start`'s keys and values."""
         if not self.use_cache:
             tokens = []
-        kv = [(k[:, :, : len(tokens)], v[:, :, : len(tokens)]) for k, v in start] if start and tokens else prefill(self.model, tokens)
+        kv = (
+            [(k[:, :, : len(tokens)], v[:, :, : len(tokens)]) for k, v in start]
+            if start and tokens
+            else prefill(self.model, tokens)
+        )
         n = len(tokens)
         width = max(self.slots, n)
         self._widen(width)

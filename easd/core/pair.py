@@ -40,7 +40,9 @@ class ModelPair:
     @property
     def rounding(self) -> Rounding:
         """How far each model's logits may move without meaning anything (README, "Fragile decisions")."""
-        return Rounding(draft=self.draft.eps, target=self.target.eps, draft_shift=self.draft.shift, target_shift=self.target.shift)
+        return Rounding(
+            draft=self.draft.eps, target=self.target.eps, draft_shift=self.draft.shift, target_shift=self.target.shift
+        )
 
     def describe(self) -> str:
         """What runs, in one line: "draft A → target B (llama.cpp, GGUF Q4_K_M, cpu)"."""

@@ -27,8 +27,8 @@ from collections import deque
 from collections.abc import Iterable
 
 from ..errors import EasdError, SettingsError
-from .decoding import Batch, Block, Generation
 from .backend import free_memory, row_bytes
+from .decoding import Batch, Block, Generation
 from .pair import ModelPair
 from .trace import Trace
 

@@ -1,10 +1,14 @@
 """`python -m easd bench`: tokens/s of every way to decode greedily, in one process, on the same prompts.
 
-Rows: our target-only loop, transformers' assisted generation (its defaults, and a constant
-k with its confidence cut-off disabled), our SD and our EASD (one row per τ_H asked for).
+Rows, for each backend asked for (`--backend llama.cpp,transformers` loads the pair on both): our
+target-only loop, our SD at each k asked for (`--k 1,2,3,4`), our EASD (one row per τ_H), and
+the backend's own peers. On transformers: its assisted generation (its defaults, and a constant
+k with its confidence cut-off disabled). On llama.cpp: llama-cpp-python's own greedy generation
+of the target, and a minimal SD loop written directly against llama-cpp-python
+(easd.lab.llama_reference), so that what our loop's bookkeeping costs shows as a ratio.
 
-SD and EASD also run with their logits in the model's own dtype (`--signals model`) when the
-pair's heads are not float32, so the cost of float32 signals is measured in the same run.
+SD also runs with its logits in the model's own dtype (`--signals model`) when transformers'
+heads are not float32, so the cost of float32 signals is measured in the same run.
 
 Fairness: every method runs a short untimed warm-up first, so one-off costs do not land on
 whichever runs first. Then, prompt by prompt, all methods run back to back in an order that
@@ -15,13 +19,14 @@ identical runs) spread evenly over the methods instead of favouring whichever ra
 from __future__ import annotations
 
 import contextlib
+import resource
 import time
 from dataclasses import dataclass, field, replace
 
 import torch
 
-from ..core.decoding import Batch, Generation, encode_prompt
 from ..backends.transformers import float32_head
+from ..core.decoding import Batch, Generation, encode_prompt
 from ..core.pair import ModelPair
 from ..core.settings import DecodeSettings
 from ..core.trace import Trace
@@ -71,49 +76,102 @@ def rates(traces: list[Trace]) -> str:
     return f"acceptance {accepted / examined:.3f}  accepted/block {accepted / blocks:.2f}  penalized {penalized / tokens:.3f}"
 
 
-def run_benchmark(pair: ModelPair, n_prompts: int, max_new_tokens: int, k: int, tau_hs: list[float], repeats: int = 1) -> int:
-    prompts = PROMPTS[:n_prompts]
-    sd = DecodeSettings(method="sd", k=k, max_new_tokens=max_new_tokens)
-    methods = {
-        "target-only": lambda p: _ours(pair, p, replace(sd, method="target")),
-        "transformers assisted (defaults)": lambda p: _assisted(pair, p, max_new_tokens, constant_k=None),
-        f"transformers assisted (k={k})": lambda p: _assisted(pair, p, max_new_tokens, constant_k=k),
-        f"SD (k={k})": lambda p: _ours(pair, p, sd),
-    }
-    for tau_h in tau_hs:
-        methods[f"EASD (k={k}, τ_H={tau_h:g})"] = lambda p, tau_h=tau_h: _ours(pair, p, replace(sd, method="easd", tau_h=tau_h))
-    low_precision = head_copy_bytes(pair) > 0
-    if low_precision:  # what float32 signals cost: the same runs with the model's own logits
-        model_sd = replace(sd, signals="model")
-        methods[f"SD (k={k}, {MODEL_LOGITS})"] = lambda p: _ours(pair, p, model_sd)
-        methods[f"EASD (k={k}, τ_H={tau_hs[0]:g}, {MODEL_LOGITS})"] = lambda p: _ours(
-            pair, p, replace(model_sd, method="easd", tau_h=tau_hs[0])
-        )
+@dataclass(frozen=True)
+class Plan:
+    """What `bench` times: the prompts, the new tokens, SD's k values (the first is EASD's and the peers'), τ_H values."""
+
+    prompts: list[str]
+    max_new_tokens: int
+    ks: list[int]
+    tau_hs: list[float]
+    repeats: int = 1
+
+
+def run_benchmark(pairs: list[ModelPair], plan: Plan) -> int:
+    """Every way to decode greedily on each pair (one per backend), prompt by prompt in rotating order; then the ratios."""
+    methods = {}
+    for pair in pairs:
+        methods |= methods_of(pair, plan)
+        print(f"bench: {pair.describe()}")
+        if pair.backend == "transformers":
+            print(f"  {signals_memory(pair)}")
     print(
-        f"bench: {pair.describe()}, {n_prompts} prompts × {repeats}, {max_new_tokens} new tokens, greedy, {torch.get_num_threads()} threads"
+        f"{len(plan.prompts)} prompts × {plan.repeats}, {plan.max_new_tokens} new tokens, greedy, {torch.get_num_threads()} threads"
     )
-    print(signals_memory(pair))
     rows = {name: Row(name) for name in methods}
     for decode in methods.values():
-        decode(prompts[0][:40])  # untimed warm-up on a short prompt
+        decode(plan.prompts[0][:40])  # untimed warm-up on a short prompt
     names = list(methods)
-    for turn, prompt in enumerate(prompts * repeats):
+    for turn, prompt in enumerate(plan.prompts * plan.repeats):
         for i in _rotated(len(names), turn):
             _time_one(rows[names[i]], methods[names[i]], prompt)
-        print(f"  prompt {turn + 1}/{len(prompts) * repeats} done", flush=True)
+        print(f"  prompt {turn + 1}/{len(plan.prompts) * plan.repeats} done", flush=True)
     for row in rows.values():
-        print(f"  {row.name:<42} {row.tokens:>6} tokens {row.seconds:>8.2f} s {row.tokens_per_s:>7.2f} tokens/s  {row.rates()}")
-    sd = rows[f"SD (k={k})"]
-    easds = [rows[name] for name in names if name.startswith("EASD") and MODEL_LOGITS not in name]
-    ratios = [
-        ("SD ÷ transformers assisted (same k)", sd, rows[f"transformers assisted (k={k})"]),
-        ("SD ÷ target-only", sd, rows["target-only"]),
-    ] + [(f"{easd.name} ÷ SD", easd, sd) for easd in easds]
-    if low_precision:
-        ratios.append(("SD, float32 signals ÷ model-dtype logits", sd, rows[f"SD (k={k}, {MODEL_LOGITS})"]))
-    _print_ratios(ratios)
-    _print_equality(sd, rows["target-only"])
+        print(f"  {row.name:<52} {row.tokens:>6} tokens {row.seconds:>8.2f} s {row.tokens_per_s:>7.2f} tokens/s  {row.rates()}")
+    _print_ratios(ratios_of(pairs, plan, rows))
+    for pair in pairs:
+        _print_equality(pair.backend, rows[f"{pair.backend} SD (k={plan.ks[0]})"], rows[f"{pair.backend} target-only"])
+    print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GB")
     return 0
+
+
+def methods_of(pair: ModelPair, plan: Plan) -> dict:
+    """Name -> prompt -> tokens (or a Trace): our runs, and the backend's own peers."""
+    b, k = pair.backend, plan.ks[0]
+    sd = DecodeSettings(method="sd", k=k, max_new_tokens=plan.max_new_tokens)
+    methods = {f"{b} target-only": lambda p: _ours(pair, p, replace(sd, method="target"))}
+    if b == "transformers":
+        methods["transformers assisted (defaults)"] = lambda p: _assisted(pair, p, plan.max_new_tokens, constant_k=None)
+        methods[f"transformers assisted (k={k})"] = lambda p: _assisted(pair, p, plan.max_new_tokens, constant_k=k)
+    else:
+        methods["llama-cpp-python generate (target)"] = lambda p: _llama_generate(pair, p, plan.max_new_tokens)
+        methods[f"llama.cpp reference SD loop (k={k})"] = lambda p: _llama_reference_sd(pair, p, k, plan.max_new_tokens)
+    for each_k in plan.ks:
+        methods[f"{b} SD (k={each_k})"] = lambda p, each_k=each_k: _ours(pair, p, replace(sd, k=each_k))
+    for tau_h in plan.tau_hs:
+        methods[f"{b} EASD (k={k}, τ_H={tau_h:g})"] = lambda p, tau_h=tau_h: _ours(
+            pair, p, replace(sd, method="easd", tau_h=tau_h)
+        )
+    if b == "transformers" and head_copy_bytes(pair) > 0:  # what float32 signals cost: the same runs with the model's logits
+        model_sd = replace(sd, signals="model")
+        methods[f"transformers SD (k={k}, {MODEL_LOGITS})"] = lambda p: _ours(pair, p, model_sd)
+    return methods
+
+
+def ratios_of(pairs: list[ModelPair], plan: Plan, rows: dict) -> list[tuple[str, Row, Row]]:
+    k, ratios = plan.ks[0], []
+    backends = [pair.backend for pair in pairs]
+    for b in backends:
+        target, sd = rows[f"{b} target-only"], rows[f"{b} SD (k={k})"]
+        ratios += [(f"{b} SD (k={each_k}) ÷ target-only", rows[f"{b} SD (k={each_k})"], target) for each_k in plan.ks]
+        ratios += [(f"{name} ÷ SD", rows[name], sd) for name in rows if name.startswith(f"{b} EASD")]
+        if b == "transformers":
+            ratios.append((f"transformers SD ÷ assisted (k={k})", sd, rows[f"transformers assisted (k={k})"]))
+            if f"transformers SD (k={k}, {MODEL_LOGITS})" in rows:
+                ratios.append(("SD, float32 signals ÷ model-dtype logits", sd, rows[f"transformers SD (k={k}, {MODEL_LOGITS})"]))
+        else:
+            ratios.append(
+                ("llama.cpp target-only ÷ llama-cpp-python generate", target, rows["llama-cpp-python generate (target)"])
+            )
+            ratios.append((f"llama.cpp SD ÷ reference SD loop (k={k})", sd, rows[f"llama.cpp reference SD loop (k={k})"]))
+    if set(backends) == {"llama.cpp", "transformers"}:
+        ratios.append(
+            ("llama.cpp target-only ÷ transformers target-only", rows["llama.cpp target-only"], rows["transformers target-only"])
+        )
+    return ratios
+
+
+def _llama_generate(pair: ModelPair, prompt: str, max_new_tokens: int) -> list[int]:
+    from .llama_reference import generate
+
+    ids = encode_prompt(pair, prompt, chat=True)
+    return generate(pair.target.path, ids, max_new_tokens, pair.eos_ids, pair.target.threads)
+
+
+def _llama_reference_sd(pair: ModelPair, prompt: str, k: int, max_new_tokens: int) -> list[int]:
+    from .llama_reference import speculative
+
+    return speculative(pair.draft, pair.target, encode_prompt(pair, prompt, chat=True), k, max_new_tokens, pair.eos_ids)
 
 
 MODEL_LOGITS = "model-dtype logits"
@@ -192,13 +250,13 @@ def _assistant_settings(draft, constant_k: int | None):
 def _print_ratios(pairs: list[tuple[str, Row, Row]]) -> None:
     print("ratios:")
     for label, a, b in pairs:
-        print(f"  {label:<44} {a.tokens_per_s / b.tokens_per_s:.3f}×")
+        print(f"  {label:<56} {a.tokens_per_s / b.tokens_per_s:.3f}×")
 
 
-def _print_equality(sd: Row, target: Row) -> None:
-    """Greedy SD must reproduce target-only: exactly in float32; bfloat16 may flip near-ties."""
+def _print_equality(backend: str, sd: Row, target: Row) -> None:
+    """Greedy SD must reproduce target-only: exactly in float32 and in llama.cpp's exact mode; bfloat16 may flip near-ties."""
     same = sum(a == b for a, b in zip(sd.outputs, target.outputs))
-    print(f"greedy SD text equals target-only on {same} of {len(sd.outputs)} prompts")
+    print(f"{backend}: greedy SD text equals target-only on {same} of {len(sd.outputs)} prompts")
     for i, (a, b) in enumerate(zip(sd.outputs, target.outputs)):
         if a != b:
             first = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
@@ -217,27 +275,34 @@ def run_batched_benchmark(pair: ModelPair, batch_sizes: list[int], max_new_token
     """
     sd = DecodeSettings(method="sd", k=k, tau_h=tau_h, max_new_tokens=max_new_tokens)
     methods = {
-        "transformers generate": lambda prompts: _generate_batched(pair, prompts, max_new_tokens),
         "target-only": lambda prompts: _batch(pair, prompts, replace(sd, method="target")),
         f"SD (k={k})": lambda prompts: _batch(pair, prompts, sd),
         f"EASD (k={k}, τ_H={tau_h:g})": lambda prompts: _batch(pair, prompts, replace(sd, method="easd")),
     }
+    if pair.backend == "transformers":  # its own batched generate is the reference (llama-cpp-python has none)
+        methods = {"transformers generate": lambda prompts: _generate_batched(pair, prompts, max_new_tokens)} | methods
     names = list(methods)
     print(
         f"bench: {pair.describe()}, batch sizes {batch_sizes}, {max_new_tokens} new tokens per row, greedy, {torch.get_num_threads()} threads"
     )
     for decode in methods.values():
         decode([PROMPTS[0][:40]] * 2)  # untimed warm-up
-    print(f"  {'B':>3} " + " ".join(f"{name:>24}" for name in names) + f" {'SD ÷ generate':>14}")
+    reference = "transformers generate" if "transformers generate" in methods else "target-only"
+    print(f"  {'B':>3} " + " ".join(f"{name:>24}" for name in names) + f" {'SD ÷ ' + reference:>28}")
+    speeds = {}  # B -> method -> total tokens/s
     for turn, size in enumerate(batch_sizes):
         prompts = [PROMPTS[i % len(PROMPTS)] for i in range(size)]
-        speed = {}
+        speed = speeds[size] = {}
         for i in _rotated(len(names), turn):
             started = time.perf_counter()
             outputs = methods[names[i]](prompts)
             speed[names[i]] = sum(len(ids) for ids in outputs) / (time.perf_counter() - started)
         cells = " ".join(f"{speed[name]:>15.2f} tokens/s" for name in names)
-        print(f"  {size:>3} {cells} {speed[names[2]] / speed[names[0]]:>13.2f}×", flush=True)
+        print(f"  {size:>3} {cells} {speed[f'SD (k={k})'] / speed[reference]:>27.2f}×", flush=True)
+    if 1 in speeds and len(speeds) > 1:
+        largest = max(speeds)
+        scaling = ", ".join(f"{name} {speeds[largest][name] / speeds[1][name]:.2f}×" for name in names)
+        print(f"total tokens/s at B = {largest} ÷ at B = 1: {scaling}")
     return 0
 
 

