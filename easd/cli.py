@@ -80,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     suite.add_argument(
         "--answers", type=Path, metavar="DIR", help="with --suite: write one Spec-Bench answer file per method into DIR"
     )
+    suite.add_argument(
+        "--skip-long", action="store_true", help="with --suite: leave out the questions that may not fit the pair's context"
+    )
 
     commands.add_parser(
         "lm-eval",
@@ -465,7 +468,7 @@ def run_suite(args: argparse.Namespace) -> int:
         method.settings.validate()
     questions = specbench.load_questions(Path(path), args.per_category)
     pair = load_models(args)
-    return specbench.run_spec_bench(pair, questions, methods, args.answers)
+    return specbench.run_spec_bench(pair, questions, methods, args.answers, args.skip_long)
 
 
 def _numbers(option: str, text: str) -> list[float]:

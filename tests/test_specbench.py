@@ -1,6 +1,7 @@
 """`bench --suite spec-bench`: reading a question file, the metrics, answer files in Spec-Bench's schema."""
 
 import json
+import time
 
 import pytest
 
@@ -72,7 +73,18 @@ def test_metrics_follow_spec_bench_definitions():
 def test_spec_bench_suite_on_the_tiny_pair_writes_spec_bench_answer_files(tmp_path, capsys, tiny_pair):
     data = write_questions(tmp_path / "question.jsonl", QUESTIONS)
     out = tmp_path / "answers"
-    args = ["bench", "--pair", "tiny-random", "--suite", "spec-bench", str(data), "--per-category", "2"]
+    args = [
+        "bench",
+        "--pair",
+        "tiny-random",
+        "--backend",
+        tiny_pair.backend,
+        "--suite",
+        "spec-bench",
+        str(data),
+        "--per-category",
+        "2",
+    ]
     assert main([*args, "--max-new-tokens", "8", "--k", "3", "--tau-h", "0.5", "--answers", str(out)]) == 0
     printed = capsys.readouterr().out
     for category in ("writing", "brand_new", MT_BENCH_GROUP, "overall"):
@@ -126,8 +138,26 @@ def test_bad_suite_input_is_one_line_before_models_load(tmp_path, capsys, extra,
     assert code == 2 and err.startswith(f"error: {message}") and "models:" not in err, err
 
 
-def test_a_question_longer_than_the_context_is_named(tmp_path, capsys):
-    data = write_questions(tmp_path / "q.jsonl", [{"question_id": 7, "category": "rag", "turns": ["apples " * 600]}])
-    code = main(["bench", "--pair", "tiny-random", "--suite", "spec-bench", str(data), "--max-new-tokens", "4"])
+def test_questions_that_may_not_fit_are_named_before_anything_is_decoded(tmp_path, capsys):
+    questions = [
+        {"question_id": 1, "category": "qa", "turns": ["How many apples?"]},
+        {"question_id": 7, "category": "rag", "turns": ["apples " * 600]},  # too long from the start
+        {
+            "question_id": 131,
+            "category": "writing",
+            "turns": ["Tell a story. " * 20, "Now shorter. " * 20],
+        },  # turn 2 holds turn 1's answer
+    ]
+    data = write_questions(tmp_path / "q.jsonl", questions)
+    args = ["bench", "--pair", "tiny-random", "--suite", "spec-bench", str(data), "--max-new-tokens", "200"]
+    started = time.monotonic()
+    assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert code == 2 and err.startswith("error: --suite: question 7, turn 1 does not fit the pair (is "), err
+    assert err.startswith(
+        "error: --suite: 2 question(s) may not fit the pair's context of 512 tokens with 200 new tokens per turn: 7 ("
+    )
+    assert "131 (" in err and "--skip-long" in err and time.monotonic() - started < 30
+    assert main([*args, "--skip-long"]) == 0
+    printed = capsys.readouterr().out
+    assert "skipped (--skip-long): 2 question(s) too long for the context: 7, 131" in printed
+    assert "1 questions in 1 categories" in printed

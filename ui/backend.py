@@ -141,7 +141,11 @@ class ModelHost:
         with self._lock:
             state = self.states[name]
             if state.status in ("idle", "failed"):
-                state.status, state.message, state.started = "loading", "first start may convert weights", time.monotonic()
+                state.status, state.message, state.started = (
+                    "loading",
+                    "seconds; the very first start joins or converts files",
+                    time.monotonic(),
+                )
                 threading.Thread(target=self._load, args=(name,), daemon=True).start()
         return state
 

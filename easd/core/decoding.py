@@ -425,6 +425,9 @@ class Batch:
     # --- rows joining and leaving ---------------------------------------------------------------
 
     def _join(self) -> None:
+        """Let in rows from the line while there is room. Rows that join together with the same prompt (a
+        comparison's SD and EASD) compute its prefix once per model: the later ones start from a copy."""
+        twins: dict[tuple[str, tuple[int, ...]], int] = {}  # (model, prefix) -> the row that joined now holding it
         while self.waiting and len(self.rows) < self.max_rows:
             with self._lock:
                 generation = self.waiting.popleft()
@@ -434,9 +437,15 @@ class Batch:
             started = time.perf_counter()
             seen = len(generation.tokens) - 1  # the caches hold every token but the last, whose logits the next pass computes
             start = generation.start or Start(None, None, seen, seen)
-            tokens, room = generation.tokens, generation.capacity
-            self.draft.add_row(tokens[: start.draft_seen] if generation.uses_draft else [], room, start.draft)
-            self.target.add_row(tokens[: start.target_seen] if generation.uses_target else [], room, start.target)
+            row, room = len(self.rows), generation.capacity
+            for model, caches, uses, state, length in (
+                ("draft", self.draft, generation.uses_draft, start.draft, start.draft_seen),
+                ("target", self.target, generation.uses_target, start.target, start.target_seen),
+            ):
+                prefix = tuple(generation.tokens[:length]) if uses else ()
+                twin = twins.get((model, prefix)) if prefix and state is None else None
+                caches.add_row(list(prefix), room, caches.save_row(twin) if twin is not None else state)
+                twins.setdefault((model, prefix), row)
             generation.start = None
             generation.trace.stats.seconds += time.perf_counter() - started
             self.rows.append(generation)

@@ -88,24 +88,28 @@ class Plan:
 
 
 def run_benchmark(pairs: list[ModelPair], plan: Plan) -> int:
-    """Every way to decode greedily on each pair (one per backend), prompt by prompt in rotating order; then the ratios."""
-    methods = {}
-    for pair in pairs:
-        methods |= methods_of(pair, plan)
-        print(f"bench: {pair.describe()}")
-        if pair.backend == "transformers":
-            print(f"  {signals_memory(pair)}")
+    """Every way to decode greedily on each pair (one per backend), prompt by prompt in rotating order; then the ratios.
+
+    Backends run one after the other, not interleaved: llama.cpp and torch each keep their own
+    threads busy-waiting for a moment after a pass, which slowed whichever ran next by up to 3×.
+    """
     print(
         f"{len(plan.prompts)} prompts × {plan.repeats}, {plan.max_new_tokens} new tokens, greedy, {torch.get_num_threads()} threads"
     )
-    rows = {name: Row(name) for name in methods}
-    for decode in methods.values():
-        decode(plan.prompts[0][:40])  # untimed warm-up on a short prompt
-    names = list(methods)
-    for turn, prompt in enumerate(plan.prompts * plan.repeats):
-        for i in _rotated(len(names), turn):
-            _time_one(rows[names[i]], methods[names[i]], prompt)
-        print(f"  prompt {turn + 1}/{len(plan.prompts) * plan.repeats} done", flush=True)
+    rows = {}
+    for pair in pairs:
+        print(f"bench: {pair.describe()}")
+        if pair.backend == "transformers":
+            print(f"  {signals_memory(pair)}")
+        methods = methods_of(pair, plan)
+        rows |= {name: Row(name) for name in methods}
+        for decode in methods.values():
+            decode(plan.prompts[0][:40])  # untimed warm-up on a short prompt
+        names = list(methods)
+        for turn, prompt in enumerate(plan.prompts * plan.repeats):
+            for i in _rotated(len(names), turn):
+                _time_one(rows[names[i]], methods[names[i]], prompt)
+            print(f"  {pair.backend}: prompt {turn + 1}/{len(plan.prompts) * plan.repeats} done", flush=True)
     for row in rows.values():
         print(f"  {row.name:<52} {row.tokens:>6} tokens {row.seconds:>8.2f} s {row.tokens_per_s:>7.2f} tokens/s  {row.rates()}")
     _print_ratios(ratios_of(pairs, plan, rows))

@@ -171,16 +171,52 @@ def run_suite(
     return answers  # each method's answers in question order
 
 
-def run_spec_bench(pair: ModelPair, questions: list[Question], methods: list[Method], answers_dir: Path | None) -> int:
-    """The whole command: decode, print the table, write the answer files."""
+TURN_SLACK = 8  # tokens an answer may gain when its text is tokenized again inside the next turn's prompt
+
+
+def longest_prompt(pair: ModelPair, question: Question, max_new_tokens: int) -> int:
+    """At most how many tokens the question's last turn holds: every turn's text, the template, and each earlier
+    answer at its longest (answers are not known before decoding), plus the last answer's new tokens."""
+    messages = []
+    for turn in question.turns:
+        messages += [{"role": "user", "content": turn}, {"role": "assistant", "content": ""}]
+    template = len(pair.tokenizer.encode(chat_text(pair, messages[:-1])))
+    return template + len(question.turns) * (max_new_tokens + TURN_SLACK)
+
+
+def too_long(pair: ModelPair, questions: list[Question], max_new_tokens: int) -> list[tuple[Question, int]]:
+    """The questions that may not fit the pair's context, each with its longest prompt: checked before decoding anything."""
+    sizes = [(q, longest_prompt(pair, q, max_new_tokens)) for q in questions]
+    return [(q, size) for q, size in sizes if size > pair.context_length]
+
+
+def run_spec_bench(
+    pair: ModelPair, questions: list[Question], methods: list[Method], answers_dir: Path | None, skip_long: bool = False
+) -> int:
+    """The whole command: check every question fits, decode, print the table, write the answer files."""
     import torch
 
     settings = methods[0].settings
+    long = too_long(pair, questions, settings.max_new_tokens)
+    if long and not skip_long:
+        named = ", ".join(f"{q.question_id} ({size:,} tokens)" for q, size in long[:5]) + (" …" if len(long) > 5 else "")
+        raise EasdError(
+            f"--suite: {len(long)} question(s) may not fit the pair's context of {pair.context_length:,} tokens with "
+            f"{settings.max_new_tokens} new tokens per turn: {named}; ask for fewer --max-new-tokens, or --skip-long to leave them out"
+        )
+    skipped = {id(q) for q, _ in long}
+    questions = [q for q in questions if id(q) not in skipped]
+    if not questions:
+        raise EasdError("--skip-long: every question was too long for the pair's context; ask for fewer --max-new-tokens")
     categories = len({q.category for q in questions})
     print(
         f"spec-bench: {pair.describe()}, {len(questions)} questions in {categories} categories, "
         f"{settings.max_new_tokens} new tokens per turn, greedy, {torch.get_num_threads()} threads"
     )
+    if long:
+        print(
+            f"skipped (--skip-long): {len(long)} question(s) too long for the context: {', '.join(str(q.question_id) for q, _ in long)}"
+        )
     answers = run_suite(pair, questions, methods)
     print(format_table(table(answers)))
     if answers_dir is not None:
