@@ -27,6 +27,8 @@ from easd.core.pair import ModelPair
 from easd.core.worker import MAX_DEFAULT_ROWS, Ticket, Worker, default_max_rows
 from easd.errors import EasdError
 
+from . import zerogpu
+
 PairLoader = Callable[[], ModelPair]
 
 
@@ -157,10 +159,13 @@ class ModelHost:
             state.status, state.message = "failed", (str(err).splitlines() or [type(err).__name__])[0]
             return
         seconds = time.monotonic() - state.started
-        rows = self.max_batch or default_max_rows(pair, self.row_tokens)
-        state.worker = Worker(pair, rows, self.row_tokens, abandon_after_s=self.abandon_after_s)
+        chunks = zerogpu.chunks_for(name, pair)
+        # on ZeroGPU the GPU's free memory cannot be asked outside a GPU call: the default batch then is the fixed one
+        rows = self.max_batch or (MAX_DEFAULT_ROWS if chunks else default_max_rows(pair, self.row_tokens))
+        state.worker = Worker(pair, rows, self.row_tokens, abandon_after_s=self.abandon_after_s, chunks=chunks)
         state.pair, state.status = pair, "ready"
-        state.message = f"{pair.describe()}; loaded in {seconds:.0f} s; up to {rows // 2} users decode together"
+        mode = f"; {zerogpu.MODE}" if chunks else ""
+        state.message = f"{pair.describe()}; loaded in {seconds:.0f} s; up to {rows // 2} users decode together{mode}"
 
     def pair(self, name: str) -> ModelPair | None:
         state = self.states.get(name)

@@ -20,6 +20,7 @@ fires on a token the standard test accepted.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -252,7 +253,6 @@ class Generation:
         self.prompt_ids = encode_prompt(self.pair, self.prompt, self.chat)
         self.prompt_length = len(self.prompt_ids)
         self.tokens = list(self.prompt_ids)
-        self.generator = torch.Generator(device=self.pair.device).manual_seed(self.settings.seed)
         self.recorder = Recorder(self.pair, self.settings)
         self.trace = Trace(
             self.settings,
@@ -269,6 +269,16 @@ class Generation:
         self.done = False  # set by `finish` only
         self.error: EasdError | None = None  # why the row failed, when its stop reason is "error"
         self._stop = threading.Event()
+
+    @functools.cached_property
+    def generator(self) -> torch.Generator:
+        """The row's own random numbers, made on first use: a row decoded elsewhere (easd.core.chunks) never
+        touches the device here, which on ZeroGPU is only lent inside a call."""
+        return torch.Generator(device=self.pair.device).manual_seed(self.settings.seed)
+
+    def rng_state(self) -> torch.Tensor | None:
+        """The random generator's state; None while it was never used (it is then its seed's)."""
+        return self.generator.get_state() if "generator" in vars(self) else None
 
     @property
     def uses_draft(self) -> bool:
@@ -332,6 +342,14 @@ class Generation:
         stats = resumed.trace.stats
         stats.seconds, stats.target_calls, stats.draft_calls = checkpoint.seconds, checkpoint.target_calls, checkpoint.draft_calls
         return resumed
+
+    def take(self, block: Block) -> None:
+        """Add a block to the trace: its records, cut after the first end token, and its drafts."""
+        block.records = _cut_at_eos(block.records, self.pair.eos_ids)
+        self.trace.records.extend(block.records)
+        if self.speculative:
+            drafted = [(token, self.recorder.text(token)) for token in block.drafted]
+            self.trace.blocks.append(BlockInfo(block.index, drafted, block.end))
 
     def finish(self, reason: str, error: EasdError | None = None) -> None:
         """End the row (once): the one place that sets `done`, the stop reason and a failure's error."""
@@ -402,9 +420,11 @@ class Batch:
 
     def __iter__(self) -> Iterator[Block]:
         try:
-            while not self._stop.is_set():
+            while True:
                 if self.at_boundary is not None:
                     self.at_boundary(self)
+                if self._stop.is_set():  # checked after the boundary too, which may itself stop the batch
+                    return
                 self._leave([g for g in self.rows if g.stopped])
                 self._join()
                 if not self.rows:
@@ -587,11 +607,7 @@ class Batch:
         stats.seconds += seconds
         stats.target_calls += target_call
         stats.draft_calls += draft_calls
-        block.records = _cut_at_eos(block.records, generation.pair.eos_ids)
-        generation.trace.records.extend(block.records)
-        if generation.speculative:
-            drafted = [(token, generation.recorder.text(token)) for token in block.drafted]
-            generation.trace.blocks.append(BlockInfo(block.index, drafted, block.end))
+        generation.take(block)
         reason = generation.end_reason()
         if reason is not None:
             generation.finish(reason)

@@ -15,19 +15,26 @@ Rows are isolated: a row whose numbers fail ends alone (easd.core.decoding), its
 that row's one-line error, and every other ticket goes on. When the batch has room, the line is
 served in order, except that an address already holding half the batch's rows waits behind
 requests from other addresses, so one network address cannot take the whole class's batch.
+
+With `chunks` (a ZeroGPU Space, which lends its GPU one call at a time), the batch is decoded in
+rounds instead of one loop: each round is one call of `chunks` on every row's snapshot
+(easd.core.chunks), run in the context of the ticket that has waited longest, so that the call
+is charged to that user; between rounds tickets settle and join as they do between blocks.
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import math
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ..errors import EasdError, SettingsError
 from .backend import free_memory, row_bytes
+from .chunks import RowProgress, RowSnapshot, catch_up
 from .decoding import Batch, Block, Generation
 from .pair import ModelPair
 from .trace import Trace
@@ -38,6 +45,7 @@ MAX_DEFAULT_ROWS = 32  # beyond this a CPU step grows too slow to stream; an ope
 ADDRESS_SHARE = 0.5  # of the batch's rows, what one address may hold while requests from other addresses wait
 STEP_FAILED = "decoding failed on the server (the details are in its log); try again"
 log = logging.getLogger("easd.worker")
+Chunks = Callable[[list[RowSnapshot]], list[RowProgress]]  # decodes rows for one round: easd.core.chunks.decode_chunk
 
 
 class Ticket:
@@ -47,6 +55,7 @@ class Ticket:
         self.generations = list(generations)
         self.owner = owner  # who asked (a browser session); `Worker.cancel_owner` stops all of theirs
         self.address = address  # where from (a network address): the line is fair between addresses
+        self.context = contextvars.copy_context()  # the submitting request's, for calls made on its behalf (ZeroGPU quota)
         self.position = 0  # 1, 2, … while waiting in line; 0 once in the batch
         self.sharing = 0  # tickets in the batch (this one included) at its latest block
         self.wait_s = 0.0  # the worker's estimate of the wait, while in line
@@ -132,7 +141,9 @@ class Ticket:
 class Worker:
     """The shared batch of one model pair, run by one thread; `submit` tickets from any thread."""
 
-    def __init__(self, pair: ModelPair, max_rows: int, row_tokens: int, abandon_after_s: float | None = None):
+    def __init__(
+        self, pair: ModelPair, max_rows: int, row_tokens: int, abandon_after_s: float | None = None, chunks: Chunks | None = None
+    ):
         if max_rows < 2:
             raise SettingsError("--max-batch", f"must be at least 2: a comparison is two rows, SD and EASD (got {max_rows})")
         limit = min(pair.draft.max_rows, pair.target.max_rows)
@@ -142,11 +153,13 @@ class Worker:
         self.max_rows = max_rows
         self.row_tokens = row_tokens  # the most tokens (prompt and generated) one row may hold: bounds the batch's memory
         self.abandon_after_s = abandon_after_s  # None: tickets run to their end whether or not anyone reads them
+        self.chunks = chunks  # None: one continuous batch; else every round of decoding is one call of it
         self.line: deque[Ticket] = deque()
         self.running: list[Ticket] = []
         self.mean_run_s = FIRST_GUESS_S
         self._lock = threading.Condition()
-        self._thread = threading.Thread(target=self._serve, name="easd-worker", daemon=True)
+        serve = self._serve if chunks is None else self._serve_in_chunks
+        self._thread = threading.Thread(target=serve, name="easd-worker", daemon=True)
         self._thread.start()
 
     def submit(self, generations: Iterable[Generation], owner: str = "", address: str = "") -> Ticket:
@@ -195,23 +208,63 @@ class Worker:
         while True:
             with self._lock:
                 self._lock.wait_for(lambda: self.line)
-            batch = Batch(self.pair, at_boundary=self._admit)  # a fresh batch per busy spell: nothing of the last one stays
+            batch = Batch(self.pair, at_boundary=self._admit_into)  # a fresh batch per busy spell: nothing of the last one stays
             try:
                 for block in batch:
-                    ticket = next(t for t in self.running if block.generation in t.generations)
-                    ticket.deliver(block, sharing=len(self.running))
-                self._admit(batch)  # the batch ran dry: settle the last tickets
+                    self._deliver(block)
+                self._admit()  # the batch ran dry: settle the last tickets
             except Exception as err:  # a shared pass failed (a row's own maths fail alone, in the batch): its tickets end
-                if not isinstance(err, EasdError):
-                    log.exception("a step of the shared batch failed")
-                failure = err if isinstance(err, EasdError) else EasdError(STEP_FAILED)
-                with self._lock:
-                    failed, self.running = self.running, []
-                for ticket in failed:
-                    ticket.settle(failure)
+                self._fail_running(err)
 
-    def _admit(self, batch: Batch) -> None:
-        """At a block boundary: settle finished tickets, cancel abandoned ones, let in those that fit."""
+    def _serve_in_chunks(self) -> None:
+        """Round after round: settle and admit, then one call of `chunks` decodes every row for a while."""
+        latest: list[tuple[Generation, RowSnapshot]] = []  # each row's state after the latest round
+        while True:
+            with self._lock:
+                self._lock.wait_for(lambda: self.line or self.running)
+            self._admit()
+            rows = [g for t in self.running for g in t.generations if not g.done]
+            for generation in rows:
+                if generation.stopped:  # cancelled: it leaves without another round
+                    generation.finish("stopped")
+            rows = [g for g in rows if not g.done]
+            known = {id(g): snapshot for g, snapshot in latest}  # `latest` holds these rows, so their ids are theirs
+            snapshots = [known.get(id(g)) or RowSnapshot.of(g) for g in rows]
+            latest = []
+            if not rows:
+                continue
+            try:
+                progress = self.running[0].context.run(self.chunks, snapshots)
+            except Exception as err:  # the call failed: every ticket in it ends
+                self._fail_running(err)
+                continue
+            for generation, row_progress in zip(rows, progress):
+                latest.append((generation, row_progress.snapshot))
+                for block in catch_up(generation, row_progress):
+                    self._deliver(block)
+
+    def _deliver(self, block: Block) -> None:
+        ticket = next(t for t in self.running if block.generation in t.generations)
+        ticket.deliver(block, sharing=len(self.running))
+
+    def _fail_running(self, err: Exception) -> None:
+        """Every running ticket ends with one line (the error's own, or a generic one with the details in the log)."""
+        if not isinstance(err, EasdError):
+            log.exception("a step of the shared batch failed")
+        failure = err if isinstance(err, EasdError) else EasdError(STEP_FAILED)
+        with self._lock:
+            failed, self.running = self.running, []
+        for ticket in failed:
+            ticket.settle(failure)
+
+    def _admit_into(self, batch: Batch) -> None:
+        """At a block boundary of `batch`: `_admit`, and the newly admitted rows join the batch."""
+        for ticket in self._admit():
+            for generation in ticket.generations:
+                batch.add(generation)
+
+    def _admit(self) -> list[Ticket]:
+        """Between steps: settle finished tickets, cancel abandoned ones, let in those that fit; -> the ones let in."""
         now = time.monotonic()
         with self._lock:
             for ticket in self.running:
@@ -226,15 +279,16 @@ class Worker:
                 self.line.remove(ticket)
                 finished.append(ticket)
             # rows stopped but not yet gone leave at the next boundary, before anyone joins: their room is free now
+            admitted = []
             while (ticket := self._next_in_line()) is not None:
                 self.line.remove(ticket)
-                for generation in ticket.generations:
-                    batch.add(generation)
                 ticket.started = ticket.last_read = now
                 self.running.append(ticket)
+                admitted.append(ticket)
             self._renumber()
         for ticket in finished:
             ticket.settle()
+        return admitted
 
     def _next_in_line(self) -> Ticket | None:
         """The first ticket in line that fits, skipping those of an address holding its share while others wait."""
