@@ -146,6 +146,7 @@ def _add_evaluation_commands(commands, formatter, pairs: dict) -> None:
     _add_model_flags(calibration, pairs)
     _add_data_flags(calibration, limit=20)
     calibration.add_argument("--max-new-tokens", type=int, default=512, help="most tokens per greedy generation (≥ 1)")
+    _add_batch_flag(calibration)
     calibration.add_argument(
         "--out", type=Path, default=Path("runs/calibration"), help="folder for calibration.json and calibration.html"
     )
@@ -654,9 +655,10 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
     if args.max_new_tokens < 1:
         raise SettingsError("--max-new-tokens", f"must be ≥ 1 (got {args.max_new_tokens})")
+    _check_batch_size(args)
     problems = _problems(args)
     pair = load_models(args)
-    entropies = collect_entropies(pair, problems, DecodeSettings(max_new_tokens=args.max_new_tokens))
+    entropies = collect_entropies(pair, problems, DecodeSettings(max_new_tokens=args.max_new_tokens), args.batch_size)
     results = calibrate(entropies)
     write_calibration(args.out, results, entropies)
     for result in results:

@@ -201,6 +201,9 @@ def test_calibrate_command(data, tmp_path, capsys):
     assert [r["model"] for r in results] == ["target", "draft"] and all(r["tau_h"] in (0.5, 1.0, 1.5, 2.0) for r in results)
     assert all(r["tokens"] == 48 for r in results) and (tmp_path / "calibration.html").exists()
     assert "→ τ_H =" in capsys.readouterr().out
+    assert main([*arguments.split(), "--batch-size", "4", "--out", str(tmp_path / "batched")]) == 0
+    batched = json.loads((tmp_path / "batched" / "calibration.json").read_text())
+    assert batched == results  # rows decode as they would alone, in any batch
 
 
 def test_sweep_grid_shape(data, tmp_path):

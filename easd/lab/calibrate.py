@@ -17,7 +17,7 @@ import numpy as np
 import plotly.graph_objects as go
 from tqdm import tqdm
 
-from ..core.decoding import Generation
+from ..core.decoding import Batch, Generation
 from ..core.pair import ModelPair
 from ..core.settings import DecodeSettings
 from .problems import Problem
@@ -49,16 +49,22 @@ def nearest_candidate(value: float, candidates=CANDIDATES) -> float:
 
 
 def collect_entropies(
-    pair: ModelPair, problems: list[Problem], settings: DecodeSettings, progress: bool = True
+    pair: ModelPair, problems: list[Problem], settings: DecodeSettings, batch_size: int = 1, progress: bool = True
 ) -> dict[str, list[float]]:
-    """Per-token entropies of each model's own greedy text: the target's via SD, the draft's via draft-only."""
-    entropies = {"target": [], "draft": []}
+    """Per-token entropies of each model's own greedy text: the target's via SD, the draft's via draft-only;
+    `batch_size` rows decoded together (a row decodes as it would alone, so the entropies do not depend on it)."""
     greedy = replace(settings, temperature=0.0)
-    for problem in tqdm(problems, desc="calibrating", unit="problem", disable=not progress):
-        sd = Generation(pair, problem.prompt, replace(greedy, method="sd")).run()
-        entropies["target"] += [r.h_target for r in sd.records]
-        draft = Generation(pair, problem.prompt, replace(greedy, method="draft")).run()
-        entropies["draft"] += [r.h_draft for r in draft.records]
+    rows = [
+        (model, Generation(pair, problem.prompt, replace(greedy, method=method)))
+        for problem in problems
+        for model, method in (("target", "sd"), ("draft", "draft"))
+    ]
+    entropies = {"target": [], "draft": []}
+    with tqdm(total=len(rows), desc="calibrating", unit="run", disable=not progress) as bar:
+        for block in Batch(pair, [generation for _, generation in rows], max_rows=batch_size):
+            bar.update(block.generation.done)
+    for model, generation in rows:  # in the problems' order, whatever order the rows ended in
+        entropies[model] += [r.h_target if model == "target" else r.h_draft for r in generation.trace.records]
     return entropies
 
 
