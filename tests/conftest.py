@@ -74,7 +74,7 @@ def launch_app(host, eval_dirs=(), **app_options):
     import json
     import time
 
-    from ui.layout import ASSETS, build_app, serve
+    from components.layout import ASSETS, build_app, serve
 
     for name in host.allowed:
         host.ensure_loading(name)
@@ -90,7 +90,7 @@ def launch_app(host, eval_dirs=(), **app_options):
 def app_server(eval_folder):
     """The web app on the tiny random pair, served on a free local port for the session: (url, host)."""
     from easd.pairs.tiny import load_tiny_pair
-    from ui.backend import ModelHost
+    from components.backend import ModelHost
 
     host = ModelHost({"tiny-random": load_tiny_pair}, "tiny-random", max_new_tokens_cap=400, max_batch=16)
     url, demo = launch_app(host, eval_dirs=[str(eval_folder)])

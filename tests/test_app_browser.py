@@ -322,7 +322,7 @@ def one_at_a_time(hf_tiny_pair):
     """A second app whose shared batch holds one comparison (--max-batch 2): (url, the pair's worker)."""
     from conftest import launch_app
 
-    from ui.backend import ModelHost
+    from components.backend import ModelHost
 
     host = ModelHost({"tiny-random": lambda: hf_tiny_pair}, "tiny-random", max_new_tokens_cap=400, max_batch=2)
     url, demo = launch_app(host)

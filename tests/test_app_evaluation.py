@@ -6,7 +6,7 @@ import pytest
 
 from easd.errors import EasdError
 from easd.lab.results import load_results
-from ui import evaluation
+from components import evaluation
 
 
 @pytest.fixture(scope="module")

@@ -27,9 +27,9 @@ from easd.core.settings import DecodeSettings
 from easd.core.trace import Trace
 from easd.errors import EasdError
 from easd.pairs.tiny import load_tiny_pair
-from ui.backend import ModelHost
-from ui.handlers import compare
-from ui.layout import api_parameters
+from components.backend import ModelHost
+from components.handlers import compare
+from components.layout import api_parameters
 
 ARGUMENTS = dict(prompt="x", tau_h=1.0, tau_o=0.8, top_n=5, k=4, temperature=0.0, top_p=1.0, max_new_tokens=8)
 ARGUMENTS |= dict(rule="full", seed=0, pair="", chat=True)  # /compare's parameters, in order
@@ -267,7 +267,7 @@ def test_unreadable_files_are_explained_in_our_words(tmp_path, trace_sources, co
 
 
 def test_every_event_is_queued_and_the_light_ones_share_a_small_limit():
-    from ui.layout import VIEW_EVENTS, build_app
+    from components.layout import VIEW_EVENTS, build_app
 
     demo = build_app(ModelHost({}, None), [])
     functions = [fn for fn in demo.fns.values() if fn.fn is not None]  # Stop's first step only cancels, and runs no code

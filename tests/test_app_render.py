@@ -7,13 +7,13 @@ import pytest
 from easd.core import trace as trace_io
 from easd.core.settings import DecodeSettings
 from easd.core.trace import TokenRecord, Trace
-from ui import figures
-from ui.controls import RuleView
-from ui.inspector import inspector_html
-from ui.lanes import lane_html, tooltip
-from ui.session import Session
-from ui.stats import comparison_html
-from ui.stepper import block_views, stepper_html
+from components import figures
+from components.controls import RuleView
+from components.inspector import inspector_html
+from components.lanes import lane_html, tooltip
+from components.session import Session
+from components.stats import comparison_html
+from components.stepper import block_views, stepper_html
 
 NASTY = ['<img src=x onerror="window.__xss=1">', '"><script>window.__xss=2</script>', "${window.__xss=3}", "{{value}}", "a&b"]
 

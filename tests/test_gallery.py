@@ -8,7 +8,7 @@ import pytest
 from easd.core.compare import LANES
 from easd.errors import SettingsError
 from easd.lab.problems import extract_answer
-from ui.gallery import Gallery
+from components.gallery import Gallery
 
 
 @pytest.fixture(scope="module")
@@ -52,11 +52,11 @@ def test_the_viewer_opens_a_recording_with_no_model_and_refuses_other_keys():
     """`python app.py --pair none`: no pair is allowed, yet a recorded run opens with its prompt and settings."""
     import gradio as gr
 
-    from ui import handlers
-    from ui.backend import ModelHost
-    from ui.layout import wire
-    from ui.page import build_page
-    from ui.session import Session
+    from components import handlers
+    from components.backend import ModelHost
+    from components.layout import wire
+    from components.page import build_page
+    from components.session import Session
 
     viewer, gallery = ModelHost({}, None), Gallery()
     with gr.Blocks():

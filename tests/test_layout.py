@@ -8,10 +8,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # folder -> modules it must never import (absolutely or relatively)
 FORBIDDEN = {
-    "easd/core": ("easd.backends", "easd.pairs", "easd.lab", "easd.cli", "ui", "gradio", "app"),
-    "easd/backends": ("easd.pairs", "easd.lab", "easd.cli", "ui", "gradio", "app"),
-    "easd/pairs": ("easd.lab", "easd.cli", "ui", "gradio", "app"),
-    "easd/lab": ("easd.cli", "ui", "gradio", "app"),
+    "easd/core": ("easd.backends", "easd.pairs", "easd.lab", "easd.cli", "components", "gradio", "app"),
+    "easd/backends": ("easd.pairs", "easd.lab", "easd.cli", "components", "gradio", "app"),
+    "easd/pairs": ("easd.lab", "easd.cli", "components", "gradio", "app"),
+    "easd/lab": ("easd.cli", "components", "gradio", "app"),
 }
 
 
@@ -56,3 +56,8 @@ def test_the_rule_can_fail():
 
 def test_the_engine_never_imports_gradio():
     assert not [p for p in (ROOT / "easd").rglob("*.py") if "gradio" in {m.split(".")[0] for m in imported_modules(p)}]
+
+
+def test_the_top_level_holds_what_the_mission_names():
+    expected = {"app.py", "easd", "components", "assets", "tests", "requirements.txt", "README.md"}
+    assert expected <= {p.name for p in ROOT.iterdir()} and not (ROOT / "ui").exists()

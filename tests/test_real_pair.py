@@ -94,7 +94,7 @@ def test_batched_rows_on_the_real_pair_equal_their_solo_runs(qwen_pair):
 def test_every_live_example_forks_within_its_first_128_tokens(qwen_pair):
     """The app's examples, at the app's default settings: EASD penalizes a token (so its text leaves SD's) by
     token 128. All rows run in one batch (as each would alone) and each leaves at its first penalty."""
-    from ui.controls import read_settings
+    from components.controls import read_settings
 
     settings = replace(read_settings({"max_new_tokens": 128}, 256), method="easd")
     rows = [Generation(qwen_pair, example, settings) for example in EXAMPLES]

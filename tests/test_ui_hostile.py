@@ -18,17 +18,17 @@ import pytest
 from hostile import PAYLOADS, csv_fields, hostile_csv, hostile_json, json_fields
 
 from easd.core.compare import LANES
-from ui import handlers
-from ui.backend import ModelHost
-from ui.controls import DEFAULTS, RuleView
-from ui.gallery import Gallery
-from ui.html import Html
-from ui.inspector import inspector_html
-from ui.lanes import ORIGIN_CLASSES
-from ui.layout import wire
-from ui.page import build_page
-from ui.session import Session
-from ui.stepper import block_views, stepper_html
+from components import handlers
+from components.backend import ModelHost
+from components.controls import DEFAULTS, RuleView
+from components.gallery import Gallery
+from components.html import Html
+from components.inspector import inspector_html
+from components.lanes import ORIGIN_CLASSES
+from components.layout import wire
+from components.page import build_page
+from components.session import Session
+from components.stepper import block_views, stepper_html
 
 TAGS = {"span", "div", "p", "h3", "h4", "code", "b", "table", "tr", "td", "th", "pre", "button"}
 CLASSES = set(ORIGIN_CLASSES.values()) | {"o-unknown", "tok", "sel", "fork", "whatif", "empty", "inspector", "stepper"}
@@ -135,7 +135,7 @@ def test_every_field_of_both_formats(page, trace_sources, tmp_path, fmt):
         path = hostile_csv(source, [field], target) if fmt == "csv" else hostile_json(source, [field], target)
         try:
             fragments = every_fragment(page, path)
-        except Exception:  # a field that breaks rendering is answered by the page in one line (ui.layout.wire)
+        except Exception:  # a field that breaks rendering is answered by the page in one line (components.layout.wire)
             continue
         for fragment in fragments:
             check(fragment)

@@ -6,14 +6,14 @@ import gradio as gr
 import pytest
 
 from easd.errors import SettingsError
-from ui import handlers
-from ui.backend import Busy, Client, ModelHost
-from ui.controls import FIELDS, RuleView, page_words, read_settings
-from ui.gallery import Gallery
-from ui.html import Html, join, number, tag, text
-from ui.layout import wire
-from ui.page import build_page
-from ui.session import Session
+from components import handlers
+from components.backend import Busy, Client, ModelHost
+from components.controls import FIELDS, RuleView, page_words, read_settings
+from components.gallery import Gallery
+from components.html import Html, join, number, tag, text
+from components.layout import wire
+from components.page import build_page
+from components.session import Session
 
 
 def test_text_and_attributes_are_escaped():

@@ -1,4 +1,4 @@
-"""The ZeroGPU path (ui.zerogpu): off a Space it changes nothing; on one, the app decodes its shared batch in calls.
+"""The ZeroGPU path (components.zerogpu): off a Space it changes nothing; on one, the app decodes its shared batch in calls.
 
 A real ZeroGPU needs a Space and a CUDA build of torch, neither of which exists here: `spaces` refuses
 to start in ZeroGPU mode on a CPU torch. So the app is tested as ZeroGPU runs it with only the GPU
@@ -19,8 +19,8 @@ from gradio_client import Client
 from easd.core.compare import Comparison
 from easd.core.settings import DecodeSettings
 from easd.pairs.tiny import load_tiny_pair
-from ui import zerogpu
-from ui.backend import ModelHost
+from components import zerogpu
+from components.backend import ModelHost
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,7 +44,7 @@ def test_a_call_asks_zerogpu_for_its_decoding_time_and_the_overhead_within_bound
 def test_a_zerogpu_space_with_a_cpu_torch_is_told_to_install_a_cuda_build():
     env = dict(os.environ, SPACES_ZERO_GPU="true", SPACES_ZERO_DEVICE_API_URL="http://127.0.0.1:9")
     run = subprocess.run(
-        [sys.executable, "-c", "import ui.zerogpu"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", "import components.zerogpu"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
     assert run.returncode != 0 and "the installed torch is a CPU build" in run.stderr
 

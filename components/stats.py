@@ -1,6 +1,6 @@
 """Live figures under each lane, and the comparison line once both runs have ended.
 
-Built with `ui.html`: a loaded trace's summary (its stop reason, its counts) is shown as escaped text.
+Built with `components.html`: a loaded trace's summary (its stop reason, its counts) is shown as escaped text.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each handler gets its inputs as one dict keyed by component (its event's inputs are a set) and
 returns a dict keyed by component, so no list of outputs is counted by hand. Every value from the
-page passes `ui.controls` first; every error a user can act on comes back as one line in the page's
+page passes `components.controls` first; every error a user can act on comes back as one line in the page's
 words (a slider's label, never a command-line flag). Handlers only render traces and hand work to
 the engine; none of them re-implements the method.
 """

@@ -8,7 +8,7 @@ an upload (`easd.core.trace.load`).
 Record them again (the embedded pair, every comparison in one batch; float32 rows do not depend
 on the batch they are in):
 
-    python -m ui.gallery --record                  # or --keys shirt,sampling for some of them
+    python -m components.gallery --record                  # or --keys shirt,sampling for some of them
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """A class at once: N users press Generate together; how long until the last one has their result?
 
-    python -m ui.loadtest --pair qwen-coder --backend llama.cpp,transformers --users 1,4,8,16 --max-new-tokens 128
+    python -m components.loadtest --pair qwen-coder --backend llama.cpp,transformers --users 1,4,8,16 --max-new-tokens 128
 
-Serves the app on a local port (the real app: `ui.layout.build_app`, the pair loaded once) and
+Serves the app on a local port (the real app: `components.layout.build_app`, the pair loaded once) and
 sends N simultaneous `/compare` requests with gradio_client, each with its own prompt and seed.
 Twice, in the same run:
   * today's queue: `--max-batch 2`, one comparison at a time, all `max(users)` sent at once; the

@@ -1,7 +1,7 @@
 """Token lanes: a trace rendered as coloured, hoverable, clickable spans of escaped text.
 
 Token text is model output and a loaded trace may hold anything in any field, so every span is
-built with `ui.html` (text and attributes escaped by construction), and the CSS class of an
+built with `components.html` (text and attributes escaped by construction), and the CSS class of an
 origin comes from a fixed table, never from the trace. Nothing here decides anything about the
 method; it only draws what a trace (and `easd.core.whatif`) says.
 """

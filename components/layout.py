@@ -1,6 +1,6 @@
 """The app: the Compare and Evaluation tabs, every event wired to its named handler, and how it is served.
 
-Handlers live in `ui.handlers` and `ui.evaluation`; here each is bound to its page (and host) with
+Handlers live in `components.handlers` and `components.evaluation`; here each is bound to its page (and host) with
 `wire`, which also turns every failure into one line in the words of the interface that asked: a
 page's message area for the browser, a `gr.Error` for the API. Tracebacks go to the server log only.
 `serve` starts it as app.py, the load test and the tests do.
