@@ -18,13 +18,13 @@ import os
 import sys
 from pathlib import Path
 
+from components.backend import ModelHost
+from components.layout import ASSETS, build_app, serve
+from components.page import SESSION_TTL_S
 from easd.cli import add_weight_flags, check_model_flags, runtime_of
 from easd.errors import EasdError
 from easd.pairs.loading import load_pair
 from easd.pairs.registry import PAIRS, default_pair_name, load_named_pair
-from components.backend import ModelHost
-from components.layout import ASSETS, build_app, serve
-from components.page import SESSION_TTL_S
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from easd.core.decoding import BLOCK_END
 from easd.core.trace import TokenRecord, Trace
 
 from .html import Html, join, number, tag
 from .lanes import visible_text
 
-END_REASONS = {
-    "rejected": "the target's standard test rejected a draft",
-    "penalty": "EASD refused a draft the standard test had accepted",
+END_REASONS = {  # by the origin of the block's last token
+    "target_resample": "the target's standard test rejected a draft",
+    "easd_penalty": "EASD refused a draft the standard test had accepted",
     "bonus": "every draft was accepted, so the target added a bonus token",
-    "single": "one model, one token per step",
+    "draft_accepted": "the run ended inside the block (an end token, or the token limit)",
+    "target": "one model, one token per step",
+    "draft": "one model, one token per step",
 }
 
 
@@ -28,7 +29,7 @@ class BlockView:
     index: int
     drafted: list[tuple[int, str]]  # what the draft proposed (possibly only the examined part)
     records: list[TokenRecord]  # what the block emitted
-    end: str
+    end: str  # the origin of the token that ended the block
     complete: bool  # False when later drafts are unknown (CSV traces)
 
 
@@ -51,7 +52,7 @@ def block_views(trace: Trace | None) -> list[BlockView]:
 
 
 def _end_of(records: list[TokenRecord]) -> str:
-    return BLOCK_END.get(records[-1].origin, "single")
+    return records[-1].origin
 
 
 def stepper_html(lane_title: str, views: list[BlockView], step: int) -> Html:

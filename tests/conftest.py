@@ -89,8 +89,8 @@ def launch_app(host, eval_dirs=(), **app_options):
 @pytest.fixture(scope="session")
 def app_server(eval_folder):
     """The web app on the tiny random pair, served on a free local port for the session: (url, host)."""
-    from easd.pairs.tiny import load_tiny_pair
     from components.backend import ModelHost
+    from easd.pairs.tiny import load_tiny_pair
 
     host = ModelHost({"tiny-random": load_tiny_pair}, "tiny-random", max_new_tokens_cap=400, max_batch=16)
     url, demo = launch_app(host, eval_dirs=[str(eval_folder)])

@@ -4,9 +4,9 @@ import gradio as gr
 import pandas as pd
 import pytest
 
+from components import evaluation
 from easd.errors import EasdError
 from easd.lab.results import load_results
-from components import evaluation
 
 
 @pytest.fixture(scope="module")

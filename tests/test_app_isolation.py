@@ -21,15 +21,15 @@ import pytest
 from conftest import launch_app
 from gradio_client import Client
 
+from components.backend import ModelHost
+from components.handlers import compare
+from components.layout import api_parameters
 from easd.core import trace as trace_io
 from easd.core.compare import Comparison
 from easd.core.settings import DecodeSettings
 from easd.core.trace import Trace
 from easd.errors import EasdError
 from easd.pairs.tiny import load_tiny_pair
-from components.backend import ModelHost
-from components.handlers import compare
-from components.layout import api_parameters
 
 ARGUMENTS = dict(prompt="x", tau_h=1.0, tau_o=0.8, top_n=5, k=4, temperature=0.0, top_p=1.0, max_new_tokens=8)
 ARGUMENTS |= dict(rule="full", seed=0, pair="", chat=True)  # /compare's parameters, in order

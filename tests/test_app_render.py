@@ -4,9 +4,6 @@ from html import unescape
 
 import pytest
 
-from easd.core import trace as trace_io
-from easd.core.settings import DecodeSettings
-from easd.core.trace import TokenRecord, Trace
 from components import figures
 from components.controls import RuleView
 from components.inspector import inspector_html
@@ -14,6 +11,9 @@ from components.lanes import lane_html, tooltip
 from components.session import Session
 from components.stats import comparison_html
 from components.stepper import block_views, stepper_html
+from easd.core import trace as trace_io
+from easd.core.settings import DecodeSettings
+from easd.core.trace import TokenRecord, Trace
 
 NASTY = ['<img src=x onerror="window.__xss=1">', '"><script>window.__xss=2</script>', "${window.__xss=3}", "{{value}}", "a&b"]
 
@@ -92,7 +92,9 @@ def test_stepper_shows_every_draft_from_json_and_the_examined_ones_from_csv(run,
     from_json, from_csv = trace_io.load(tmp_path / "t.json")[0], trace_io.load(tmp_path / "t.csv")[0]
     json_views, csv_views = block_views(from_json), block_views(from_csv)
     assert len(json_views) == len(csv_views) == len({r.block for r in easd.records})
-    rejected = next(i for i, v in enumerate(json_views) if v.end in ("rejected", "penalty") and len(v.records) < len(v.drafted))
+    rejected = next(
+        i for i, v in enumerate(json_views) if v.end in ("target_resample", "easd_penalty") and len(v.records) < len(v.drafted)
+    )
     assert len(json_views[0].drafted) == 4 and all(len(v.records) <= len(v.drafted) + 1 for v in json_views)
     assert len(csv_views[rejected].drafted) == len(csv_views[rejected].records)
     assert "never examined" in stepper_html("EASD", json_views, rejected)

@@ -5,10 +5,10 @@ from dataclasses import replace
 
 import pytest
 
+from components.gallery import Gallery
 from easd.core.compare import LANES
 from easd.errors import SettingsError
 from easd.lab.problems import extract_answer
-from components.gallery import Gallery
 
 
 @pytest.fixture(scope="module")

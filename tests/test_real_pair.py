@@ -99,7 +99,7 @@ def test_every_live_example_forks_within_its_first_128_tokens(qwen_pair):
     settings = replace(read_settings({"max_new_tokens": 128}, 256), method="easd")
     rows = [Generation(qwen_pair, example, settings) for example in EXAMPLES]
     for block in Batch(qwen_pair, rows):
-        if block.end == "penalty":
+        if block.end == "easd_penalty":
             block.generation.stop()  # it forked: no need to decode the rest
     forks = {row.prompt[:40]: row.trace.summary()["first_penalty_position"] for row in rows}
     assert all(position is not None and position < 128 for position in forks.values()), forks

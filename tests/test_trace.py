@@ -64,7 +64,7 @@ def tricky_trace() -> Trace:
     records.append(TokenRecord(len(TRICKY), 9, 5, "bonus text", "bonus", h_target=0.25, target_top=records[0].target_top))
     settings = DecodeSettings(method="easd", rule="no_overlap", tau_h=1.25, temperature=0.7, top_p=0.9, seed=11)
     stats = RunStats(prompt_tokens=3, seconds=1.5, target_calls=7, draft_calls=20, stop_reason="eos")
-    blocks = [BlockInfo(0, [(1, "a"), (2, "=b")], "rejected"), BlockInfo(9, [], "bonus")]
+    blocks = [BlockInfo(0, [(1, "a"), (2, "=b")], "target_resample"), BlockInfo(9, [], "bonus")]
     return Trace(settings, '=draft, "quoted"', "target\nmodel", records, prompt="why?", stats=stats, blocks=blocks)
 
 
@@ -272,7 +272,11 @@ def set_at(data, path, value):
         (("runs", 0, "settings", "seed"), 2**64, "runs[0].settings.seed: 18446744073709551616 is not an integer"),
         (("runs", 0, "settings", "max_new_tokens"), "64", "runs[0].settings.max_new_tokens: '64' is not an integer"),
         (("runs", 0, "settings", "method"), "x", "runs[0].settings.method: 'x' is not one of target, draft, sd, easd"),
-        (("runs", 0, "blocks", 0, "end"), "<b>", "runs[0].blocks[0].end: '<b>' is not one of rejected, penalty, bonus, single"),
+        (
+            ("runs", 0, "blocks", 0, "end"),
+            "<b>",
+            "runs[0].blocks[0].end: '<b>' is not one of target_resample, easd_penalty, bonus",
+        ),
         (("runs", 0, "blocks", 0, "drafted"), [[1, "a"]] * 5, "runs[0].blocks[0].drafted: must be a list of at most k = 4"),
         (("runs", 0, "blocks", 0, "drafted"), [["1", "a"]], "runs[0].blocks[0].drafted[0][0]: '1' is not an integer"),
         (("runs", 0, "blocks", 0, "index"), -1, "runs[0].blocks[0].index: -1 is not an integer from 0"),
@@ -281,7 +285,8 @@ def set_at(data, path, value):
         (("runs", 0, "stats", "when"), 1, "runs[0].stats.when: not a field of the trace format"),
         (("runs", 0, "info", "dtype"), [1], "runs[0].info.dtype: must be text, a number, true, false or null"),
         (("runs", 0, "prompt"), 12345, "runs[0].prompt: 12345 is not text"),
-        (("version",), 2, "version: 2 is not 1, the version this easd reads"),
+        (("version",), 3, "version: 3 is not 1 or 2, the versions this easd reads"),
+        (("version",), True, "version: True is not 1 or 2, the versions this easd reads"),
         (("runs",), {}, "runs: must be a list"),
     ],
 )
@@ -292,6 +297,19 @@ def test_json_schema_violations_are_named(tmp_path, where, value, message):
     set_at(data, where, value)
     path.write_text(json.dumps(data), encoding="utf-8")
     assert refusal(path).startswith(f"t.json: {message}")
+
+
+def test_a_version_1_file_reads_with_its_block_ends_renamed(tmp_path):
+    path = tmp_path / "t.json"
+    trace_io.write_json([tricky_trace()], path)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["version"] = 1
+    data["runs"][0]["blocks"][0]["end"] = "rejected"  # version 1's word for target_resample
+    path.write_text(json.dumps(data), encoding="utf-8")
+    assert [b.end for b in trace_io.load(path)[0].blocks] == ["target_resample", "bonus"]
+    data["version"] = 2
+    path.write_text(json.dumps(data), encoding="utf-8")
+    assert "'rejected' is not one of target_resample" in refusal(path)  # version 2 has one word per outcome
 
 
 def test_size_limits_are_enforced(tmp_path, monkeypatch):

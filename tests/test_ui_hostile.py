@@ -17,7 +17,6 @@ import gradio as gr
 import pytest
 from hostile import PAYLOADS, csv_fields, hostile_csv, hostile_json, json_fields
 
-from easd.core.compare import LANES
 from components import handlers
 from components.backend import ModelHost
 from components.controls import DEFAULTS, RuleView
@@ -29,6 +28,7 @@ from components.layout import wire
 from components.page import build_page
 from components.session import Session
 from components.stepper import block_views, stepper_html
+from easd.core.compare import LANES
 
 TAGS = {"span", "div", "p", "h3", "h4", "code", "b", "table", "tr", "td", "th", "pre", "button"}
 CLASSES = set(ORIGIN_CLASSES.values()) | {"o-unknown", "tok", "sel", "fork", "whatif", "empty", "inspector", "stepper"}

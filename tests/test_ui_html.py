@@ -5,7 +5,6 @@ import time
 import gradio as gr
 import pytest
 
-from easd.errors import SettingsError
 from components import handlers
 from components.backend import Busy, Client, ModelHost
 from components.controls import FIELDS, RuleView, page_words, read_settings
@@ -14,6 +13,7 @@ from components.html import Html, join, number, tag, text
 from components.layout import wire
 from components.page import build_page
 from components.session import Session
+from easd.errors import SettingsError
 
 
 def test_text_and_attributes_are_escaped():

@@ -16,11 +16,11 @@ import pytest
 from conftest import launch_app
 from gradio_client import Client
 
+from components import zerogpu
+from components.backend import ModelHost
 from easd.core.compare import Comparison
 from easd.core.settings import DecodeSettings
 from easd.pairs.tiny import load_tiny_pair
-from components import zerogpu
-from components.backend import ModelHost
 
 ROOT = Path(__file__).resolve().parent.parent
 

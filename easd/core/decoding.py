@@ -57,11 +57,10 @@ class Block:
     index: int
     drafted: list[int]  # c_1..c_k proposed by the draft (empty for single-model runs)
     records: list[TokenRecord]  # the tokens emitted, in order
-    end: str  # rejected | penalty | bonus | single (a single-model step)
+    end: str  # the origin of the token that ended it: target_resample | easd_penalty | bonus, or target | draft (one model)
     generation: Generation | None = None  # the row it belongs to
 
 
-BLOCK_END = {"target_resample": "rejected", "easd_penalty": "penalty", "bonus": "bonus"}
 # trace column -> acceptance.Margins field
 MARGIN_FIELDS = {
     "h_draft_margin": "h_draft",
@@ -556,11 +555,12 @@ class Batch:
                 drafted = torch.tensor(plan.drafted, dtype=torch.long, device=plan.p_logits.device)
                 verdict = judge_block(q_logits, plan.p_logits, drafted, settings, generation.generator, self.rounding)
                 records = recorder.block_records(plan.block, plan.position, plan.drafted, verdict)
-                return Block(plan.block, plan.drafted, records, BLOCK_END[verdict.origin], generation)
+                return Block(plan.block, plan.drafted, records, verdict.origin, generation)
             logits = plan.p_logits if generation.uses_target else plan.q_logits[0]  # [1, V]
             probs = acc.sampling_probs(logits, settings.temperature, settings.top_p)
             token = int(acc.draw(probs, generation.generator, settings.greedy))
-            return Block(plan.block, [], [recorder.single_record(plan.block, plan.position, token, logits)], "single", generation)
+            record = recorder.single_record(plan.block, plan.position, token, logits)
+            return Block(plan.block, [], [record], record.origin, generation)
         return None
 
     def _commit(self, blocks: list[Block], seconds: float) -> None:

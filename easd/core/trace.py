@@ -22,7 +22,10 @@ from .trace_schema import ORIGINS as ORIGINS  # re-exported: easd.core.trace.ORI
 
 FORMAT = "easd-trace"
 DELTA_FORMAT = "easd-trace-update"  # a streamed run's new rows (see to_json_delta)
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# Version 1 named a block's end in words of its own; version 2 names it by the origin of its last token.
+# A version-1 file reads with its block ends renamed, and is otherwise the same.
+VERSION_1_ENDS = {"rejected": "target_resample", "penalty": "easd_penalty", "bonus": "bonus"}
 
 Candidate = tuple[int, str, float]  # (token id, token text, probability at temperature 1)
 
@@ -65,7 +68,7 @@ class BlockInfo:
 
     index: int
     drafted: list[tuple[int, str]]  # (id, text) of c_1..c_k
-    end: str  # one of trace_schema.BLOCK_ENDS: rejected | penalty | bonus | single
+    end: str  # one of trace_schema.BLOCK_ENDS: the origin of the token that ended the block
 
 
 @dataclass
@@ -468,8 +471,9 @@ _JSON_ROW_FIELDS |= {
 
 def _runs_from_json(data: dict) -> list[Trace]:
     _check_keys(data, {"format", "version", "runs"})
-    if data.get("version") != FORMAT_VERSION:
-        raise SchemaError("version", f"{data.get('version')!r} is not {FORMAT_VERSION}, the version this easd reads")
+    version = data.get("version")
+    if version not in (1, FORMAT_VERSION) or isinstance(version, bool):
+        raise SchemaError("version", f"{version!r} is not 1 or {FORMAT_VERSION}, the versions this easd reads")
     runs = _list(data, "runs", MAX_RUNS)
     rows = [run["rows"] for run in runs if isinstance(run, dict) and isinstance(run.get("rows"), list)]
     cells = sum(len(row) for run_rows in rows for row in run_rows if isinstance(row, dict))
@@ -478,13 +482,13 @@ def _runs_from_json(data: dict) -> list[Trace]:
     traces = []
     for i, run in enumerate(runs):
         try:
-            traces.append(_run_from_json(run))
+            traces.append(_run_from_json(run, version))
         except SchemaError as err:
             raise SchemaError(f"runs[{i}].{err.where}" if err.where else f"runs[{i}]", err.message) from None
     return traces
 
 
-def _run_from_json(run) -> Trace:
+def _run_from_json(run, version: int) -> Trace:
     if not isinstance(run, dict):
         raise SchemaError("", "must be an object")
     _check_keys(run, _RUN_KEYS)
@@ -501,7 +505,7 @@ def _run_from_json(run) -> Trace:
     trace.stats = RunStats(**stats)
     _object(run, "summary")  # recomputed from the rows, so only its type matters
     for j, block in enumerate(_list(run, "blocks", MAX_ROWS)):
-        trace.blocks.append(_nested(_block, block, f"blocks[{j}]", trace.settings.k))
+        trace.blocks.append(_nested(_block, block, f"blocks[{j}]", trace.settings.k, version))
     for j, row in enumerate(_list(run, "rows", MAX_ROWS)):
         _nested(_json_row, row, f"rows[{j}]", trace)
     return trace
@@ -527,13 +531,14 @@ def _json_row(row, trace: Trace) -> None:
     _append_record(trace, row, schema.candidate_count(row))
 
 
-def _block(block, k: int) -> BlockInfo:
+def _block(block, k: int, version: int) -> BlockInfo:
     if not isinstance(block, dict) or set(block) != {"index", "drafted", "end"}:
         raise SchemaError("", "must be an object with index, drafted and end")
     schema.check_value("index", block["index"], schema.INDEX)
     schema.check_block_drafts(block["drafted"], k)
-    schema.check_value("end", block["end"], schema.Field("text", choices=schema.BLOCK_ENDS))
-    return BlockInfo(block["index"], [tuple(d) for d in block["drafted"]], block["end"])
+    end = VERSION_1_ENDS.get(block["end"], block["end"]) if version == 1 and isinstance(block["end"], str) else block["end"]
+    schema.check_value("end", end, schema.Field("text", choices=schema.BLOCK_ENDS))
+    return BlockInfo(block["index"], [tuple(d) for d in block["drafted"]], end)
 
 
 def _info(info: dict) -> dict:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from .settings import MAX_TOP_N, METHODS, RULES, SIGNALS
 
 ORIGINS = ("draft_accepted", "target_resample", "easd_penalty", "bonus", "target", "draft")
-BLOCK_ENDS = ("rejected", "penalty", "bonus", "single")  # as decoding.Block.end
+BLOCK_ENDS = ("target_resample", "easd_penalty", "bonus")  # a speculative block's end: the origin of its last token
 STOP_REASONS = ("eos", "max_new_tokens", "context", "stopped", "error")
 
 # --- limits: the most work one file can cause --------------------------------------------------
