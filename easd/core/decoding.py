@@ -246,6 +246,7 @@ class Generation:
     trace: Trace = field(init=False)
     checkpoints: list[Checkpoint] = field(init=False, default_factory=list)  # one per block started
     first_block: int = field(init=False, default=0)
+    done: bool = field(init=False, default=False)  # the row has ended; set by `finish` only
 
     def __post_init__(self):
         self.settings.validate()
@@ -265,7 +266,6 @@ class Generation:
         )
         self.start: Start | None = None  # the cache states a resumed run joins with (see resume_at)
         self.final: tuple[RowState | None, RowState | None] | None = None  # kept when the row ends, if keep_kv
-        self.done = False  # set by `finish` only
         self.error: EasdError | None = None  # why the row failed, when its stop reason is "error"
         self._stop = threading.Event()
 
