@@ -37,7 +37,7 @@ class DecodeSettings:
     seed: int = 0  # one seed per run: SD and EASD with the same seed agree until the first penalty
     record_top: int = 0  # top candidates kept per token in the trace; 0 means max(top_n, 5)
     # The lm_head in float32 even for bfloat16 weights, so that rounding of the logits does not
-    # decide the rule (README, "Fragile decisions"); "model" keeps the model's dtype, as before.
+    # decide the rule (README, "Fragile decisions"); "model" uses the model's own logits, in its dtype.
     signals: str = "float32"
 
     @property

@@ -1,0 +1,78 @@
+"""`python -m easd bench`: tokens/s of every way to decode on the same prompts, against the backends' own
+generation; or rows per pass (--batch-sizes); or Spec-Bench's questions (--suite)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..core.settings import DecodeSettings
+from ..errors import SettingsError
+from .flags import add_model_flags, load_models, numbers, runtime_of, whole_numbers
+
+HELP = "tokens/s of target-only, SD and EASD on the same prompts, against each backend's own generation"
+
+
+def add(parser: argparse.ArgumentParser) -> None:
+    add_model_flags(parser)
+    parser.add_argument("--prompts", type=int, default=5, help="how many built-in prompts to run (1 to 10)")
+    parser.add_argument("--max-new-tokens", type=int, default=128, help="new tokens per prompt (≥ 1)")
+    parser.add_argument("--k", default="4", help="draft tokens per block; several (comma-separated) give an SD row each")
+    parser.add_argument("--tau-h", default="1.0", help="EASD's τ_H; several (comma-separated) give an EASD row each")
+    parser.add_argument("--repeats", type=int, default=1, help="passes over the prompts; all of them count")
+    parser.add_argument("--batch-sizes", help="instead: total tokens/s at each B rows per pass, e.g. 1,4,16")
+    suite = parser.add_argument_group("Spec-Bench (docs/evaluation.md)")
+    suite.add_argument("--suite", nargs=2, metavar=("spec-bench", "FILE"), help="Spec-Bench's question file instead")
+    suite.add_argument("--per-category", type=int, default=5, help="with --suite: questions per category (≥ 1)")
+    suite.add_argument("--answers", type=Path, metavar="DIR", help="with --suite: write Spec-Bench answer files into DIR")
+    suite.add_argument("--skip-long", action="store_true", help="with --suite: leave out questions that may not fit the context")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.suite is not None:
+        return run_suite(args)
+    from ..lab.bench import PROMPTS, Plan, run_batched_benchmark, run_benchmark
+
+    if not 1 <= args.prompts <= 10:
+        raise SettingsError("--prompts", f"must be from 1 to 10 (got {args.prompts})")
+    if args.repeats < 1:
+        raise SettingsError("--repeats", f"must be ≥ 1 (got {args.repeats})")
+    tau_hs, ks = numbers("--tau-h", args.tau_h), whole_numbers("--k", args.k)
+    for settings in [DecodeSettings(k=k) for k in ks] + [
+        DecodeSettings(tau_h=t, max_new_tokens=args.max_new_tokens) for t in tau_hs
+    ]:
+        settings.validate()
+    backends = [b.strip() for b in args.backend.split(",") if b.strip()]
+    transformers_only = {"dtype": "auto", "int8": "none"}  # --dtype and --int8 are transformers' own
+    each_backend = [
+        argparse.Namespace(**{**vars(args), "backend": backend, **(transformers_only if backend == "llama.cpp" else {})})
+        for backend in backends
+    ]
+    for each in each_backend:
+        runtime_of(each).checked()  # every backend's flags are checked before any model loads
+    if args.batch_sizes is not None:
+        sizes = whole_numbers("--batch-sizes", args.batch_sizes)
+        return max(
+            run_batched_benchmark(load_models(each), sizes, args.max_new_tokens, ks[0], tau_hs[0]) for each in each_backend
+        )
+    pairs = [load_models(each) for each in each_backend]
+    return run_benchmark(pairs, Plan(PROMPTS[: args.prompts], args.max_new_tokens, ks, tau_hs, args.repeats))
+
+
+def run_suite(args: argparse.Namespace) -> int:
+    """`bench --suite spec-bench FILE`: Spec-Bench's questions, table and answer files."""
+    from ..lab import specbench
+
+    name, path = args.suite
+    if name != "spec-bench":
+        raise SettingsError("--suite", f"must be spec-bench followed by its question file (got {name!r})")
+    if args.per_category < 1:
+        raise SettingsError("--per-category", f"must be ≥ 1 (got {args.per_category})")
+    if args.answers is not None and not args.answers.parent.resolve().is_dir():
+        raise SettingsError("--answers", f"the folder {args.answers.parent} does not exist")
+    methods = specbench.methods_for(whole_numbers("--k", args.k)[0], numbers("--tau-h", args.tau_h), args.max_new_tokens)
+    for method in methods:
+        method.settings.validate()
+    questions = specbench.load_questions(Path(path), args.per_category)
+    pair = load_models(args)
+    return specbench.run_spec_bench(pair, questions, methods, args.answers, args.skip_long)

@@ -1,0 +1,38 @@
+"""`python -m easd calibrate`: choose τ_H the paper's way, from each model's greedy entropies."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..core.settings import DecodeSettings
+from ..errors import SettingsError
+from .flags import add_batch_flag, add_data_flags, add_model_flags, check_batch_size, load_models, problems
+
+HELP = "choose τ_H from the models' greedy entropies (the paper's procedure)"
+
+
+def add(parser: argparse.ArgumentParser) -> None:
+    add_model_flags(parser)
+    add_data_flags(parser, limit=20)
+    parser.add_argument("--max-new-tokens", type=int, default=512, help="most tokens per greedy generation (≥ 1)")
+    add_batch_flag(parser)
+    parser.add_argument("--out", type=Path, default=Path("runs/calibration"), help="folder for calibration.json and .html")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..lab.calibrate import calibrate, collect_entropies, write_calibration
+
+    if args.max_new_tokens < 1:
+        raise SettingsError("--max-new-tokens", f"must be ≥ 1 (got {args.max_new_tokens})")
+    check_batch_size(args)
+    chosen = problems(args)
+    pair = load_models(args)
+    entropies = collect_entropies(pair, chosen, DecodeSettings(max_new_tokens=args.max_new_tokens), args.batch_size)
+    results = calibrate(entropies)
+    write_calibration(args.out, results, entropies)
+    for result in results:
+        top = f"mean entropy of the top 5% of {result.tokens} greedy tokens = {result.raw:.3f} nats"
+        print(f"{result.model}: {top} → τ_H = {result.tau_h:g}")
+    print(f"histograms: {args.out / 'calibration.html'}")
+    return 0

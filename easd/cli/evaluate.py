@@ -1,0 +1,145 @@
+"""`python -m easd eval`: accuracy, speed and intervention rate of methods on the same problems, with paired
+statistics; decoded here, or on Ray actors (--ray). `sweep` runs through the same `runner`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..core.settings import DecodeSettings
+from ..errors import SettingsError
+from .flags import (
+    add_batch_flag,
+    add_data_flags,
+    add_decode_flags,
+    add_model_flags,
+    add_ray_flags,
+    check_batch_size,
+    load_models,
+    model_args,
+    print_tables,
+    problems,
+    settings_from_args,
+)
+
+HELP = "accuracy, speed and intervention rate of methods on reasoning problems"
+NAME = "eval"
+INT8_BATCH_NOTE = (
+    "note: the int8 draft quantizes each pass's activations with one scale for all its rows, so with --batch-size > 1 "
+    "the draft's entropies and top-n (and so EASD's decisions) depend on the batch; SD's text does not. "
+    "Use --batch-size 1 or no --int8 where EASD's decisions must be reproducible"
+)
+
+
+def add(parser: argparse.ArgumentParser) -> None:
+    add_model_flags(parser)
+    add_data_flags(parser, limit=None)
+    decoding = ("k", "tau_h", "tau_o", "top_n", "temperature", "top_p", "max_new_tokens", "seed", "signals")
+    add_decode_flags(parser, max_new_tokens=512, include=decoding)
+    parser.add_argument("--methods", default="sd,easd", help="comma-separated: target, draft, sd, easd, easd:RULE")
+    parser.add_argument("--samples", type=int, default=1, help="runs per problem, with seeds seed, seed+1, …")
+    parser.add_argument(
+        "--out", type=Path, required=True, help="output folder: results.csv, summary.csv, paired.csv, report.html"
+    )
+    parser.add_argument("--resume", action="store_true", help="continue the results in --out")
+    parser.add_argument("--traces", action="store_true", help="also save every run's trace as JSON under --out/traces")
+    parser.add_argument(
+        "--check-reproducible", type=int, default=0, metavar="N", help="rerun EASD on N problems in another order"
+    )
+    add_batch_flag(parser)
+    add_ray_flags(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..lab.evaluate import parse_methods, run_evaluation
+    from ..lab.report import write_reports
+
+    base = settings_from_args(args)
+    variants = parse_methods(args.methods, base)
+    if args.samples < 1:
+        raise SettingsError("--samples", f"must be ≥ 1 (got {args.samples})")
+    check_batch_size(args)
+    checked = _check_reproducible_flag(args, variants)
+    chosen = problems(args)
+    started = time.perf_counter()
+    try:
+        with runner(args, len(chosen) * args.samples) as (decoder, pair):
+            config = folder_config(args, pair, base, args.samples)
+            rows = run_evaluation(decoder, chosen, variants, args.samples, args.out, config, args.resume, args.traces)
+            if checked:
+                from ..lab.reproduce import check_reproducible
+
+                print(f"--check-reproducible: rerunning {checked} problem(s) in another order", file=sys.stderr)
+                reproducibility = check_reproducible(decoder.pair, chosen, variants, rows, args.batch_size, checked)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: every finished problem is in {args.out / 'results.csv'}; rerun with --resume", file=sys.stderr)
+        return 130
+    summary, paired = write_reports(args.out, args.format)
+    print_tables(summary, paired)
+    if checked:
+        reproducibility.to_csv(args.out / "reproducibility.csv", index=False)
+        print_tables(reproducibility)
+    print(f"wall time {time.perf_counter() - started:.0f} s; tables and report.html in {args.out}")
+    return 0
+
+
+def _check_reproducible_flag(args: argparse.Namespace, variants) -> int:
+    """N of --check-reproducible N, checked before any model loads; 0 when not asked."""
+    from ..lab.reproduce import rerun_batch_size
+
+    count = args.check_reproducible
+    if count == 0:
+        return 0
+    if count < 0:
+        raise SettingsError("--check-reproducible", f"must be a number of problems ≥ 1 (got {count})")
+    if args.ray is not None:
+        raise SettingsError("--check-reproducible", "reruns on this machine; drop --ray, or run it as a separate local eval")
+    if not any(v.settings.method == "easd" for v in variants):
+        raise SettingsError("--check-reproducible", "needs an EASD method in --methods, e.g. --methods sd,easd")
+    rerun_batch_size(args.batch_size, count)
+    return count
+
+
+def folder_config(args: argparse.Namespace, pair: str, base: DecodeSettings, samples: int) -> dict:
+    """What an output folder was made with; --resume refuses a folder made otherwise."""
+    settings = {k: v for k, v in base.as_dict().items() if k not in ("method", "rule")}
+    return {
+        "pair": pair,
+        "data": str(args.data.resolve()),
+        "format": args.format,
+        "shuffle": args.shuffle,
+        "samples": samples,
+        "settings": settings,
+        "command": " ".join(sys.argv),
+    }
+
+
+@contextmanager
+def runner(args: argparse.Namespace, work: int):
+    """(runner, the pair's description): the pair loaded here, or with --ray, Ray actors that each load it."""
+    from ..lab.evaluate import LocalRunner
+
+    ray_flags = {"--ray-actors": args.ray_actors, "--ray-gpus-per-actor": args.ray_gpus_per_actor}
+    if args.ray is None:
+        stray = [flag for flag, value in ray_flags.items() if value is not None]
+        if stray:
+            raise SettingsError(stray[0], "needs --ray (it sizes the Ray actors)")
+        pair = load_models(args)
+        if args.batch_size > 1 and pair.info.get("int8") in ("draft", "both"):
+            print(INT8_BATCH_NOTE, file=sys.stderr)
+        yield LocalRunner(pair, args.batch_size), pair.describe()
+        return
+    from functools import partial
+
+    from ..lab.cluster import ClusterSettings, ray_runner
+
+    cluster = ClusterSettings(args.ray, args.ray_actors, args.ray_cpus_per_actor, args.ray_gpus_per_actor, args.batch_size)
+    cluster = cluster.validate()
+    load_pair = partial(load_models, model_args(args))  # the flags' errors here, before any actor starts
+    with ray_runner(load_pair, cluster, work) as ray:
+        print(f"models: {ray.pair_description} on {len(ray.actors)} Ray actor(s)", file=sys.stderr)
+        yield ray, ray.pair_description
+        print(ray.summary())

@@ -1,0 +1,62 @@
+"""`python -m easd sweep`: EASD over a τ_H × τ_O grid, with SD (and target-only) as reference lines."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from .evaluate import folder_config, runner
+from .flags import (
+    add_batch_flag,
+    add_data_flags,
+    add_decode_flags,
+    add_model_flags,
+    add_ray_flags,
+    check_batch_size,
+    numbers,
+    print_tables,
+    problems,
+    settings_from_args,
+)
+
+HELP = "EASD accuracy and penalty frequency over a τ_H × τ_O grid"
+
+
+def add(parser: argparse.ArgumentParser) -> None:
+    add_model_flags(parser)
+    add_data_flags(parser, limit=40)
+    add_decode_flags(
+        parser, max_new_tokens=512, include=("k", "top_n", "temperature", "top_p", "max_new_tokens", "seed", "signals")
+    )
+    parser.add_argument("--tau-hs", default="1,1.5,2", help="τ_H values of the grid, comma-separated")
+    parser.add_argument("--tau-os", default="0.2,0.4,0.6,0.8,1.0", help="τ_O values of the grid, comma-separated")
+    parser.add_argument("--with-target", action="store_true", help="also run target-only as a reference")
+    parser.add_argument("--out", type=Path, required=True, help="output folder: results.csv, sweep.csv, sweep.html")
+    parser.add_argument("--resume", action="store_true", help="continue the results in --out")
+    add_batch_flag(parser)
+    add_ray_flags(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..lab.evaluate import Variant, grid_variants, run_evaluation
+    from ..lab.report import write_sweep
+
+    base = settings_from_args(args)
+    variants = grid_variants(base, numbers("--tau-hs", args.tau_hs), numbers("--tau-os", args.tau_os))
+    if args.with_target:
+        variants.append(Variant("target", replace(base, method="target")))
+    for variant in variants:
+        variant.settings.validate()
+    check_batch_size(args)
+    chosen = problems(args)
+    try:
+        with runner(args, len(chosen)) as (decoder, pair):
+            run_evaluation(decoder, chosen, variants, 1, args.out, folder_config(args, pair, base, 1), args.resume)
+    except KeyboardInterrupt:
+        print("\ninterrupted; rerun with --resume to continue", file=sys.stderr)
+        return 130
+    print_tables(write_sweep(args.out, args.format))
+    print(f"sweep.csv and sweep.html in {args.out}")
+    return 0
