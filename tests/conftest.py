@@ -19,19 +19,19 @@ def tiny_pair(request):
 @pytest.fixture(scope="session")
 def hf_tiny_pair():
     """The tiny pair on transformers alone: for transformers' own machinery (its caches, int8, bfloat16, its
-    generate) and for comparing with the app, which the tests serve on transformers."""
+    generate), for the app, which the tests serve on transformers, and for files whose backend does not matter."""
     return load_tiny_pair(Runtime(backend="transformers"))
 
 
 @pytest.fixture(scope="session")
-def trace_sources(tmp_path_factory, tiny_pair):
+def trace_sources(tmp_path_factory, hf_tiny_pair):
     """A folder with t.csv and t.json: an SD and an EASD run of 24 tokens, for tests that spoil their fields."""
     from easd.core import trace as trace_io
     from easd.core.decoding import Generation
 
     folder = tmp_path_factory.mktemp("sources")
     runs = [
-        Generation(tiny_pair, "Tom has 3 apples.", DecodeSettings(method=m, max_new_tokens=24, record_top=5)).run()
+        Generation(hf_tiny_pair, "Tom has 3 apples.", DecodeSettings(method=m, max_new_tokens=24, record_top=5)).run()
         for m in ("sd", "easd")
     ]
     trace_io.write_csv(runs, folder / "t.csv")
@@ -51,7 +51,7 @@ def run(tiny_pair):
 
 
 @pytest.fixture(scope="session")
-def eval_folder(tmp_path_factory, tiny_pair):
+def eval_folder(tmp_path_factory, hf_tiny_pair):
     """A small `easd eval` output (tiny pair, 3 problems, SD and EASD) for the Evaluation tab."""
     import json
 
@@ -64,7 +64,7 @@ def eval_folder(tmp_path_factory, tiny_pair):
     (folder / "data.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     problems = load_problems(folder / "data.jsonl", "gsm8k")
     variants = parse_methods("sd,easd", DecodeSettings(max_new_tokens=24))
-    run_evaluation(LocalRunner(tiny_pair), problems, variants, 1, folder, {"pair": "tiny"}, progress=False)
+    run_evaluation(LocalRunner(hf_tiny_pair), problems, variants, 1, folder, {"pair": "tiny"}, progress=False)
     write_reports(folder, "gsm8k")
     return folder
 
