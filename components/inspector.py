@@ -111,7 +111,7 @@ def _signals(record: TokenRecord, view: RuleView) -> Html:
 
 
 def _margins(record: TokenRecord) -> Html:
-    """How far the run's decision was from flipping (README, "Fragile decisions"), from the trace's margin columns."""
+    """How far the run's decision was from flipping (docs/method.md, "Fragile decisions"), from the trace's margin columns."""
     fired = bool(record.triggered)
     rows = [
         tag("tr", tag("td", "H_draft − τ_H"), tag("td", f"{number(record.h_draft_margin, '+.4f')} nats")),

@@ -22,7 +22,7 @@ def stats_html(trace: Trace | None) -> Html:
         join(["target calls ", tag("b", number(s["target_calls"], "d"))]),
         join(["penalties ", tag("b", number(s["penalized"], "d"))]),
     ]
-    if s["fragile_penalties"]:  # README, "Fragile decisions": rounding could have flipped these
+    if s["fragile_penalties"]:  # docs/method.md, "Fragile decisions": rounding could have flipped these
         parts.append(join(["≈ fragile ", tag("b", number(s["fragile_penalties"], "d"))]))
     if s["stop_reason"]:
         parts.append(f"stop: {s['stop_reason']}")

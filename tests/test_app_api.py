@@ -138,7 +138,9 @@ def test_eight_users_at_once_each_get_what_they_get_alone(app_url, hf_tiny_pair)
         asked = requests[name]
         runs = runs_of(result)
         assert all(run["prompt"] == asked["prompt"] and run["settings"]["seed"] == asked["seed"] for run in runs.values())
-        settings = DecodeSettings(seed=asked["seed"], max_new_tokens=48, record_top=20)  # greedy: see README "A class at once"
+        settings = DecodeSettings(
+            seed=asked["seed"], max_new_tokens=48, record_top=20
+        )  # greedy: see docs/app-and-api.md, "A class at once"
         alone = Comparison(hf_tiny_pair, asked["prompt"], settings).run()
         for lane, trace in alone.items():
             rows = runs[lane]["rows"]

@@ -1,4 +1,5 @@
-"""The web app in a real browser (Debian's headless Chromium), on the tiny random pair."""
+"""The web app in a real browser (Debian's headless Chromium), on the tiny random pair; the first example on the
+embedded pair."""
 
 import os
 import shutil
@@ -7,6 +8,7 @@ import time
 import pytest
 
 webdriver = pytest.importorskip("selenium.webdriver")
+from conftest import launch_app  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
@@ -320,7 +322,6 @@ def test_hostile_values_in_every_field_run_nothing(browser, trace_sources, tmp_p
 @pytest.fixture(scope="module")
 def one_at_a_time(hf_tiny_pair):
     """A second app whose shared batch holds one comparison (--max-batch 2): (url, the pair's worker)."""
-    from conftest import launch_app
 
     from components.backend import ModelHost
 
@@ -443,3 +444,35 @@ def test_closing_the_tab_deletes_its_traces_and_files(app_url):
     gc.collect()
     print(f"\nclosed tab: its folder was deleted {time.monotonic() - started:.1f} s after the tab closed")
     assert sum(type(o) is Trace for o in gc.get_objects()) <= held - 2  # its two traces went with it
+
+
+def test_the_first_example_on_the_embedded_pair_streams_from_its_first_block():
+    """The app as a user first meets it: the embedded pair (llama.cpp on this CPU), the first example, default settings
+    (128 tokens per lane, greedy). Prints when the first token shows and when both lanes are done (not asserted)."""
+    from easd.pairs.packaged import DRAFT, TARGET, installed
+    from easd.pairs.registry import load_named_pair
+
+    if not (installed(DRAFT) and installed(TARGET)):
+        pytest.skip("qwen-coder part packages not installed")
+    import json
+
+    from components.backend import ModelHost
+    from components.layout import ASSETS
+
+    pair = load_named_pair("qwen-coder")  # the app's own choice of backend here
+    host = ModelHost({"qwen-coder": lambda: pair}, "qwen-coder", max_new_tokens_cap=256)
+    url, demo = launch_app(host)
+    driver = open_browser(url)
+    try:
+        example = json.loads((ASSETS / "examples.json").read_text())[0]
+        started = time.monotonic()
+        generate(driver, example)
+        wait(driver, 120).until(lambda d: tokens(d, "sd") and tokens(d, "easd"))
+        first = time.monotonic() - started
+        wait(driver, 600).until(lambda d: text_of(d, "message").startswith("Done"))
+        done = time.monotonic() - started
+        assert len(tokens(driver, "sd")) == 128 and tokens(driver, "easd", ".o-easd_penalty")  # it forks (the example's point)
+        print(f"\nfirst example on {pair.backend}: first token after {first:.2f} s, both lanes done after {done:.1f} s")
+    finally:
+        driver.quit()
+        demo.close()

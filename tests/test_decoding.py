@@ -1,4 +1,4 @@
-"""The decoding invariants listed in the README's Tests section, on the tiny random pair (float32)."""
+"""The decoding invariants listed in docs/testing.md, "What the suite covers", on the tiny random pair (float32)."""
 
 import dataclasses
 import threading

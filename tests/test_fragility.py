@@ -1,4 +1,4 @@
-"""Precise signals, decision margins and fragile decisions (README, "Fragile decisions")."""
+"""Precise signals, decision margins and fragile decisions (docs/method.md, "Fragile decisions")."""
 
 import copy
 import csv

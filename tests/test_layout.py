@@ -59,5 +59,5 @@ def test_the_engine_never_imports_gradio():
 
 
 def test_the_top_level_holds_what_the_mission_names():
-    expected = {"app.py", "easd", "components", "assets", "tests", "requirements.txt", "README.md"}
+    expected = {"app.py", "easd", "components", "assets", "docs", "tests", "requirements.txt", "README.md"}
     assert expected <= {p.name for p in ROOT.iterdir()} and not (ROOT / "ui").exists()

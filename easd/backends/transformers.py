@@ -125,7 +125,7 @@ _FLOAT32_HEADS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model
 
 
 def float32_head(model: PreTrainedModel) -> torch.nn.Module:
-    """The model's lm_head computing in float32 (README, "Fragile decisions").
+    """The model's lm_head computing in float32 (docs/method.md, "Fragile decisions").
 
     A float32 head (and an int8 one, whose output is float32) is used as it is; a bfloat16 or
     float16 head gets a float32 copy of its weights, made once per model. It costs vocabulary ×

@@ -19,7 +19,7 @@ import torch
 
 from .settings import overlap_needed
 
-# Which conditions each trigger rule needs (README, "The method"). All comparisons are ≥.
+# Which conditions each trigger rule needs (docs/method.md, "The method"). All comparisons are ≥.
 RULE_CONDITIONS: dict[str, tuple[str, ...]] = {
     "full": ("draft_entropy", "target_entropy", "overlap"),
     "no_overlap": ("draft_entropy", "target_entropy"),
@@ -69,7 +69,7 @@ def rule_fires(rule: str, h_draft, h_target, overlap, *, tau_h: float, tau_o: fl
     return fires
 
 
-# --- how far each decision is from flipping (README, "Fragile decisions") ----------------------
+# --- how far each decision is from flipping (docs/method.md, "Fragile decisions") ----------------------
 
 
 @dataclass(frozen=True)

@@ -101,7 +101,7 @@ def judge_block(
     generator: torch.Generator | None,
     rounding: acc.Rounding = acc.EXACT,  # the models' precision, for the margins' fragile flag
 ) -> Verdict:
-    """Steps 3–4 of one block (README, "The method"). Pure apart from the random numbers it draws."""
+    """Steps 3–4 of one block (docs/method.md, "The method"). Pure apart from the random numbers it draws."""
     k, T, top_p = len(drafted), settings.temperature, settings.top_p
     p_tilde = acc.sampling_probs(target_logits, T, top_p)  # [k+1, V]
     q_tilde = acc.sampling_probs(draft_logits, T, top_p)  # [k, V]

@@ -39,7 +39,7 @@ class ModelPair:
 
     @property
     def rounding(self) -> Rounding:
-        """How far each model's logits may move without meaning anything (README, "Fragile decisions")."""
+        """How far each model's logits may move without meaning anything (docs/method.md, "Fragile decisions")."""
         return Rounding(
             draft=self.draft.eps, target=self.target.eps, draft_shift=self.draft.shift, target_shift=self.target.shift
         )

@@ -1,7 +1,7 @@
 """Shared-prefix evaluation: EASD runs that reuse the SD run they agree with.
 
 With the same prompt, seed and settings, SD and EASD make identical decisions and draw identical
-random numbers until EASD's first penalty (README, "The method": randomness). The SD trace says where that is: the
+random numbers until EASD's first penalty (docs/method.md, "The method": randomness). The SD trace says where that is: the
 first draft SD kept where the rule fires. So an EASD run (any rule, τ_H or τ_O, at the SD run's n)
 can start from the SD run's checkpoint at the start of that block instead of from the prompt.
 Its output equals a run from scratch; its time and call counts include the SD run's for the

@@ -1,6 +1,6 @@
 """The settings of one generation run, with their defaults and allowed ranges.
 
-Every field has a default taken from the paper (README, "The method") or from what runs well on a
+Every field has a default taken from the paper (docs/method.md, "The method") or from what runs well on a
 2-core CPU. `validate()` checks them all and names the first bad one
 (`SettingsError.setting`), which the CLI shows as its flag and the app as its slider's label.
 """
@@ -26,7 +26,7 @@ MIN_TOP_P = 1e-3
 @dataclass(frozen=True)
 class DecodeSettings:
     method: str = "easd"  # target | draft | sd | easd
-    rule: str = "full"  # which EASD trigger rule (README, "The method"); SD runs still record it
+    rule: str = "full"  # which EASD trigger rule (docs/method.md, "The method"); SD runs still record it
     k: int = 4  # draft tokens per block: the paper's default and a good fit for a 3x size gap
     tau_h: float = 1.0  # entropy threshold in nats, applied to draft and target alike
     tau_o: float = 0.8  # top-n overlap threshold: 0.8 with n=5 means at least 4 of 5 shared
@@ -37,7 +37,7 @@ class DecodeSettings:
     seed: int = 0  # one seed per run: SD and EASD with the same seed agree until the first penalty
     record_top: int = 0  # top candidates kept per token in the trace; 0 means max(top_n, 5)
     # The lm_head in float32 even for bfloat16 weights, so that rounding of the logits does not
-    # decide the rule (README, "Fragile decisions"); "model" uses the model's own logits, in its dtype.
+    # decide the rule (docs/method.md, "Fragile decisions"); "model" uses the model's own logits, in its dtype.
     signals: str = "float32"
 
     @property

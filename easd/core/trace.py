@@ -48,7 +48,7 @@ class TokenRecord:
     triggered: bool | None = None  # the EASD rule fired here (recorded in SD runs too)
     draft_top: list[Candidate] = field(default_factory=list)
     target_top: list[Candidate] = field(default_factory=list)
-    # How far that decision was from flipping (README, "Fragile decisions"); None where a file lacks them;
+    # How far that decision was from flipping (docs/method.md, "Fragile decisions"); None where a file lacks them;
     # last, so that positional construction of the fields above still works
     h_draft_margin: float | None = None  # h_draft − τ_H
     h_target_margin: float | None = None  # h_target − τ_H
@@ -125,7 +125,7 @@ def software_versions() -> dict:
 
 
 def summarize(trace: Trace) -> dict:
-    """The summary metrics of the README's "The trace" section: the one place that counts acceptance.
+    """The summary metrics (docs/app-and-api.md, "Trace files"): the one place that counts acceptance.
 
     `examined` counts the drafted tokens the standard test looked at, `accepted` those it kept.
     """

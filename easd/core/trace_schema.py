@@ -3,7 +3,7 @@
 A trace file is untrusted input (the app loads uploads), so `easd.core.trace` checks every value
 against this schema before anything of the file is returned. A violation raises `SchemaError`,
 which names the field; the readers add the row or the JSON path and the file's base name.
-The README's "The trace" section states the same rules and limits.
+docs/app-and-api.md, "Trace files", states the same rules and limits.
 """
 
 from __future__ import annotations

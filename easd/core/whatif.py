@@ -44,7 +44,7 @@ def would_fire(trace: Trace, rule: str, tau_h: float, tau_o: float, top_n: int) 
 def would_be_fragile(trace: Trace, rule: str, tau_h: float, tau_o: float) -> np.ndarray:
     """Whether a rounding step could flip the rule's decision at each row, under these settings (the trace's n).
 
-    Read from the tolerances the run recorded (README, "Fragile decisions"); None where a row
+    Read from the tolerances the run recorded (docs/method.md, "Fragile decisions"); None where a row
     has none (no draft, or a file written before they existed).
     """
     top_n = trace.settings.top_n

@@ -81,7 +81,7 @@ def pending_work(problems: list[Problem], variants: list[Variant], samples: int,
     return items
 
 
-DEFAULT_BATCH_SIZE = 8  # rows per forward pass: on a 2-core CPU a pass over 8 rows costs ~3x one row (README)
+DEFAULT_BATCH_SIZE = 8  # rows per forward pass: on a 2-core CPU a pass over 8 rows costs ~3x one row (docs/benchmarks.md)
 
 
 def decode_items(

@@ -1,6 +1,6 @@
 """Reasoning problems: loading them, asking for a boxed answer, extracting it, and grading it.
 
-Formats (one JSON object per line, except gpqa's CSV); README, "Benchmark files", maps each field:
+Formats (one JSON object per line, except gpqa's CSV); docs/evaluation.md, "Benchmark files", maps each field:
   gsm8k     {"question": ..., "answer": "... #### 72"}
   math      {"problem": ..., "solution": "... \\boxed{...} ..."} or {"problem": ..., "answer": ...}
   choice    {"question": ..., "options": [...] or {"A": ...}, "answer": "B"}  (also "choices", "label")
@@ -128,7 +128,7 @@ def detect_format(row: dict, path: Path) -> str:
             return name
     raise EasdError(
         f"--format auto: the first record of {path.name} has fields ({', '.join(sorted(keys)) or 'none'}) that match no known format; "
-        f'known: {", ".join(FORMATS)} (README, "Benchmark files"), or give --format'
+        f'known: {", ".join(FORMATS)} (docs/evaluation.md, "Benchmark files"), or give --format'
     )
 
 

@@ -78,7 +78,7 @@ def _summary_row(method: str, group: pd.DataFrame, format: str) -> dict:
 
 def _fragility(group: pd.DataFrame) -> dict:
     """Penalties, the share of them a rounding step could have flipped, and accuracy over the runs whose
-    every penalty was robust (README, "Fragile decisions"). Unknown (NaN) for results written without it."""
+    every penalty was robust (docs/method.md, "Fragile decisions"). Unknown (NaN) for results written without it."""
     penalties = int(group["penalized"].sum())
     known = group["fragile_penalties"].notna()
     if not known.all():
@@ -193,7 +193,7 @@ def fragility_figure(summary: pd.DataFrame) -> go.Figure:
     cells = [[_table_cell(v) for v in summary[c]] for c in columns]
     figure = go.Figure(go.Table(header=dict(values=columns), cells=dict(values=cells)))
     return figure.update_layout(
-        title="Penalties decided by rounding (README, 'Fragile decisions')", height=120 + 30 * len(summary)
+        title="Penalties decided by rounding (docs/method.md, 'Fragile decisions')", height=120 + 30 * len(summary)
     )
 
 

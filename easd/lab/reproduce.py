@@ -1,6 +1,6 @@
 """`eval --check-reproducible N`: do EASD's decisions survive another, equally correct evaluation order?
 
-A penalty decided by rounding (README, "Fragile decisions") can move when the same computation
+A penalty decided by rounding (docs/method.md, "Fragile decisions") can move when the same computation
 runs in another order: a row sharing its forward passes with other rows rather than alone, or
 the other way round. This reruns the EASD variants of the first N problems (sample 0) in the
 other order and compares each with the evaluation's own row: where its first penalty fell, and

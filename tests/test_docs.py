@@ -1,0 +1,148 @@
+"""The README and docs/ as a reader uses them: every command parses, the tiny-pair ones run, every path
+and link resolves, and the sections the code cites exist."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from easd import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+TOP_LEVEL = r"(?:app\.py|easd/|components/|assets/|tests/|docs/|\.ci/|requirements[\w-]*\.txt)"
+
+
+def shell_lines(page: Path) -> list[str]:
+    """The command lines of a page's bash blocks and inline code, continuation lines joined."""
+    text = page.read_text()
+    lines = []
+    for block in re.findall(r"```(?:bash|sh)\n(.*?)```", text, re.S):
+        lines += block.replace("\\\n", " ").splitlines()
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    lines += re.findall(r"`(python -m easd [^`]+ --[^`]+)`", prose)  # inline calls with flags, not mere names
+    return [line.strip() for line in lines]
+
+
+def commands(program: str) -> list[tuple[str, list[str]]]:
+    """(page, argv) for each documented call of `program`, leading environment variables dropped."""
+    found = []
+    for page in PAGES:
+        for line in shell_lines(page):
+            words = shlex.split(line, comments=True)
+            while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):
+                words = words[1:]
+            program_words = program.split()
+            for i in range(len(words)):
+                if words[i : i + len(program_words)] == program_words:
+                    argv = words[i + len(program_words) :]
+                    argv = argv[: argv.index("&&")] if "&&" in argv else argv
+                    if not any("$" in word or "…" in word for word in argv):  # flags shown elsewhere
+                        found.append((page.relative_to(ROOT).as_posix(), argv))
+    return found
+
+
+EASD_COMMANDS = commands("python -m easd")
+APP_COMMANDS = commands("python app.py")
+
+
+def test_the_pages_document_commands_of_every_kind():
+    names = {argv[0] for _, argv in EASD_COMMANDS if argv}
+    assert {"generate", "bench", "eval", "calibrate", "sweep", "lm-eval"} <= names
+    assert len(APP_COMMANDS) >= 5
+
+
+@pytest.mark.parametrize("page, argv", [c for c in EASD_COMMANDS if c[1][:1] != ["lm-eval"] and "--help" not in c[1]])
+def test_every_documented_command_parses(page, argv):
+    try:
+        cli.build_parser().parse_args(argv)
+    except SystemExit as stop:
+        pytest.fail(f"{page}: `python -m easd {shlex.join(argv)}` does not parse (exit {stop.code})")
+
+
+@pytest.mark.parametrize("page, argv", APP_COMMANDS)
+def test_every_documented_app_command_parses(page, argv):
+    app = pytest.importorskip("app")
+    try:
+        app.parse_args(argv)
+    except SystemExit as stop:
+        pytest.fail(f"{page}: `python app.py {shlex.join(argv)}` does not parse (exit {stop.code})")
+
+
+TINY_RUNS = [c for c in EASD_COMMANDS if "tiny-random" in c[1] and "--ray" not in c[1] and "--help" not in c[1]]
+
+
+def test_the_pages_hold_tiny_pair_commands_to_run():
+    assert {argv[0] for _, argv in TINY_RUNS} >= {"generate", "bench", "eval", "calibrate", "sweep"}
+
+
+@pytest.mark.parametrize("page, argv", TINY_RUNS)
+def test_the_tiny_pair_commands_run_as_written(page, argv, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    problems = [{"question": f"Tom has {n} apples and buys 5 more. How many now?", "answer": f"#### {n + 5}"} for n in range(6)]
+    Path("problems.jsonl").write_text("".join(json.dumps(p) + "\n" for p in problems))
+    assert cli.main(argv) == 0, f"{page}: `python -m easd {shlex.join(argv)}` failed"
+    for flag in ("--trace", "--json", "--out"):
+        if flag in argv:
+            written = Path(argv[argv.index(flag) + 1])
+            assert written.exists() and (written.is_file() or any(written.iterdir())), f"{page}: {flag} {written} not written"
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def headings(page: Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    return [h.strip() for h in re.findall(r"^#+ (.+)$", text, re.M)]
+
+
+def test_every_link_between_pages_resolves():
+    broken = []
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if re.match(r"https?:|mailto:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            if not file.exists():
+                broken.append(f"{page.name}: {target} (no such file)")
+            elif anchor and anchor not in {slug(h) for h in headings(file)}:
+                broken.append(f"{page.name}: {target} (no such heading)")
+    assert not broken
+
+
+def test_every_repository_path_the_pages_name_exists():
+    missing = []
+    for page in PAGES:
+        for path in re.findall(rf"`({TOP_LEVEL}[^`\s]*)`", page.read_text()):
+            path = path.rstrip(":,.")
+            if not (list(ROOT.glob(path)) if "*" in path else (ROOT / path).exists()):
+                missing.append(f"{page.name}: {path}")
+    assert not missing
+
+
+def test_the_sections_the_code_cites_exist():
+    """Code and requirements files cite sections as the README or a docs page, then the heading in quotes."""
+    cited = re.compile(r"""(README|docs/[\w-]+\.md)(?:'s)?,? ["']([^"']+)["']""")
+    sources = [*ROOT.glob("*.py"), *ROOT.glob("requirements*.txt")]
+    sources += [p for folder in ("easd", "components", "tests") for p in (ROOT / folder).rglob("*.py")]
+    missing = []
+    for source in sources:
+        for page, heading in cited.findall(source.read_text()):
+            file = ROOT / ("README.md" if page == "README" else page)
+            if not any(h.lower().startswith(heading.lower()) for h in headings(file)):
+                missing.append(f"{source.relative_to(ROOT)}: {page}, {heading!r}")
+    assert len(missing) == 0, missing
+
+
+def test_the_link_check_can_fail(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# Only this\n")
+    assert slug("Speed: `bench`") == "speed-bench" and slug("Only this") in {slug(h) for h in headings(page)}
+    assert "missing-heading" not in {slug(h) for h in headings(page)}
