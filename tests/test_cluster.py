@@ -85,8 +85,8 @@ def runner(cluster):
 class TestTwoActors:
     """Both of the cluster's CPUs busy with one runner's actors; the test after this class needs them free."""
 
-    def test_a_ray_eval_writes_the_rows_of_a_local_eval(self, runner, tiny_pair, data, tmp_path):
-        evaluation(data, LocalRunner(tiny_pair), tmp_path / "local")
+    def test_a_ray_eval_writes_the_rows_of_a_local_eval(self, runner, hf_tiny_pair, data, tmp_path):
+        evaluation(data, LocalRunner(hf_tiny_pair), tmp_path / "local")  # the actors' pair: load_tiny_pair's transformers
         evaluation(data, runner, tmp_path / "ray")
         local, remote = rows(tmp_path / "local"), rows(tmp_path / "ray")
         assert keys(remote) == keys(local) == every_key(12)

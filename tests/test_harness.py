@@ -80,8 +80,8 @@ def offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
-def evaluate(task_folder, **model_args):
-    model = EasdLM(pair="tiny-random", **model_args)
+def evaluate(task_folder, backend: str, **model_args):
+    model = EasdLM(pair="tiny-random", backend=backend, **model_args)
     results = simple_evaluate(
         model=model,
         tasks=[TASK],
@@ -93,11 +93,11 @@ def evaluate(task_folder, **model_args):
 
 
 def test_greedy_sd_and_easd_give_target_only_answers_through_lm_eval(task_folder, tiny_pair):
-    accuracy, target = evaluate(task_folder, method="target")
+    accuracy, target = evaluate(task_folder, tiny_pair.backend, method="target")
     assert target == [greedy_target_answer(tiny_pair, q) for q in QUESTIONS]  # the engine's text, cut at "\n"
     assert not any("\n" in answer for answer in target)
     assert accuracy == pytest.approx(1 / 3)
-    sd_accuracy, sd = evaluate(task_folder, method="sd", k=3)
+    sd_accuracy, sd = evaluate(task_folder, tiny_pair.backend, method="sd", k=3)
     assert sd == target and sd_accuracy == accuracy  # lossless: per sample, not just on average
 
 
@@ -146,12 +146,11 @@ def test_generation_kwargs_map_to_settings():
     assert (sampled.temperature, sampled.top_p, sampled.max_new_tokens) == (0.7, 0.9, 256)
 
 
-def test_chat_template_formats_the_history_as_the_tokenizer_does():
-    model = EasdLM(pair="tiny-random")
-    chat = [{"role": "user", "content": "hi"}]
-    assert model.apply_chat_template(chat) == model.pair.tokenizer.apply_chat_template(
-        chat, tokenize=False, add_generation_prompt=True
-    )
+def test_chat_template_formats_the_history_as_the_tokenizer_does(tiny_pair, hf_tiny_pair):
+    model = EasdLM(pair="tiny-random", backend=tiny_pair.backend)
+    chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}, {"role": "user", "content": "2+2?"}]
+    reference = hf_tiny_pair.tokenizer.tokenizer  # transformers' own tokenizer renders the reference
+    assert model.apply_chat_template(chat) == reference.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
 
 
 @pytest.mark.parametrize(
