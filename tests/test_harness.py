@@ -132,7 +132,7 @@ def test_a_bad_model_arg_on_the_command_line_is_one_line_with_exit_2(task_folder
 
 
 def test_scoring_requests_refuse_clearly(tiny_pair):
-    model = EasdLM(pair="tiny-random", method="sd")
+    model = EasdLM(pair="tiny-random", backend=tiny_pair.backend, method="sd")
     for score in (model.loglikelihood, model.loglikelihood_rolling):
         with pytest.raises(EasdError, match="EASD is a decoding method; choose generate_until tasks"):
             score([])
