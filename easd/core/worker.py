@@ -218,7 +218,7 @@ class Worker:
 
     def _serve_in_chunks(self) -> None:
         """Round after round: settle and admit, then one call of `chunks` decodes every row for a while."""
-        latest: list[tuple[Generation, RowSnapshot]] = []  # each row's state after the latest round
+        latest: dict[Generation, RowSnapshot] = {}  # each row's state after the latest round (a row hashes as itself)
         while True:
             with self._lock:
                 self._lock.wait_for(lambda: self.line or self.running)
@@ -228,9 +228,8 @@ class Worker:
                 if generation.stopped:  # cancelled: it leaves without another round
                     generation.finish("stopped")
             rows = [g for g in rows if not g.done]
-            known = {id(g): snapshot for g, snapshot in latest}  # `latest` holds these rows, so their ids are theirs
-            snapshots = [known.get(id(g)) or RowSnapshot.of(g) for g in rows]
-            latest = []
+            snapshots = [latest.get(g) or RowSnapshot.of(g) for g in rows]
+            latest = {}
             if not rows:
                 continue
             try:
@@ -239,7 +238,7 @@ class Worker:
                 self._fail_running(err)
                 continue
             for generation, row_progress in zip(rows, progress):
-                latest.append((generation, row_progress.snapshot))
+                latest[generation] = row_progress.snapshot
                 for block in catch_up(generation, row_progress):
                     self._deliver(block)
 
