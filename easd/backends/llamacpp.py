@@ -384,7 +384,7 @@ CALIBRATION_WIDTH = 5  # tokens per pass in the wider shape: a verify pass at th
 CALIBRATION_ROWS = 4  # rows sharing a 1-token pass in the batched shape
 
 
-def measure_shift(model: LlamaModel, tokenizer: LlamaTokenizer, positions: int = 16) -> float:
+def measure_shift(model: LlamaModel, tokenizer: LlamaTokenizer, positions: int = 8) -> float:
     """The largest change of any logit at `positions` positions of a calibration text between the pass shapes
     the loop uses: 1 token per pass alone (the reference), CALIBRATION_WIDTH tokens per pass, and 1 token
     per pass beside CALIBRATION_ROWS − 1 other rows."""

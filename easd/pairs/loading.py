@@ -18,17 +18,20 @@ import dataclasses
 import importlib.util
 import os
 import socket
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from ..backends.transformers import HFModel, HFTokenizer
 from ..core.pair import ModelPair
 from ..errors import ModelLoadError
+
+if TYPE_CHECKING:  # transformers is imported where a transformers model loads: a llama.cpp start skips its 2 s of imports
+    from ..backends.transformers import HFModel
 
 BACKENDS = ("auto", "llama.cpp", "transformers")
 DTYPES = ("auto", "float32", "bfloat16")
@@ -147,6 +150,8 @@ def load_pair(draft_ref: str, target_ref: str, runtime: Runtime = DEFAULT) -> Mo
 
 def make_pair(draft, target, draft_tokenizer, target_tokenizer, draft_name: str, target_name: str, note: str = "") -> ModelPair:
     """Pair two loaded transformers models after checking their tokenizers agree."""
+    from ..backends.transformers import HFModel, HFTokenizer
+
     tokenizer = HFTokenizer(target_tokenizer)
     check_same_tokenizer(HFTokenizer(draft_tokenizer), tokenizer)
     vocab_size = min(draft.get_input_embeddings().num_embeddings, target.get_input_embeddings().num_embeddings)
@@ -242,7 +247,10 @@ class ShiftCache:
             known[key] = measure()
             if self.path is not None and stat.st_size >= SHIFT_CACHED_BYTES:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self.path.write_text(json.dumps(known, indent=1))
+                # written aside and renamed, so a process reading it at the same time finds the old file or the new one
+                written = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}")
+                written.write_text(json.dumps(known, indent=1))
+                os.replace(written, self.path)
         return float(known[key])
 
     def _read(self) -> dict:
@@ -270,6 +278,8 @@ def _looks_like_path(ref: str) -> bool:
 
 
 def _load_local(path: Path, dtype: torch.dtype, device: str, role: str):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     folder, gguf = (path.parent, {"gguf_file": path.name}) if path.is_file() else (path, {})
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False, **gguf)
@@ -297,6 +307,8 @@ def _load_hub(repo_id: str, dtype: torch.dtype, device: str, role: str):
 
 
 def _from_hub(repo_id: str, dtype: torch.dtype, device: str, local_files_only: bool):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     common = {"trust_remote_code": False, "local_files_only": local_files_only}
     tokenizer = AutoTokenizer.from_pretrained(repo_id, **common)
     model = AutoModelForCausalLM.from_pretrained(repo_id, dtype=dtype, **common)
@@ -346,6 +358,8 @@ def with_int8(pair: ModelPair, which: str) -> ModelPair:
 
 def _int8(model: HFModel) -> HFModel:
     """Every Linear layer to int8 weights with float32 activations (what quantize_dynamic supports)."""
+    from ..backends.transformers import HFModel
+
     with warnings.catch_warnings():  # torch warns that the quantized tensor API will move; it works in 2.13
         warnings.simplefilter("ignore")
         module = torch.ao.quantization.quantize_dynamic(model.module.float(), {torch.nn.Linear}, dtype=torch.qint8)

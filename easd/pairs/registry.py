@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -39,7 +40,11 @@ def _qwen_coder(runtime: Runtime) -> ModelPair:
 
     backend, note = runtime.checked().resolve(gguf=True)
     specs = (DRAFT, TARGET)
-    files = [gguf_file(spec) if backend == "llama.cpp" else converted_folder(spec) for spec in specs]
+    if backend == "llama.cpp":  # joining is reading, hashing and writing, which free the GIL: both files at once
+        with ThreadPoolExecutor(len(specs)) as pool:
+            files = list(pool.map(gguf_file, specs))
+    else:  # a conversion holds a whole model in memory: one at a time
+        files = [converted_folder(spec) for spec in specs]
     pair = load_pair(str(files[0]), str(files[1]), dataclasses.replace(runtime, backend=backend))
     # Upstream Qwen stops at <|im_end|> and at <|endoftext|>; the GGUF records only the first,
     # and raw-text (--no-chat) prompts end with the second.
