@@ -1,6 +1,9 @@
 """Shared fixtures: the tiny random pair on each backend, built once per test session (about a second)."""
 
+import os
+
 import pytest
+import torch
 
 from easd.core.settings import DecodeSettings
 from easd.pairs.loading import Runtime
@@ -8,6 +11,16 @@ from easd.pairs.tiny import load_tiny_pair
 
 PROMPTS = ["Tom has 3 apples and buys 5 more.", "def add(a, b):", "The answer is"]
 BACKENDS = ("transformers", "llama.cpp")
+
+
+def pytest_configure(config):
+    """Under `pytest -n 2` (the README's command) two worker processes share the cores: each computes with its
+    share, as do the apps and commands it starts (they read OMP_NUM_THREADS), so neither oversubscribes them."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        threads = max(1, len(os.sched_getaffinity(0)) // workers)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session", params=BACKENDS)

@@ -146,3 +146,11 @@ def test_the_link_check_can_fail(tmp_path):
     page.write_text("# Only this\n")
     assert slug("Speed: `bench`") == "speed-bench" and slug("Only this") in {slug(h) for h in headings(page)}
     assert "missing-heading" not in {slug(h) for h in headings(page)}
+
+
+def test_ci_runs_the_readme_test_command():
+    """The README's second command (install, then test) is what .ci/run does: its install, then its last line."""
+    readme = [line for line in shell_lines(ROOT / "README.md") if "pytest" in line]
+    install, test = readme[0].split(" && ")
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line and not line.startswith("#")]
+    assert install in ci and ci[-1] == test, (readme[0], ci[-1])
