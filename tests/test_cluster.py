@@ -131,9 +131,10 @@ def test_ctrl_c_on_the_command_line_stops_the_actors_and_resume_finishes(cluster
     address = ray.get_runtime_context().gcs_address
     out = tmp_path / "out"
     # one actor (faster to start), one problem (3 rows) at a time: rows of one batch all end at once, so a
-    # bigger batch could write every row before the signal lands
+    # bigger batch could write every row before the signal lands; 64 tokens a row, since the tiny pair decodes
+    # ~700 tokens/s and the 36 rows must take seconds, not the blink in which the signal could miss them
     command = ["eval", "--pair", "tiny-random", "--data", str(data), "--limit", "12", "--methods", METHODS]
-    command += ["--max-new-tokens", "12", "--batch-size", "3", "--out", str(out), "--ray", address, "--ray-actors", "1"]
+    command += ["--max-new-tokens", "64", "--batch-size", "3", "--out", str(out), "--ray", address, "--ray-actors", "1"]
     process = subprocess.Popen([sys.executable, "-m", "easd", *command], cwd=ROOT, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and len(rows(out) if (out / "results.csv").exists() else []) < 3:
