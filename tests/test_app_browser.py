@@ -22,14 +22,9 @@ if os.environ.get("EASD_REQUIRE_BROWSER") and not (CHROMIUM and CHROMEDRIVER):
     raise RuntimeError(
         "EASD_REQUIRE_BROWSER is set but chromium/chromedriver are missing: apt-get install chromium chromium-driver"
     )
-pytestmark = [
-    pytest.mark.skipif(
-        not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver (.ci/run installs them)"
-    ),
-    # one browser walks through this file's tests in order (a run, then clicks on its tokens): under `pytest -n 2`
-    # they all run in one worker
-    pytest.mark.xdist_group("browser"),
-]
+pytestmark = pytest.mark.skipif(
+    not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver (.ci/run installs them)"
+)
 
 
 def open_browser(url: str, network_log: bool = False):

@@ -28,9 +28,6 @@ else:
 
 from easd.lab.cluster import RUNTIME_ENV, ClusterSettings, plan, ray_runner  # noqa: E402
 
-# Under `pytest -n 2` every test of this file runs in one worker, so the session starts one cluster, not two.
-pytestmark = pytest.mark.xdist_group("ray")
-
 METHODS = "sd,easd,easd:no_overlap"
 ROOT = Path(__file__).resolve().parent.parent
 TIMINGS = {"seconds", "tokens_per_s", "saved_seconds"}  # the only columns a Ray run may change
