@@ -1,6 +1,7 @@
 """Shared fixtures: the tiny random pair on each backend, built once per test session (about a second)."""
 
 import os
+import tempfile
 
 import pytest
 import torch
@@ -31,6 +32,8 @@ def pytest_configure(config):
         threads = max(1, len(os.sched_getaffinity(0)) // workers)
         os.environ["OMP_NUM_THREADS"] = str(threads)
         torch.set_num_threads(threads)
+    if workers > 1:  # each worker's Gradio keeps its own upload folder, so a test counting session folders counts its own
+        os.environ["GRADIO_TEMP_DIR"] = tempfile.mkdtemp(prefix=f"gradio-{os.environ['PYTEST_XDIST_WORKER']}-")
 
 
 @pytest.fixture(scope="session", params=BACKENDS)

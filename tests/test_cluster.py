@@ -132,7 +132,15 @@ def test_ctrl_c_on_the_command_line_stops_the_actors_and_resume_finishes(cluster
     # ~700 tokens/s and the 36 rows must take seconds, not the blink in which the signal could miss them
     command = ["eval", "--pair", "tiny-random", "--data", str(data), "--limit", "12", "--methods", METHODS]
     command += ["--max-new-tokens", "64", "--batch-size", "3", "--out", str(out), "--ray", address, "--ray-actors", "1"]
-    process = subprocess.Popen([sys.executable, "-m", "easd", *command], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    # started as a shell starts it, with Ctrl-C's default action: Python turns SIGINT into KeyboardInterrupt only when
+    # its parent had not set SIGINT aside, and a test process may have (after the Ray and Gradio tests before it)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "easd", *command],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and len(rows(out) if (out / "results.csv").exists() else []) < 3:
         time.sleep(0.05)
