@@ -133,7 +133,7 @@ def test_ctrl_c_on_the_command_line_stops_the_actors_and_resume_finishes(cluster
     command = ["eval", "--pair", "tiny-random", "--data", str(data), "--limit", "12", "--methods", METHODS]
     command += ["--max-new-tokens", "64", "--batch-size", "3", "--out", str(out), "--ray", address, "--ray-actors", "1"]
     # started as a shell starts it, with Ctrl-C's default action: Python turns SIGINT into KeyboardInterrupt only when
-    # its parent had not set SIGINT aside, and a test process may have (after the Ray and Gradio tests before it)
+    # its parent had not set SIGINT to be ignored, and a pytest -n 2 worker had by the time this test ran
     process = subprocess.Popen(
         [sys.executable, "-m", "easd", *command],
         cwd=ROOT,
