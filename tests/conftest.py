@@ -28,12 +28,14 @@ def pytest_configure(config):
     """Under `pytest -n 2` (the README's command) two worker processes share the cores: each computes with its
     share, as do the apps and commands it starts (they read OMP_NUM_THREADS), so neither oversubscribes them."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+    if workers == 1:
+        return
+    if "OMP_NUM_THREADS" not in os.environ:
         threads = max(1, len(os.sched_getaffinity(0)) // workers)
         os.environ["OMP_NUM_THREADS"] = str(threads)
         torch.set_num_threads(threads)
-    if workers > 1:  # each worker's Gradio keeps its own upload folder, so a test counting session folders counts its own
-        os.environ["GRADIO_TEMP_DIR"] = tempfile.mkdtemp(prefix=f"gradio-{os.environ['PYTEST_XDIST_WORKER']}-")
+    # each worker's Gradio keeps its own upload folder, so a test counting session folders counts its own
+    os.environ["GRADIO_TEMP_DIR"] = tempfile.mkdtemp(prefix=f"gradio-{os.environ['PYTEST_XDIST_WORKER']}-")
 
 
 @pytest.fixture(scope="session", params=BACKENDS)

