@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import gradio as gr
 
@@ -25,6 +24,7 @@ from . import figures
 from .backend import Client, ModelHost
 from .controls import DEFAULTS, RuleView, api_words, check_flag, check_prompt, page_words, read_settings
 from .gallery import Gallery
+from .gradio_queue import Outbox
 from .html import Html, tag
 from .inspector import inspector_html
 from .lanes import lane_html, lane_title
@@ -36,26 +36,6 @@ from .stepper import block_views, stepper_html
 LANES_EVERY_S = 0.25  # at most four lane updates a second: faster only floods the browser with HTML
 API_EVERY_S = 0.5  # the API streams each run's new rows twice a second
 MAX_WHATIF_ROWS = 200_000  # rows re-read per slider move or click (outside the queue); a bigger trace is shown, not re-read
-
-
-@dataclass(frozen=True)
-class Outbox:
-    """Whether a client has taken what Gradio queued for it: how a stream nobody reads is told from one being read.
-
-    Gradio pulls a streaming handler whether or not anyone listens, and keeps what it yields in a
-    queue per session that the client's event stream drains. While that queue stays full, nobody
-    is reading: the ticket is not marked read, and the worker stops it after its abandonment time
-    (easd.core.worker), so its rows go to the next user. Gradio has no public way to ask this;
-    this reads the size of its queue (one message may be on its way to a reader), and counts a
-    client without one as caught up.
-    """
-
-    demo: gr.Blocks
-
-    def caught_up(self, session_hash: str) -> bool:
-        queue = getattr(self.demo, "_queue", None)
-        pending = queue.pending_messages_per_session.get(session_hash) if queue is not None and session_hash else None
-        return pending is None or pending.qsize() <= 1
 
 
 # --- rendering a session ----------------------------------------------------------------------------
@@ -171,12 +151,13 @@ def generate(page: Page, host: ModelHost, outbox: Outbox, values: dict, request:
 def _news(ticket: Ticket, every_s: float, outbox: Outbox, client: Client) -> Iterator[int]:
     """Until the ticket is done, each time it has news (blocks, a new place in line), at most once per `every_s`.
 
-    The ticket counts as read only when the client has taken everything sent so far (see `Outbox`).
+    The ticket counts as read whenever the client has taken anything since the last look (see `Outbox`).
     """
     seen, shown = -1, 0.0
+    watch = outbox.watch(client.session)
     while not ticket.done:
         time.sleep(max(0.0, shown + every_s - time.monotonic()))  # the browser cannot use more updates than this
-        if outbox.caught_up(client.session):
+        if watch.took_any():
             ticket.mark_read()
         news = ticket.wait(seen, every_s)
         if news != seen and not ticket.done:
@@ -214,25 +195,27 @@ def compare(
     request: gr.Request = None,
 ) -> Iterator[dict]:
     """Run SD and EASD with the same prompt, seed and settings in the shared batch; streams them (at most every
-    API_EVERY_S) and ends with both whole traces (easd-trace JSON).
+    API_EVERY_S) and ends with both whole traces (easd-trace JSON), sent once (`gradio_queue.say_results_once`).
 
-    Either way only what is new travels: through Gradio's queue (gradio_client), each update is both
-    traces so far and Gradio sends the difference; through its plain HTTP route (/call/compare), which
-    sends every update whole, each update is each run's new rows (easd-trace-update JSON).
+    Updates are easd-trace-update JSON: rows without their candidates, which are most of a trace's
+    bytes. Through Gradio's queue (gradio_client) each update holds every row so far, and Gradio
+    sends the difference to the last one; through its plain HTTP route (/call/compare), which sends
+    every update whole, each holds only the rows that are new.
     """
     values = dict(tau_h=tau_h, tau_o=tau_o, top_n=top_n, k=k, temperature=temperature, top_p=top_p, rule=rule, seed=seed)
     settings = read_settings(values | {"max_new_tokens": max_new_tokens}, host.max_new_tokens_cap)
     name = host.default if pair == "" else pair  # "" (the default) is the app's pair; anything else must be a name
     prompt = check_prompt(prompt)
     comparison = Comparison(ready_pair(host, name), prompt, settings, chat=check_flag("chat", chat))
-    client, whole = client_of(request), not sends_whole_outputs(request)
+    client, plain = client_of(request), sends_whole_outputs(request)
     with host.ticket(name, comparison.runs.values(), client) as ticket:
         sent = [(0, 0)] * len(comparison.runs)
         for _ in _news(ticket, API_EVERY_S, outbox, client):
             if not ticket.position:  # nothing to show while in line
                 traces = ticket.traces()
-                yield trace_io.to_json_dict(traces) if whole else trace_io.to_json_delta(traces, sent)
-                sent = [(len(t.records), len(t.blocks)) for t in traces]
+                yield trace_io.to_json_delta(traces, sent)
+                if plain:
+                    sent = [(len(t.records), len(t.blocks)) for t in traces]
     if ticket.error is not None:
         raise ticket.error
     yield trace_io.to_json_dict(ticket.traces())
@@ -373,6 +356,11 @@ def ready_pair(host: ModelHost, name):
     if pair is None:
         raise EasdError(f"the pair {name} is not ready yet ({host.states[name].describe()})")
     return pair
+
+
+def is_result(value) -> bool:
+    """Whether a value `compare` yields is its whole result (the last one), not an update."""
+    return isinstance(value, dict) and value.get("format") == trace_io.FORMAT
 
 
 def sends_whole_outputs(request: gr.Request | None) -> bool:

@@ -149,15 +149,17 @@ def test_eight_users_at_once_each_get_what_they_get_alone(app_url, hf_tiny_pair)
 
 
 def test_the_api_streams_both_traces_before_the_final_result(app_url):
+    """Through gradio_client each update holds every row so far, without candidates; the result, whole, comes once."""
     job = Client(app_url, verbose=False).submit(prompt="A long story about pears.", max_new_tokens=400, api_name="/compare")
     final = job.result(timeout=240)
-    states = job.outputs()
-    assert states[-1] == final
-    intermediate = [runs_of(s) for s in states[:-1]]
-    assert len(intermediate) >= 2
-    lengths = [len(runs["sd"]["rows"]) + len(runs["easd"]["rows"]) for runs in intermediate]
+    updates = job.outputs()
+    assert len(updates) >= 2 and all(u["format"] == "easd-trace-update" for u in updates)
+    assert final not in updates  # the result is not streamed before it is sent
+    lengths = [sum(len(run["rows"]) for run in u["runs"]) for u in updates]
     # growing, and caught mid-run (the last one may already hold every token, a moment before the end)
-    assert lengths == sorted(lengths) and lengths[0] < sum(len(r["rows"]) for r in runs_of(final).values())
-    finished = runs_of(final)
-    assert all(run["summary"]["stop_reason"] != "stopped" for run in finished.values())
-    assert all(run["summary"]["stop_reason"] == "stopped" for run in intermediate[0].values())
+    assert lengths == sorted(lengths) and lengths[0] < sum(len(r["rows"]) for r in final["runs"])
+    for lane, run in enumerate(final["runs"]):
+        rows = updates[-1]["runs"][lane]["rows"]
+        assert rows == [{k: v for k, v in row.items() if "_top" not in k} for row in run["rows"][: len(rows)]]
+    assert all(run["summary"]["stop_reason"] == "max_new_tokens" for run in final["runs"])
+    assert all(run["stats"]["stop_reason"] == "stopped" for run in updates[0]["runs"])  # what a run says while it goes on

@@ -267,6 +267,7 @@ class Generation:
         self.start: Start | None = None  # the cache states a resumed run joins with (see resume_at)
         self.final: tuple[RowState | None, RowState | None] | None = None  # kept when the row ends, if keep_kv
         self.error: EasdError | None = None  # why the row failed, when its stop reason is "error"
+        self.why_stopped = "stopped"  # the stop reason a stopped row ends with (see `stop`)
         self._stop = threading.Event()
 
     @functools.cached_property
@@ -291,7 +292,10 @@ class Generation:
     def speculative(self) -> bool:
         return self.settings.method in SPECULATIVE
 
-    def stop(self) -> None:
+    def stop(self, why: str = "stopped") -> None:
+        """End the row at the next block boundary, with stop reason `why`: "stopped" when its user asked,
+        "unread" when nobody was reading its stream (easd.core.worker)."""
+        self.why_stopped = why
         self._stop.set()
 
     @property
@@ -363,7 +367,7 @@ class Generation:
         if self.room() < 1:
             generated = len(self.tokens) - self.prompt_length
             return "max_new_tokens" if generated >= self.settings.max_new_tokens else "context"
-        return "stopped" if self.stopped else None
+        return self.why_stopped if self.stopped else None
 
 
 # --- the batch ------------------------------------------------------------------------------------
@@ -432,7 +436,7 @@ class Batch:
                 self._leave([g for g in self.rows if g.done])
         finally:
             for generation in self.rows + list(self.waiting):
-                generation.finish("stopped")  # a run left unfinished
+                generation.finish(generation.why_stopped)  # a run left unfinished
 
     def run(self) -> list[Trace]:
         """Decode every row to the end; the traces in the order the rows were given."""
@@ -451,7 +455,7 @@ class Batch:
             with self._lock:
                 generation = self.waiting.popleft()
             if generation.stopped:
-                generation.finish("stopped")
+                generation.finish(generation.why_stopped)
                 continue
             started = time.perf_counter()
             seen = len(generation.tokens) - 1  # the caches hold every token but the last, whose logits the next pass computes
@@ -473,7 +477,7 @@ class Batch:
         if not leaving:
             return
         for generation in leaving:
-            generation.finish("stopped")
+            generation.finish(generation.why_stopped)
         staying = [i for i, g in enumerate(self.rows) if g not in leaving]
         self.draft.keep_rows(staying)
         self.target.keep_rows(staying)

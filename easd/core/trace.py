@@ -77,7 +77,7 @@ class RunStats:
     seconds: float | None = None  # wall time of the whole run, prefill included
     target_calls: int | None = None  # target forward passes
     draft_calls: int | None = None  # draft forward passes
-    stop_reason: str | None = None  # one of trace_schema.STOP_REASONS: eos | max_new_tokens | context | stopped | error
+    stop_reason: str | None = None  # one of trace_schema.STOP_REASONS: eos | max_new_tokens | context | stopped | unread | error
 
 
 @dataclass

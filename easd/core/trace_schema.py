@@ -16,7 +16,7 @@ from .settings import MAX_TOP_N, METHODS, RULES, SIGNALS
 
 ORIGINS = ("draft_accepted", "target_resample", "easd_penalty", "bonus", "target", "draft")
 BLOCK_ENDS = ("target_resample", "easd_penalty", "bonus")  # a speculative block's end: the origin of its last token
-STOP_REASONS = ("eos", "max_new_tokens", "context", "stopped", "error")
+STOP_REASONS = ("eos", "max_new_tokens", "context", "stopped", "unread", "error")
 
 # --- limits: the most work one file can cause --------------------------------------------------
 # A 4,000-token run with 20 candidates per token is about 5 MB of CSV; the app exports two runs.

@@ -8,8 +8,9 @@ each row decodes exactly as it would alone, in float32).
 
 Each user reads only their own ticket. After every block of a ticket's row, the worker puts a
 snapshot of that row's trace in the ticket, so the user's thread never reads a trace the worker
-is writing. With `abandon_after_s`, a running ticket whose reader has not taken what it was sent
-(`Ticket.mark_read`) for that long is cancelled, so a vanished user cannot hold rows to the end.
+is writing. With `abandon_after_s`, a running ticket whose reader has taken nothing at all
+(`Ticket.mark_read`) for that long is cancelled with stop reason "unread", so a vanished user
+cannot hold rows to the end; a reader that takes anything, however slowly, keeps its run.
 
 Rows are isolated: a row whose numbers fail ends alone (easd.core.decoding), its ticket ends with
 that row's one-line error, and every other ticket goes on. When the batch has room, the line is
@@ -71,10 +72,10 @@ class Ticket:
     def done(self) -> bool:
         return self._done
 
-    def cancel(self) -> None:
-        """Stop this ticket's rows: they leave the batch (or the line) at the next block boundary."""
+    def cancel(self, why: str = "stopped") -> None:
+        """Stop this ticket's rows: they leave the batch (or the line) at the next block boundary, with stop reason `why`."""
         for generation in self.generations:
-            generation.stop()
+            generation.stop(why)
 
     @property
     def cancelled(self) -> bool:
@@ -93,7 +94,7 @@ class Ticket:
             return self._version
 
     def mark_read(self) -> None:
-        """The user has received everything sent so far (see `Worker(abandon_after_s=…)`)."""
+        """The user has taken something of what was sent to them (see `Worker(abandon_after_s=…)`)."""
         self.last_read = time.monotonic()
 
     def join(self, timeout: float) -> bool:
@@ -129,10 +130,10 @@ class Ticket:
                 self._news.notify_all()
 
     def settle(self, error: EasdError | None = None) -> None:
-        """The ticket is over: rows that never joined end "stopped"; `error` is what its user is told."""
+        """The ticket is over: rows that never joined end as stopped; `error` is what its user is told."""
         with self._news:
             for generation in self.generations:
-                generation.finish("stopped")
+                generation.finish(generation.why_stopped)
             self.error, self.position, self._done = error or self.failure, 0, True
             self._version += 1
             self._news.notify_all()
@@ -226,7 +227,7 @@ class Worker:
             rows = [g for t in self.running for g in t.generations if not g.done]
             for generation in rows:
                 if generation.stopped:  # cancelled: it leaves without another round
-                    generation.finish("stopped")
+                    generation.finish(generation.why_stopped)
             rows = [g for g in rows if not g.done]
             snapshots = [latest.get(g) or RowSnapshot.of(g) for g in rows]
             latest = {}
@@ -267,8 +268,9 @@ class Worker:
         now = time.monotonic()
         with self._lock:
             for ticket in self.running:
-                abandoned = self.abandon_after_s is not None and now - ticket.last_read > self.abandon_after_s
-                if abandoned or ticket.failure is not None:  # a failed row takes its ticket's other rows with it
+                if self.abandon_after_s is not None and now - ticket.last_read > self.abandon_after_s:
+                    ticket.cancel("unread")
+                if ticket.failure is not None:  # a failed row takes its ticket's other rows with it
                     ticket.cancel()
             finished = [t for t in self.running if all(g.done for g in t.generations)]
             for ticket in finished:
