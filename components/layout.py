@@ -78,6 +78,30 @@ def wire(handler: Callable, *fixed, show: Callable[[str], dict] | None = None, w
     return bound
 
 
+def refuse_in_one_line(component: gr.components.Component) -> None:
+    """Make `component`'s own refusals one line: Gradio checks a value before any handler sees it (a file's
+    type, a choice that is not listed) and refuses it with an error that prints a traceback and quotes the
+    value whole, however long. Here the log gets one line and the user the component's label and Gradio's
+    reason, each with the value cut short."""
+    preprocess = component.preprocess
+    name = getattr(component, "label", None) or component.elem_id or type(component).__name__
+
+    def checked(payload):
+        try:
+            return preprocess(payload)
+        except gr.Error as err:
+            reason = _cut(str(err.message))
+            log.warning("refused a value for %s: %s", name, reason)
+            raise gr.Error(f"{name}: {reason}", print_exception=False) from None
+
+    component.preprocess = checked
+
+
+def _cut(text: str, keep: int = 80) -> str:
+    """`text` with its middle cut out if it is long: a quoted value may be megabytes; its ends say enough."""
+    return text if len(text) <= 2 * keep else f"{text[:keep]}…{text[-keep:]}"
+
+
 VIEW_EVENTS = 2  # what-if re-reads, token clicks and steps served at once: one user's heavy trace cannot stall the rest
 
 
@@ -107,6 +131,9 @@ def build_app(
             concurrency_id="generate",
             concurrency_limit=host.slots,
         )
+    for block in demo.blocks.values():
+        if isinstance(block, gr.components.Component):
+            refuse_in_one_line(block)
     return demo
 
 

@@ -364,6 +364,46 @@ def test_unreadable_files_are_explained_in_our_words(tmp_path, trace_sources, co
     assert message in text and "sys.set_int_max_str_digits" not in text and "field limit" not in text and "codec" not in text
 
 
+def test_a_file_over_the_limit_is_told_its_size_unrounded(tmp_path):
+    path = tmp_path / "big.json"
+    with open(path, "wb") as f:
+        f.truncate(int(52.5 * 2**20))  # 52.5 MiB: "50 MB is larger than the 50 MB" said nothing
+    with pytest.raises(EasdError, match=r"big.json: 55,050,240 bytes is larger than the 52,428,800 bytes \(50 MiB\)"):
+        trace_io.load(path)
+
+
+def call_page_event(url: str, elem_id: str, trigger: str, value) -> dict:
+    """Call the page's event `trigger` of the component `elem_id` with `value`, as a crafted client can (the
+    event is private, not hidden); -> its process_completed message."""
+    config = httpx.get(f"{url}config").json()
+    [component] = [c["id"] for c in config["components"] if c.get("props", {}).get("elem_id") == elem_id]
+    event = next(d for d in config["dependencies"] if [component, trigger] in d["targets"])
+    session = uuid.uuid4().hex
+    data = [value if i == component else None for i in event["inputs"]]
+    httpx.post(f"{url}gradio_api/queue/join", json={"data": data, "fn_index": event["id"], "session_hash": session})
+    stream = httpx.get(f"{url}gradio_api/queue/data", params={"session_hash": session}, timeout=60).content
+    messages = [json.loads(line[len(b"data: ") :]) for line in stream.split(b"\n\n") if line.startswith(b"data: ")]
+    return next(m for m in messages if m["msg"] == "process_completed")
+
+
+def test_refused_inputs_are_one_short_line_to_the_user_and_in_the_log(app_url, capfd, caplog):
+    """Gradio's own checks (a file's type, a listed choice) run before any handler; their refusals printed a
+    traceback and echoed the value whole, so anyone could fill the log."""
+    upload = httpx.post(f"{app_url}gradio_api/upload", files={"files": ("notes.txt", b"hello")}).json()[0]
+    refusals = {
+        "a .txt upload": call_page_event(app_url, "upload", "upload", {"path": upload, "meta": {"_type": "gradio.FileData"}}),
+        "a 100 kB gallery key": call_page_event(app_url, "recorded", "change", "k" * 100_000),
+    }
+    printed = capfd.readouterr().err  # where Gradio prints a traceback
+    for what, completed in refusals.items():
+        print(f"\n{what}: {completed['output']['error']}")
+        assert not completed["success"] and len(completed["output"]["error"]) < 300
+    assert "Load a trace file (.csv / .json): Invalid file type" in refusals["a .txt upload"]["output"]["error"]
+    assert "Traceback" not in printed and "k" * 200 not in printed
+    lines = [r.getMessage() for r in caplog.records if r.name == "easd.app"]
+    assert len(lines) == 2 and all(line.startswith("refused a value for") and len(line) < 400 for line in lines)
+
+
 def test_every_event_is_queued_and_the_light_ones_share_a_small_limit():
     from components.layout import VIEW_EVENTS, build_app
 

@@ -258,7 +258,7 @@ def set_at(data, path, value):
         (("runs", 0, "rows", 1, "p_target"), "0.5", "runs[0].rows[1].p_target: '0.5' is not a finite number from 0 to 1"),
         (("runs", 0, "rows", 1, "triggered"), 1, "runs[0].rows[1].triggered: 1 is not True or False"),
         (("runs", 0, "rows", 1, "token_text"), 12345, "runs[0].rows[1].token_text: 12345 is not text"),
-        (("runs", 0, "rows", 1, "token_text"), "\ud800", "runs[0].rows[1].token_text: '\\ud800' is not text"),
+        (("runs", 0, "rows", 1, "token_text"), "\ud800", "runs[0].rows[1].token_text: '\\ud800' holds a lone surrogate"),
         (("runs", 0, "rows", 1, "draft_top1_id"), "5", "runs[0].rows[1].draft_top1_id: '5' is not an integer"),
         (("runs", 0, "rows", 1, "draft_top2_id"), None, "runs[0].rows[1].draft_top2_text: is given without draft_top2_id"),
         (("runs", 0, "rows", 1, "draft_top9_id"), 3, "runs[0].rows[1].draft_top9_text: is missing"),

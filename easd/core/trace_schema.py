@@ -87,6 +87,8 @@ class Field:
 
     def check(self, value) -> None:
         """Raise ValueError saying what is wrong with `value` (None is checked by the caller)."""
+        if type(value) is str and self.kind == "text" and not _encodable(value):
+            raise ValueError(f"{_show(value)} holds a lone surrogate (half of a UTF-16 pair), which is not text any file can hold")
         if not self._fits(value):
             raise ValueError(f"{_show(value)} is not {self.describe()}")
 
@@ -95,7 +97,7 @@ class Field:
         if self.kind == "text":
             if kind is not str or (self.high is not None and len(value) > self.high):
                 return False
-            return value in self.choices if self.choices else _encodable(value)
+            return value in self.choices if self.choices else True
         if self.kind == "bool":
             return kind is bool
         if kind is not int and (kind is not float or self.kind == "int"):
