@@ -39,6 +39,8 @@ class LoadState:
     started: float = 0.0
     pair: ModelPair | None = None
     worker: Worker | None = None  # the pair's shared batch, once loaded
+    waiters: list[object] = field(default_factory=list)  # calls waiting for the load to end, in order of arrival
+    settled: threading.Event = field(default_factory=threading.Event)  # set when a load ends, ready or failed
 
     def describe(self) -> str:
         if self.status == "loading":
@@ -61,6 +63,7 @@ class Client:
 
 
 PROMPT_TOKENS = 2048  # prompt tokens a row may hold beside the token cap: bounds every row's KV cache
+LOAD_WAIT_S = 300.0  # a call that comes while its pair loads waits this long for it (a first start may convert files)
 ABANDON_S = 10.0  # a run whose page (or API client) has stopped reading for this long is stopped: see easd.core.worker
 
 
@@ -143,6 +146,7 @@ class ModelHost:
         with self._lock:
             state = self.states[name]
             if state.status in ("idle", "failed"):
+                state.settled.clear()
                 state.status, state.message, state.started = (
                     "loading",
                     "seconds; the very first start joins or converts files",
@@ -157,15 +161,41 @@ class ModelHost:
             pair = self.allowed[name]()
         except Exception as err:  # shown in the page; the app keeps serving traces
             state.status, state.message = "failed", (str(err).splitlines() or [type(err).__name__])[0]
+            state.settled.set()
             return
         seconds = time.monotonic() - state.started
         chunks = zerogpu.chunks_for(name, pair)
         # on ZeroGPU the GPU's free memory cannot be asked outside a GPU call: the default batch then is the fixed one
         rows = self.max_batch or (MAX_DEFAULT_ROWS if chunks else default_max_rows(pair, self.row_tokens))
         state.worker = Worker(pair, rows, self.row_tokens, abandon_after_s=self.abandon_after_s, chunks=chunks)
-        state.pair, state.status = pair, "ready"
         mode = f"; {zerogpu.MODE}" if chunks else ""
         state.message = f"{pair.describe()}; loaded in {seconds:.0f} s; up to {rows // 2} users decode together{mode}"
+        state.pair, state.status = pair, "ready"
+        state.settled.set()
+
+    def waiting_for(self, name: str, limit_s: float = LOAD_WAIT_S) -> Iterator[int]:
+        """Until pair `name` is ready, this call's place among the calls waiting for it (1, 2, …), about once a
+        second; a pair not yet asked for starts loading. Ends at once for a ready pair. Raises EasdError, in one
+        line, for a pair that failed to load (it is not retried for a call: the page's status retries it), or one
+        still loading after `limit_s`."""
+        state = self.states[name]
+        if state.status == "idle":
+            self.ensure_loading(name)
+        waiter = object()
+        with self._lock:
+            state.waiters.append(waiter)
+        try:
+            deadline = time.monotonic() + limit_s
+            while state.status == "loading" and time.monotonic() < deadline:
+                yield state.waiters.index(waiter) + 1
+                state.settled.wait(1.0)
+        finally:
+            with self._lock:
+                state.waiters.remove(waiter)
+        if state.status == "failed":
+            raise EasdError(f"the pair {name} failed to load: {state.message}")
+        if state.status != "ready":
+            raise EasdError(f"the pair {name} is still loading after {limit_s:.0f} s ({state.describe()}); try again later")
 
     def pair(self, name: str) -> ModelPair | None:
         state = self.states.get(name)

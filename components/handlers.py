@@ -124,8 +124,11 @@ def generate(page: Page, host: ModelHost, outbox: Outbox, values: dict, request:
     view = page.controls.read_view(values)
     settings = page.controls.read_settings(values, host.max_new_tokens_cap)
     chat = check_flag("chat", values[page.controls.chat])
-    name = values[page.pair]
-    comparison = Comparison(ready_pair(host, name), check_prompt(values[page.prompt]), settings, chat=chat)
+    prompt = check_prompt(values[page.prompt])
+    name = allowed_pair(host, values[page.pair])
+    for place in host.waiting_for(name):
+        yield {page.message: say(waiting_for_pair(host, name, place))}
+    comparison = Comparison(host.pair(name), prompt, settings, chat=chat)
     client = client_of(request)
     with host.ticket(name, comparison.runs.values(), client) as ticket:
         session.clear()
@@ -167,9 +170,17 @@ def _news(ticket: Ticket, every_s: float, outbox: Outbox, client: Client) -> Ite
 
 def in_line(ticket: Ticket) -> str:
     """Where a waiting request stands: "3rd in line, about 20 s"."""
-    place = ticket.position
-    suffix = "th" if 10 <= place % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(place % 10, "th")
-    return f"⏳ {place}{suffix} in line, about {max(1, round(ticket.wait_s))} s: every user's rows share one batch, which is full"
+    return f"⏳ {ordinal(ticket.position)} in line, about {max(1, round(ticket.wait_s))} s: every user's rows share one batch, which is full"
+
+
+def waiting_for_pair(host: ModelHost, name: str, place: int) -> str:
+    """Where a request that came while its pair loads stands: "1st of 2 waiting for tiny-random: loading… 3 s (…)"."""
+    state = host.states[name]
+    return f"⏳ {ordinal(place)} of {len(state.waiters)} waiting for the pair {name}: {state.describe()}; your run starts when it is ready"
+
+
+def ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 def sharing(ticket: Ticket) -> str:
@@ -204,9 +215,11 @@ def compare(
     """
     values = dict(tau_h=tau_h, tau_o=tau_o, top_n=top_n, k=k, temperature=temperature, top_p=top_p, rule=rule, seed=seed)
     settings = read_settings(values | {"max_new_tokens": max_new_tokens}, host.max_new_tokens_cap)
-    name = host.default if pair == "" else pair  # "" (the default) is the app's pair; anything else must be a name
     prompt = check_prompt(prompt)
-    comparison = Comparison(ready_pair(host, name), prompt, settings, chat=check_flag("chat", chat))
+    name = allowed_pair(host, host.default if pair == "" else pair)  # "" (the default) is the app's pair
+    for _ in host.waiting_for(name):
+        pass  # a call that comes while the pair loads waits for it, as in line: nothing streams until its run starts
+    comparison = Comparison(host.pair(name), prompt, settings, chat=check_flag("chat", chat))
     client, plain = client_of(request), sends_whole_outputs(request)
     with host.ticket(name, comparison.runs.values(), client) as ticket:
         sent = [(0, 0)] * len(comparison.runs)
@@ -347,15 +360,13 @@ def poll(page: Page, host: ModelHost, values: dict) -> dict:
 # --- helpers --------------------------------------------------------------------------------------
 
 
-def ready_pair(host: ModelHost, name):
+def allowed_pair(host: ModelHost, name) -> str:
+    """`name` if it names a pair the operator allowed, else one line saying which may be asked for."""
     if not host.allowed:
         raise EasdError("no model pair is served here; this app can only view trace files")
     if not (isinstance(name, str) and name in host.allowed):
         raise SettingsError("pair", f"must be one of {', '.join(host.allowed)} (got {repr(name)[:40]})")
-    pair = host.pair(name)
-    if pair is None:
-        raise EasdError(f"the pair {name} is not ready yet ({host.states[name].describe()})")
-    return pair
+    return name
 
 
 def is_result(value) -> bool:

@@ -97,16 +97,17 @@ def eval_folder(tmp_path_factory, hf_tiny_pair):
     return folder
 
 
-def launch_app(host, eval_dirs=(), **app_options):
-    """The web app for `host` (its pairs loaded first) on a free local port, served as app.py serves it: (url, demo)."""
+def launch_app(host, eval_dirs=(), loaded=True, **app_options):
+    """The web app for `host` on a free local port, served as app.py serves it, its pairs loaded first unless
+    `loaded` is False (then, as app.py does, it starts loading the default pair and serves at once): (url, demo)."""
     import json
     import time
 
     from components.layout import ASSETS, build_app, serve
 
-    for name in host.allowed:
+    for name in host.allowed if loaded else [host.default]:
         host.ensure_loading(name)
-        while host.pair(name) is None:
+        while loaded and host.pair(name) is None:
             time.sleep(0.05)
     examples = json.loads((ASSETS / "examples.json").read_text())
     demo = build_app(host, examples, eval_dirs=list(eval_dirs), **app_options)

@@ -153,6 +153,47 @@ def test_a_400_token_stream_sends_its_result_once_on_the_queue_protocol(app_url)
     assert [len(run["rows"]) for run in completed["output"]["data"][0]["runs"]] == [400, 400]
 
 
+# --- 2. calls while the pair loads ----------------------------------------------------------------
+
+
+def test_a_call_while_the_pair_loads_waits_for_it_in_line(hf_tiny_pair):
+    """A script that starts the app and calls it at once: the call waits for the pair, then runs."""
+    loaded = threading.Event()
+    host = ModelHost({"tiny-random": lambda: loaded.wait(60) and hf_tiny_pair}, "tiny-random", max_new_tokens_cap=50)
+    url, demo = launch_app(host, loaded=False)
+    try:
+        early = [Client(url, verbose=False).submit(prompt=f"early {i}", max_new_tokens=12, api_name="/compare") for i in (0, 1)]
+        deadline = time.monotonic() + 30
+        while len(host.states["tiny-random"].waiters) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(host.states["tiny-random"].waiters) == 2 and not any(job.done() for job in early)
+        loaded.set()
+        for i, job in enumerate(early):
+            assert tokens_by_lane(job.result(timeout=60)) == solo(hf_tiny_pair, f"early {i}", max_new_tokens=12)
+        assert host.states["tiny-random"].waiters == []
+    finally:
+        loaded.set()
+        demo.close()
+
+
+def test_only_a_pair_that_failed_to_load_is_refused():
+    def broken():
+        time.sleep(1)
+        raise OSError("target.gguf: no such file\n(the rest of a long trace)")
+
+    host = ModelHost({"tiny-random": broken}, "tiny-random", max_new_tokens_cap=50)
+    url, demo = launch_app(host, loaded=False)
+    try:
+        with pytest.raises(Exception) as caught:  # came while it loaded
+            Client(url, verbose=False).predict(prompt="x", max_new_tokens=4, api_name="/compare")
+        assert str(caught.value).strip() == "the pair tiny-random failed to load: target.gguf: no such file"
+        with pytest.raises(Exception) as caught:  # came after
+            Client(url, verbose=False).predict(prompt="x", max_new_tokens=4, api_name="/compare")
+        assert str(caught.value).strip() == "the pair tiny-random failed to load: target.gguf: no such file"
+    finally:
+        demo.close()
+
+
 # --- 3. a stream nobody reads, and one read slowly ------------------------------------------------
 
 
