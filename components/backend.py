@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from easd.core.decoding import Generation
 from easd.core.pair import ModelPair
-from easd.core.worker import MAX_DEFAULT_ROWS, Ticket, Worker, default_max_rows
+from easd.core.worker import MAX_DEFAULT_ROWS, Reader, Ticket, Worker, default_max_rows
 from easd.errors import EasdError
 
 from . import zerogpu
@@ -99,14 +99,15 @@ class ModelHost:
         return self.max_per_address or max(self.max_queued_per_client, self.slots // 2)
 
     @contextmanager
-    def ticket(self, name: str, generations: Iterable[Generation], client: Client) -> Iterator[Ticket]:
+    def ticket(self, name: str, generations: Iterable[Generation], client: Client, reader: Reader | None = None) -> Iterator[Ticket]:
         """Put `generations` in the shared batch of pair `name` for the block; raises Busy at once when
-        `client` already has its share of requests. Leaving the block unfinished (Stop, a closed tab,
+        `client` already has its share of requests. `reader` says whether the client has taken anything
+        since it was last asked (see easd.core.worker). Leaving the block unfinished (Stop, a closed tab,
         an error) takes the rows out of the batch."""
         worker = self.states[name].worker
         with self._lock:  # counted and submitted at once, so two requests cannot both take the last place
             self._check_limits(client)
-            ticket = worker.submit(generations, owner=client.session, address=client.address)
+            ticket = worker.submit(generations, owner=client.session, address=client.address, reader=reader)
         try:
             yield ticket
         finally:

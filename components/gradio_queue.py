@@ -3,7 +3,8 @@
 - Whether a client is reading (`Outbox.watch`): a streaming handler is pulled whether or not
   anyone listens, and what it yields waits in a queue per session until the client's event
   stream takes it. A client that takes anything at all is reading, however slowly; one whose
-  queue has not moved for the worker's patience, or whose connection closed, is not.
+  queue has not moved for the worker's patience, or whose connection closed, is not
+  (easd.core.worker stops its run as "unread").
 - The result said once (`say_results_once`): Gradio sends a generator's every value as a
   `generating` message and then the last one again as `complete`. An API call's last value is
   its whole result, so its `generating` copy is dropped and the result travels once.
@@ -59,7 +60,8 @@ class Watch:
 
 @dataclass(frozen=True)
 class Outbox:
-    """Where a streaming handler looks to see whether its client is reading (see `Watch`)."""
+    """Where the app looks to see whether a client is reading (see `Watch`): the shared batch's worker asks at
+    every block boundary, from its own thread (a dict look-up and a deque's head: atomic under the GIL)."""
 
     demo: gr.Blocks
 

@@ -130,12 +130,12 @@ def generate(page: Page, host: ModelHost, outbox: Outbox, values: dict, request:
         yield {page.message: say(waiting_for_pair(host, name, place))}
     comparison = Comparison(host.pair(name), prompt, settings, chat=chat)
     client = client_of(request)
-    with host.ticket(name, comparison.runs.values(), client) as ticket:
+    with host.ticket(name, comparison.runs.values(), client, outbox.watch(client.session).took_any) as ticket:
         session.clear()
         page.sessions.track(client.session, session)
         session.ticket, session.running = ticket, True
         try:
-            for _ in _news(ticket, LANES_EVERY_S, outbox, client):
+            for _ in _news(ticket, LANES_EVERY_S):
                 if ticket.position:  # still in line: say where
                     yield {page.message: say(in_line(ticket))}
                     continue
@@ -151,17 +151,11 @@ def generate(page: Page, host: ModelHost, outbox: Outbox, values: dict, request:
     yield render_all(page, session, view, message=f"{ended}: {_stop_note(session)}")
 
 
-def _news(ticket: Ticket, every_s: float, outbox: Outbox, client: Client) -> Iterator[int]:
-    """Until the ticket is done, each time it has news (blocks, a new place in line), at most once per `every_s`.
-
-    The ticket counts as read whenever the client has taken anything since the last look (see `Outbox`).
-    """
+def _news(ticket: Ticket, every_s: float) -> Iterator[int]:
+    """Until the ticket is done, each time it has news (blocks, a new place in line), at most once per `every_s`."""
     seen, shown = -1, 0.0
-    watch = outbox.watch(client.session)
     while not ticket.done:
         time.sleep(max(0.0, shown + every_s - time.monotonic()))  # the browser cannot use more updates than this
-        if watch.took_any():
-            ticket.mark_read()
         news = ticket.wait(seen, every_s)
         if news != seen and not ticket.done:
             seen, shown = news, time.monotonic()
@@ -221,9 +215,9 @@ def compare(
         pass  # a call that comes while the pair loads waits for it, as in line: nothing streams until its run starts
     comparison = Comparison(host.pair(name), prompt, settings, chat=check_flag("chat", chat))
     client, plain = client_of(request), sends_whole_outputs(request)
-    with host.ticket(name, comparison.runs.values(), client) as ticket:
+    with host.ticket(name, comparison.runs.values(), client, outbox.watch(client.session).took_any) as ticket:
         sent = [(0, 0)] * len(comparison.runs)
-        for _ in _news(ticket, API_EVERY_S, outbox, client):
+        for _ in _news(ticket, API_EVERY_S):
             if not ticket.position:  # nothing to show while in line
                 traces = ticket.traces()
                 yield trace_io.to_json_delta(traces, sent)

@@ -130,3 +130,20 @@ def app_server(eval_folder):
 @pytest.fixture(scope="session")
 def app_url(app_server):
     return app_server[0]
+
+
+@pytest.fixture
+def busy_cores():
+    """Both cores kept busy by two processes of the suite's own for the test (each also ends itself after 5
+    minutes), as another job or another class would keep them: what must hold under load is tested under it."""
+    import subprocess
+    import sys
+
+    spin = "import time\nend = time.monotonic() + 300\nwhile time.monotonic() < end: pass"
+    hogs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(2)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()

@@ -319,6 +319,24 @@ def test_hostile_values_in_every_field_run_nothing(browser, trace_sources, tmp_p
         assert "Traceback" not in text_of(browser, "message")
 
 
+@pytest.mark.parametrize("good", [True, False])
+def test_a_file_name_with_a_script_in_it_is_shown_as_text(browser, trace_sources, tmp_path, good):
+    """The page names the file it loaded (or could not load): the name is the uploader's to choose."""
+    name = '<img src=x onerror="window.__xss=21">' + ("<b>ok</b>.json" if good else "<b>bad</b>.csv")
+    path = tmp_path / name
+    path.write_bytes((trace_sources / "t.json").read_bytes() if good else b"not,a,trace\n1,2,3\n")
+    baseline = browser.execute_script(INJECTED_JS, PANELS)
+    browser.find_element(By.ID, "clear").click()
+    wait(browser).until(lambda d: text_of(d, "message") == "")
+    browser.find_element(By.CSS_SELECTOR, "input[type=file]").send_keys(str(path))
+    wait(browser).until(lambda d: text_of(d, "message") != "")
+    shown = text_of(browser, "message")
+    print(f"\nmessage for {name!r}: {shown!r}")
+    assert ("Loaded 2 run(s)" if good else "Could not load that file") in shown and "onerror" in shown  # as text
+    assert browser.execute_script(INJECTED_JS, PANELS) == baseline
+    assert browser.execute_script("return window.__xss === undefined")
+
+
 @pytest.fixture(scope="module")
 def one_at_a_time(hf_tiny_pair):
     """A second app whose shared batch holds one comparison (--max-batch 2): (url, the pair's worker)."""
@@ -357,18 +375,23 @@ def test_a_full_batch_tells_a_user_their_place_and_starts_them_when_a_slot_frees
     assert all(len(job.result(timeout=60)["runs"][0]["rows"]) == 400 for job in ahead)
 
 
-def test_closing_the_tab_takes_its_rows_out_of_the_batch(one_at_a_time):
+@pytest.mark.parametrize("load", ["quiet", "busy"])
+def test_closing_the_tab_takes_its_rows_out_of_the_batch(one_at_a_time, load, request):
     from gradio_client import Client
 
     url, worker = one_at_a_time
     driver = open_browser(url)
     ask_for_400_tokens(driver)
+    if load == "busy":
+        request.getfixturevalue("busy_cores")
     generate(driver, "A long story about apples.")
     wait(driver).until(lambda d: len(tokens(d, "easd")) > 0)
     ticket = worker.running[0]
     next_user = Client(url, verbose=False).submit(prompt="next", max_new_tokens=8, api_name="/compare")
+    closed = time.monotonic()
     driver.quit()  # the tab (and its browser) closes mid-run
     assert ticket.join(30)
+    print(f"\nclosed tab ({load} machine): its rows left the batch {time.monotonic() - closed:.1f} s later")
     assert all(t.stats.stop_reason == "stopped" and len(t.records) < 400 for t in ticket.traces())
     assert len(next_user.result(timeout=60)["runs"][0]["rows"]) == 8  # the freed slot went to the next in line
 

@@ -8,9 +8,11 @@ each row decodes exactly as it would alone, in float32).
 
 Each user reads only their own ticket. After every block of a ticket's row, the worker puts a
 snapshot of that row's trace in the ticket, so the user's thread never reads a trace the worker
-is writing. With `abandon_after_s`, a running ticket whose reader has taken nothing at all
-(`Ticket.mark_read`) for that long is cancelled with stop reason "unread", so a vanished user
-cannot hold rows to the end; a reader that takes anything, however slowly, keeps its run.
+is writing. With `abandon_after_s`, a running ticket whose reader has taken nothing at all for
+that long is cancelled with stop reason "unread", so a vanished user cannot hold rows to the end;
+a reader that takes anything, however slowly, keeps its run. The worker asks each ticket's
+`reader` (the app's look at what its client took, `components.gradio_queue`) at every block
+boundary, so the answer does not wait on the thread that streams to the user.
 
 Rows are isolated: a row whose numbers fail ends alone (easd.core.decoding), its ticket ends with
 that row's one-line error, and every other ticket goes on. When the batch has room, the line is
@@ -47,15 +49,17 @@ ADDRESS_SHARE = 0.5  # of the batch's rows, what one address may hold while requ
 STEP_FAILED = "decoding failed on the server (the details are in its log); try again"
 log = logging.getLogger("easd.worker")
 Chunks = Callable[[list[RowSnapshot]], list[RowProgress]]  # decodes rows for one round: easd.core.chunks.decode_chunk
+Reader = Callable[[], bool]  # whether a ticket's user has taken anything since the last call
 
 
 class Ticket:
     """One user's rows in the shared batch: where they stand, and their traces so far."""
 
-    def __init__(self, generations: Iterable[Generation], owner: str = "", address: str = ""):
+    def __init__(self, generations: Iterable[Generation], owner: str = "", address: str = "", reader: Reader | None = None):
         self.generations = list(generations)
         self.owner = owner  # who asked (a browser session); `Worker.cancel_owner` stops all of theirs
         self.address = address  # where from (a network address): the line is fair between addresses
+        self.reader = reader  # has the user taken anything since it was last asked? None: nobody will say
         self.context = contextvars.copy_context()  # the submitting request's, for calls made on its behalf (ZeroGPU quota)
         self.position = 0  # 1, 2, … while waiting in line; 0 once in the batch
         self.sharing = 0  # tickets in the batch (this one included) at its latest block
@@ -93,9 +97,11 @@ class Ticket:
             self._news.wait_for(lambda: self._version != seen or self._done, timeout)
             return self._version
 
-    def mark_read(self) -> None:
-        """The user has taken something of what was sent to them (see `Worker(abandon_after_s=…)`)."""
-        self.last_read = time.monotonic()
+    def unread_for(self, now: float) -> float:
+        """Seconds since the user last took anything of what was sent to them (asking `reader`)."""
+        if self.reader is not None and self.reader():
+            self.last_read = now
+        return now - self.last_read
 
     def join(self, timeout: float) -> bool:
         """Wait up to `timeout` for the rows to end (after `cancel`, by the next block boundary); -> done."""
@@ -163,9 +169,9 @@ class Worker:
         self._thread = threading.Thread(target=serve, name="easd-worker", daemon=True)
         self._thread.start()
 
-    def submit(self, generations: Iterable[Generation], owner: str = "", address: str = "") -> Ticket:
+    def submit(self, generations: Iterable[Generation], owner: str = "", address: str = "", reader: Reader | None = None) -> Ticket:
         """Put one user's rows in line; they join the batch as soon as it has room for all of them."""
-        ticket = Ticket(generations, owner, address)
+        ticket = Ticket(generations, owner, address, reader)
         if len(ticket.generations) > self.max_rows:
             raise SettingsError("--max-batch", f"is {self.max_rows} rows; a request of {len(ticket.generations)} rows cannot fit")
         longest = max(g.prompt_length + g.settings.max_new_tokens for g in ticket.generations)
@@ -268,7 +274,7 @@ class Worker:
         now = time.monotonic()
         with self._lock:
             for ticket in self.running:
-                if self.abandon_after_s is not None and now - ticket.last_read > self.abandon_after_s:
+                if self.abandon_after_s is not None and ticket.unread_for(now) > self.abandon_after_s:
                     ticket.cancel("unread")
                 if ticket.failure is not None:  # a failed row takes its ticket's other rows with it
                     ticket.cancel()
