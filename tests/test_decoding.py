@@ -171,3 +171,36 @@ def test_chat_template_is_used_unless_raw(tiny_pair):
     assert shown(chat.prompt_ids).startswith("<|im_start|>user\nhi<|im_end|>")
     assert tiny_pair.tokenizer.decode(chat.prompt_ids).startswith("user\nhi")  # decode leaves special tokens out
     assert shown(raw.prompt_ids) == "hi"
+
+
+LONG_PROMPT = "apples and pears " * 50  # about 350 tokens: a prompt computed in two passes of PREFILL_CHUNK
+
+
+def test_a_long_prompt_computed_in_pieces_decodes_as_in_one_pass(tiny_pair, monkeypatch):
+    from easd.core import decoding
+
+    settings = DecodeSettings(method="sd", max_new_tokens=24)
+    pieces = Generation(tiny_pair, LONG_PROMPT, settings, chat=False)
+    assert pieces.prompt_length > decoding.PREFILL_CHUNK
+    in_pieces = pieces.run()
+    monkeypatch.setattr(decoding, "PREFILL_CHUNK", 10_000)
+    whole = Generation(tiny_pair, LONG_PROMPT, settings, chat=False).run()
+    assert in_pieces.token_ids == whole.token_ids
+    assert [r.h_target for r in in_pieces.records] == pytest.approx([r.h_target for r in whole.records], abs=1e-4)
+
+
+def test_stop_during_a_long_prompt_is_heard_before_the_row_takes_a_step(tiny_pair, monkeypatch):
+    """On the embedded pair a 2,375-token prompt took 75 s in one pass, and Stop waited for it all."""
+    from easd.core import decoding
+
+    monkeypatch.setattr(decoding, "PREFILL_CHUNK", 1)  # a pass per prompt token: the prompt takes a while even here
+    generation = Generation(tiny_pair, LONG_PROMPT, DecodeSettings(method="sd", max_new_tokens=24), chat=False)
+    stopper = []
+
+    def stop_soon(batch):  # once, as the row joins: Stop lands while its prompt is being computed
+        if not stopper:
+            stopper.append(threading.Timer(0.05, generation.stop))
+            stopper[0].start()
+
+    blocks = list(decoding.Batch(tiny_pair, [generation], at_boundary=stop_soon))
+    assert blocks == [] and generation.trace.records == [] and generation.trace.stats.stop_reason == "stopped"
