@@ -105,6 +105,31 @@ def test_every_live_example_forks_within_its_first_128_tokens(qwen_pair):
     assert all(position is not None and position < 128 for position in forks.values()), forks
 
 
+def test_stop_during_a_long_prompt_is_heard_within_one_piece_of_it(qwen_pair):
+    """A user's long prompt is computed 256 tokens a pass; Stop, pressed while it is, is heard after the pass
+    under way. In one pass, a 2,375-token prompt took 75 s on 2 cores here, and Stop waited for all of it."""
+    import threading
+    import time
+
+    prompt = "Summarise this list. " + " ".join(f"item {i} is red." for i in range(150))
+    rows = [Generation(qwen_pair, prompt, DecodeSettings(method=m, max_new_tokens=16)) for m in ("sd", "easd")]
+    assert rows[0].prompt_length > 4 * 256
+    joined = threading.Event()
+    batch = Batch(qwen_pair, rows, at_boundary=lambda _: joined.set())
+    decoding = threading.Thread(target=batch.run)
+    decoding.start()
+    joined.wait(60)
+    time.sleep(1.0)  # into the prompt's passes
+    stopped = time.monotonic()
+    for row in rows:
+        row.stop()
+    decoding.join(120)
+    waited = time.monotonic() - stopped
+    print(f"\nStop 1 s into a {rows[0].prompt_length}-token prompt: the rows were out {waited:.1f} s later")
+    assert not decoding.is_alive() and all(row.trace.records == [] and row.done for row in rows)
+    assert waited < 20  # one 256-token pass of the target is about 8 s here; the whole prompt, over 30 s
+
+
 def test_slowest_the_same_pair_on_transformers_in_float32_equals_its_target_greedily():
     """The suite's one real-pair test on transformers (its first run converts the GGUF files): float32 is exact too."""
     from easd.pairs.registry import load_named_pair
