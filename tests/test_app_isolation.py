@@ -253,22 +253,19 @@ def read_one_event_then_hold(url: str, path: str) -> socket.socket:
     return conn
 
 
-def test_a_stream_read_once_on_the_plain_route_is_stopped(short_patience):
+@pytest.mark.parametrize("route", ["plain", "queue"])
+def test_a_stream_read_once_then_held_open_is_stopped(short_patience, route):
+    """A script that read one event and stalled with its connection open, on each of the API's two routes."""
     url, host = short_patience
-    event = post_raw(url, {"data": list((LONG | {"prompt": "one event on /call"}).values())})
-    ticket = running_ticket(host, "one event on /call")
+    data = list((LONG | {"prompt": f"one event on the {route} route"}).values())
+    if route == "plain":
+        stream = f"/gradio_api/call/compare/{post_raw(url, {'data': data})}"
+    else:
+        stream = f"/gradio_api/queue/data?session_hash={queue_join(url, data)}"
+    ticket = running_ticket(host, f"one event on the {route} route")
     started = time.monotonic()
-    with read_one_event_then_hold(url, f"/gradio_api/call/compare/{event}"):
-        assert_stopped_unread(ticket, started, "a /call/compare stream read once")
-
-
-def test_a_stream_read_once_on_the_queue_protocol_is_stopped(short_patience):
-    url, host = short_patience
-    session = queue_join(url, list((LONG | {"prompt": "one event on the queue"}).values()))
-    ticket = running_ticket(host, "one event on the queue")
-    started = time.monotonic()
-    with read_one_event_then_hold(url, f"/gradio_api/queue/data?session_hash={session}"):
-        assert_stopped_unread(ticket, started, "a queue-protocol stream read once")
+    with read_one_event_then_hold(url, stream):
+        assert_stopped_unread(ticket, started, f"a stream on the {route} route, read once")
 
 
 def test_a_stream_that_is_read_is_not_stopped(short_patience):
