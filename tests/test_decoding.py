@@ -204,3 +204,27 @@ def test_stop_during_a_long_prompt_is_heard_before_the_row_takes_a_step(tiny_pai
 
     blocks = list(decoding.Batch(tiny_pair, [generation], at_boundary=stop_soon))
     assert blocks == [] and generation.trace.records == [] and generation.trace.stats.stop_reason == "stopped"
+
+
+def test_a_long_prompt_is_computed_between_the_other_rows_steps(tiny_pair, monkeypatch):
+    """In the app's shared batch a long prompt no longer pauses everyone: the others step between its pieces."""
+    from easd.core import decoding
+
+    monkeypatch.setattr(decoding, "PREFILL_CHUNK", 16)  # about 22 pieces for this prompt
+    settings = DecodeSettings(method="sd", max_new_tokens=200)
+    running = Generation(tiny_pair, "def add(a, b):", settings)
+    joining = Generation(tiny_pair, LONG_PROMPT, replace_max(settings, 24), chat=False)
+    batch = decoding.Batch(tiny_pair, [running], prompts_between_steps=True)
+    while_joining, asked = [], False  # the running row's blocks while the joining row's prompt was being computed
+    for block in batch:
+        if len(running.trace.records) >= 8 and not asked:
+            batch.add(joining)  # it joins at the next boundary, with a prompt of about 350 tokens
+            asked = True
+        if batch.prompts and block.generation is running:
+            while_joining.append(block)
+    assert len(while_joining) >= 10  # the running row went on while the long prompt was computed
+    assert joining.trace.token_ids == Generation(tiny_pair, LONG_PROMPT, replace_max(settings, 24), chat=False).run().token_ids
+
+
+def replace_max(settings: DecodeSettings, n: int) -> DecodeSettings:
+    return dataclasses.replace(settings, max_new_tokens=n)

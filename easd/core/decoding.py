@@ -392,6 +392,7 @@ class Batch:
         max_rows: int | None = None,
         use_cache: bool = True,
         at_boundary: Callable[[Batch], None] | None = None,
+        prompts_between_steps: bool = False,
     ):
         if max_rows is not None and max_rows < 1:
             raise SettingsError("--batch-size", f"must be ≥ 1 (got {max_rows})")
@@ -399,6 +400,11 @@ class Batch:
         limit = min(pair.draft.max_rows, pair.target.max_rows)  # more wait in line, as for `max_rows`
         self.max_rows = limit if max_rows is None else min(max_rows, limit)
         self.at_boundary = at_boundary  # called between steps, when every block so far has been yielded (a scheduler's hook)
+        # A long prompt is computed a piece per step while other rows decode, rather than all at once while they
+        # wait (the app's shared batch). Off, it is computed whole as its row joins: a batch that is stopped and
+        # resumed between steps (easd.core.chunks) would otherwise start it again each time.
+        self.prompts_between_steps = prompts_between_steps
+        self.prompts: dict[Generation, Prompt] = {}  # long prompts being computed, by the row waiting for them
         self.rows: list[Generation] = []  # row i of both caches
         self.waiting: deque[Generation] = deque(generations)
         self.use_cache = use_cache
@@ -435,6 +441,8 @@ class Batch:
                 self._leave([g for g in self.rows if g.stopped])
                 self._join()
                 if not self.rows:
+                    if self.waiting:  # the head of the line's prompt is not computed yet
+                        continue
                     return
                 yield from self._step()
                 self._leave([g for g in self.rows if g.done])
@@ -452,51 +460,59 @@ class Batch:
     # --- rows joining and leaving ---------------------------------------------------------------
 
     def _join(self) -> None:
-        """Let in rows from the line while there is room. Rows that join together with the same prompt (a
-        comparison's SD and EASD) compute its prefix once per model: the later ones start from a copy."""
+        """Let in rows from the line while there is room, in order. Rows that join together with the same prompt (a
+        comparison's SD and EASD) compute its prefix once per model: the later ones start from a copy. A prompt
+        longer than PREFILL_CHUNK is computed first (`Prompt`), whole or, with `prompts_between_steps`, a piece
+        per call while the rows behind it wait their turn."""
         twins: dict[tuple[str, tuple[int, ...]], int] = {}  # (model, prefix) -> the row that joined now holding it
         while self.waiting and len(self.rows) < self.max_rows:
-            with self._lock:
-                generation = self.waiting.popleft()
-            if generation.stopped:
+            generation = self.waiting[0]
+            if generation.stopped:  # before its first step, or while its prompt was computed
+                with self._lock:
+                    self.waiting.remove(generation)
+                self.prompts.pop(generation, None)
                 generation.finish(generation.why_stopped)
                 continue
+            started = time.perf_counter()
+            ready = self._prompt_ready(generation, twins)
+            generation.trace.stats.seconds += time.perf_counter() - started
+            if not ready:
+                return
+            with self._lock:
+                self.waiting.remove(generation)
             started = time.perf_counter()
             seen = len(generation.tokens) - 1  # the caches hold every token but the last, whose logits the next pass computes
             start = generation.start or Start(None, None, seen, seen)
             row, room = len(self.rows), generation.capacity
-            for model, caches, uses, state, length in (
-                ("draft", self.draft, generation.uses_draft, start.draft, start.draft_seen),
-                ("target", self.target, generation.uses_target, start.target, start.target_seen),
-            ):
-                prefix = tuple(generation.tokens[:length]) if uses else ()
+            for model, prefix in _prefixes(generation, start).items():
+                state = getattr(start, model)
                 twin = twins.get((model, prefix)) if prefix and state is None else None
-                if twin is None and state is None and len(prefix) > PREFILL_CHUNK and self.use_cache:
-                    state = self._prefill(getattr(self.pair, model), prefix, room, generation)
-                if generation.stopped:  # during its prompt: it leaves before taking a step
-                    self.draft.keep_rows(list(range(row)))
-                    self.target.keep_rows(list(range(row)))
-                    generation.finish(generation.why_stopped)
-                    break
+                caches = getattr(self, model)
                 caches.add_row(list(prefix), room, caches.save_row(twin) if twin is not None else state)
                 twins.setdefault((model, prefix), row)
-            if generation.done:
-                continue
             generation.start = None
             generation.trace.stats.seconds += time.perf_counter() - started
             self.rows.append(generation)
 
-    def _prefill(self, model, prefix: tuple[int, ...], room: int, generation: Generation):
-        """`prefix` computed alone, PREFILL_CHUNK tokens a pass, in a cache of its own (a pass over the batch's
-        caches would carry every other row along); -> that cache's row, for `add_row(start=…)`, or None once
-        `generation` is stopped."""
-        solo = model.caches(self.pair.vocab_size, True)
-        solo.add_row(list(prefix[:PREFILL_CHUNK]), room)
-        for end in range(2 * PREFILL_CHUNK, len(prefix) + PREFILL_CHUNK, PREFILL_CHUNK):
-            if generation.stopped:
-                return None
-            solo.logits({0: list(prefix[:end])}, {0: 0})  # no logits wanted: only the cache
-        return solo.save_row(0)
+    def _prompt_ready(self, generation: Generation, twins: dict) -> bool:
+        """Whether `generation` can join now; computes its long prompt first, or with `prompts_between_steps`
+        and other rows decoding, the next piece of it."""
+        if generation.start is not None or not self.use_cache:
+            return True
+        seen = len(generation.tokens) - 1
+        prefixes = _prefixes(generation, Start(None, None, seen, seen))
+        if max(map(len, prefixes.values())) <= PREFILL_CHUNK or all((m, p) in twins for m, p in prefixes.items() if p):
+            return True
+        prompt = self.prompts.setdefault(generation, Prompt(self.pair, prefixes, generation.capacity))
+        while not prompt.done and not generation.stopped:
+            prompt.advance()
+            if self.prompts_between_steps and self.rows:
+                break  # the others' next step first
+        if not prompt.done:
+            return False
+        del self.prompts[generation]
+        generation.start = prompt.start(seen)
+        return True
 
     def _leave(self, leaving: list[Generation]) -> None:
         if not leaving:
@@ -640,6 +656,45 @@ class Batch:
         reason = generation.end_reason()
         if reason is not None:
             generation.finish(reason)
+
+
+class Prompt:
+    """A joining row's long prompt, computed PREFILL_CHUNK tokens a pass in caches of its own (a pass over the
+    batch's caches would carry every other row along), so that Stop is heard, and other rows may step, between
+    two passes. Done, it is the `Start` the row joins with; it decodes as a prompt computed in one pass."""
+
+    def __init__(self, pair: ModelPair, prefixes: dict[str, tuple[int, ...]], room: int):
+        self.prefixes = {model: prefix for model, prefix in prefixes.items() if prefix}
+        self.caches = {model: getattr(pair, model).caches(pair.vocab_size, True) for model in self.prefixes}
+        self.room = room
+        self.computed = dict.fromkeys(self.prefixes, 0)  # tokens of each model's prefix in its cache
+
+    @property
+    def done(self) -> bool:
+        return all(self.computed[m] == len(p) for m, p in self.prefixes.items())
+
+    def advance(self) -> None:
+        """One pass: the next PREFILL_CHUNK tokens of the first model whose prefix is not computed yet."""
+        model = next(m for m, p in self.prefixes.items() if self.computed[m] < len(p))
+        end = min(self.computed[model] + PREFILL_CHUNK, len(self.prefixes[model]))
+        tokens = list(self.prefixes[model][:end])
+        if self.computed[model] == 0:
+            self.caches[model].add_row(tokens, self.room)
+        else:
+            self.caches[model].logits({0: tokens}, {0: 0})  # no logits wanted: only the cache
+        self.computed[model] = end
+
+    def start(self, seen: int) -> Start:
+        draft, target = (self.caches[m].save_row(0) if m in self.caches else None for m in ("draft", "target"))
+        return Start(draft, target, seen, seen)
+
+
+def _prefixes(generation: Generation, start: Start) -> dict[str, tuple[int, ...]]:
+    """What each model's cache must hold for the row to join: its first `seen` tokens (none for a model it does not use)."""
+    return {
+        "draft": tuple(generation.tokens[: start.draft_seen]) if generation.uses_draft else (),
+        "target": tuple(generation.tokens[: start.target_seen]) if generation.uses_target else (),
+    }
 
 
 @dataclass(eq=False)

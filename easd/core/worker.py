@@ -215,7 +215,8 @@ class Worker:
         while True:
             with self._lock:
                 self._lock.wait_for(lambda: self.line)
-            batch = Batch(self.pair, at_boundary=self._admit_into)  # a fresh batch per busy spell: nothing of the last one stays
+            # a fresh batch per busy spell: nothing of the last one stays; a long prompt is computed between the others' steps
+            batch = Batch(self.pair, at_boundary=self._admit_into, prompts_between_steps=True)
             try:
                 for block in batch:
                     self._deliver(block)
