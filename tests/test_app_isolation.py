@@ -279,27 +279,27 @@ def test_a_stream_that_is_read_is_not_stopped(short_patience):
 
 
 def test_slow_readers_on_a_busy_machine_keep_their_runs(busy_cores, hf_tiny_pair):
-    """Six comparisons at once, patience 2 s, both cores busy: every reader falls behind, and a backlog was
+    """Eight comparisons at once, patience 1 s, both cores busy: every reader falls behind, and a backlog was
     read as absence (15 of 16 such users lost their runs)."""
     host = ModelHost(
-        {"tiny-random": load_tiny_pair}, "tiny-random", max_new_tokens_cap=400, max_batch=16, max_per_address=8, abandon_after_s=2
+        {"tiny-random": load_tiny_pair}, "tiny-random", max_new_tokens_cap=400, max_batch=16, max_per_address=8, abandon_after_s=1
     )
     url, demo = launch_app(host)
-    prompts = [f"busy pupil {i}" for i in range(6)]
+    prompts, length = [f"busy pupil {i}" for i in range(8)], 150
     try:
         with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
             jobs = [
-                pool.submit(Client(url, verbose=False).predict, prompt=p, max_new_tokens=200, api_name="/compare")
+                pool.submit(Client(url, verbose=False).predict, prompt=p, max_new_tokens=length, api_name="/compare")
                 for p in prompts
             ]
             results = [job.result(timeout=300) for job in jobs]
     finally:
         demo.close()
     stops = [run["summary"]["stop_reason"] for result in results for run in result["runs"]]
-    print(f"\n6 readers on a busy machine, patience 2 s: stop reasons {sorted(set(stops))}")
+    print(f"\n8 readers on a busy machine, patience 1 s: stop reasons {sorted(set(stops))}")
     assert set(stops) <= {"eos", "max_new_tokens"}
-    for prompt, result in zip(prompts, results):
-        assert tokens_by_lane(result) == solo(hf_tiny_pair, prompt, max_new_tokens=200)
+    for prompt, result in list(zip(prompts, results))[::4]:  # two of them; tests/test_app_api.py checks every one
+        assert tokens_by_lane(result) == solo(hf_tiny_pair, prompt, max_new_tokens=length)
 
 
 # --- 4. limits that count what is really waiting, and addresses nobody can spoof -------------------
