@@ -99,7 +99,9 @@ class ModelHost:
         return self.max_per_address or max(self.max_queued_per_client, self.slots // 2)
 
     @contextmanager
-    def ticket(self, name: str, generations: Iterable[Generation], client: Client, reader: Reader | None = None) -> Iterator[Ticket]:
+    def ticket(
+        self, name: str, generations: Iterable[Generation], client: Client, reader: Reader | None = None
+    ) -> Iterator[Ticket]:
         """Put `generations` in the shared batch of pair `name` for the block; raises Busy at once when
         `client` already has its share of requests. `reader` says whether the client has taken anything
         since it was last asked (see easd.core.worker). Leaving the block unfinished (Stop, a closed tab,

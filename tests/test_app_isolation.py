@@ -123,7 +123,9 @@ def queue_join(url: str, data: list) -> str:
 
 
 def test_a_400_token_stream_sends_its_result_once_on_the_plain_route(app_url):
-    event = post_raw(app_url, {"data": list((ARGUMENTS | {"prompt": "A long story about pears.", "max_new_tokens": 400}).values())})
+    event = post_raw(
+        app_url, {"data": list((ARGUMENTS | {"prompt": "A long story about pears.", "max_new_tokens": 400}).values())}
+    )
     stream = read_stream(app_url, event)
     events = [chunk for chunk in stream.split(b"\n\n") if chunk.startswith(b"event: generating")]
     final = stream.split(b"event: complete\ndata: ", 1)[1].strip()
@@ -405,7 +407,9 @@ def test_refused_inputs_are_one_short_line_to_the_user_and_in_the_log(app_url, c
     traceback and echoed the value whole, so anyone could fill the log."""
     upload = httpx.post(f"{app_url}gradio_api/upload", files={"files": ("notes.txt", b"hello")}).json()[0]
     refusals = {
-        "a .txt upload": page_event(app_url, uuid.uuid4().hex, "upload", {"upload": {"path": upload, "meta": {"_type": "gradio.FileData"}}}),
+        "a .txt upload": page_event(
+            app_url, uuid.uuid4().hex, "upload", {"upload": {"path": upload, "meta": {"_type": "gradio.FileData"}}}
+        ),
         "a 100 kB gallery key": page_event(app_url, uuid.uuid4().hex, "recorded", {"recorded": "k" * 100_000}),
     }
     printed = capfd.readouterr().err  # where Gradio prints a traceback

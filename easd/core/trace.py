@@ -587,7 +587,9 @@ def load(path: str | Path) -> list[Trace]:
         raise EasdError(f"{path.name}: no such file")
     size = path.stat().st_size
     if size > MAX_TRACE_BYTES:
-        raise EasdError(f"{path.name}: {size:,} bytes is larger than the {MAX_TRACE_BYTES:,} bytes ({MAX_TRACE_BYTES // 2**20} MiB) a trace may be")
+        raise EasdError(
+            f"{path.name}: {size:,} bytes is larger than the {MAX_TRACE_BYTES:,} bytes ({MAX_TRACE_BYTES // 2**20} MiB) a trace may be"
+        )
     readers = {".csv": read_csv, ".json": read_json}
     if path.suffix.lower() not in readers:
         raise EasdError(f"{path.name}: a trace file ends in .csv or .json")

@@ -88,7 +88,9 @@ class Field:
     def check(self, value) -> None:
         """Raise ValueError saying what is wrong with `value` (None is checked by the caller)."""
         if type(value) is str and self.kind == "text" and not _encodable(value):
-            raise ValueError(f"{_show(value)} holds a lone surrogate (half of a UTF-16 pair), which is not text any file can hold")
+            raise ValueError(
+                f"{_show(value)} holds a lone surrogate (half of a UTF-16 pair), which is not text any file can hold"
+            )
         if not self._fits(value):
             raise ValueError(f"{_show(value)} is not {self.describe()}")
 

@@ -169,7 +169,9 @@ class Worker:
         self._thread = threading.Thread(target=serve, name="easd-worker", daemon=True)
         self._thread.start()
 
-    def submit(self, generations: Iterable[Generation], owner: str = "", address: str = "", reader: Reader | None = None) -> Ticket:
+    def submit(
+        self, generations: Iterable[Generation], owner: str = "", address: str = "", reader: Reader | None = None
+    ) -> Ticket:
         """Put one user's rows in line; they join the batch as soon as it has room for all of them."""
         ticket = Ticket(generations, owner, address, reader)
         if len(ticket.generations) > self.max_rows:
