@@ -22,6 +22,7 @@ from components.backend import ModelHost
 from components.layout import ASSETS, build_app, serve
 from components.page import SESSION_TTL_S
 from easd.cli import add_weight_flags, check_model_flags, runtime_of
+from easd.core.worker import check_max_rows
 from easd.errors import EasdError
 from easd.pairs.loading import load_pair
 from easd.pairs.registry import PAIRS, default_pair_name, load_named_pair
@@ -108,10 +109,10 @@ def make_host(args: argparse.Namespace) -> ModelHost:
         sys.exit("error: --max-new-tokens-cap, --max-queued-per-client and --max-per-address must be at least 1")
     if not args.session_ttl > 0:
         sys.exit(f"error: --session-ttl must be a number of seconds > 0 (got {args.session_ttl})")
-    if args.max_batch is not None and args.max_batch < 2:
-        sys.exit(f"error: --max-batch must be at least 2: a comparison is two rows, SD and EASD (got {args.max_batch})")
     allowed = {}
     try:
+        if args.max_batch is not None:
+            check_max_rows(args.max_batch)
         check_model_flags(None, args.draft, args.target)
         runtime = runtime_of(args).checked()
     except EasdError as err:

@@ -24,7 +24,7 @@ from . import figures
 from .backend import Client, ModelHost
 from .controls import DEFAULTS, RuleView, api_words, check_flag, check_prompt, page_words, read_settings
 from .gallery import Gallery
-from .gradio_queue import Outbox
+from .gradio_internals import Outbox, event_data
 from .html import Html, tag
 from .inspector import inspector_html
 from .lanes import lane_html, lane_title
@@ -200,7 +200,7 @@ def compare(
     request: gr.Request = None,
 ) -> Iterator[dict]:
     """Run SD and EASD with the same prompt, seed and settings in the shared batch; streams them (at most every
-    API_EVERY_S) and ends with both whole traces (easd-trace JSON), sent once (`gradio_queue.say_results_once`).
+    API_EVERY_S) and ends with both whole traces (easd-trace JSON), sent once (`gradio_internals.say_results_once`).
 
     Updates are easd-trace-update JSON: rows without their candidates, which are most of a trace's
     bytes. Through Gradio's queue (gradio_client) each update holds every row so far, and Gradio
@@ -264,7 +264,7 @@ def rerender(page: Page, values: dict) -> dict:
 def select_token(page: Page, values: dict, event: gr.EventData) -> dict:
     """A token was clicked, tapped or chosen by keyboard (lane "" closes the details); the stepper follows it."""
     session: Session = values[page.state]
-    data = getattr(event, "_data", None) or {}
+    data = event_data(event)
     lane, index = data.get("lane"), data.get("pos")
     if lane == "":
         session.selected = None

@@ -21,7 +21,7 @@ from starlette.middleware import Middleware
 
 from easd.errors import EasdError
 
-from . import evaluation, gradio_queue, handlers
+from . import evaluation, gradio_internals, handlers
 from .backend import ModelHost
 from .evaluation import EvaluationTab, build_evaluation_tab
 from .gallery import Gallery
@@ -118,7 +118,7 @@ def build_app(
     gallery = gallery or Gallery()
     eval_dirs = list(eval_dirs or [])
     with gr.Blocks(title="EASD Lab", delete_cache=(3600, 7200)) as demo:
-        outbox = gradio_queue.Outbox(demo)
+        outbox = gradio_internals.Outbox(demo)
         with gr.Tab("Compare"):
             page = build_page(host, examples, gallery, session_ttl_s)
         with gr.Tab("Evaluation"):
@@ -137,7 +137,7 @@ def build_app(
     return demo
 
 
-def _wire_compare(demo: gr.Blocks, page: Page, host: ModelHost, gallery: Gallery, outbox: gradio_queue.Outbox) -> None:
+def _wire_compare(demo: gr.Blocks, page: Page, host: ModelHost, gallery: Gallery, outbox: gradio_internals.Outbox) -> None:
     c, s = page.controls, page.state
     say = functools.partial(_say, page)
     whatif_in = {*c.whatif().values(), s}
@@ -206,7 +206,7 @@ def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, for
     which serves Gradio, reads FORWARDED_ALLOW_IPS as it starts, and by default trusts any client on 127.0.0.1."""
     os.environ["FORWARDED_ALLOW_IPS"] = forwarded_allow_ips
     demo.queue(default_concurrency_limit=LIGHT_EVENTS, max_size=64)
-    gradio_queue.say_results_once(demo, "compare", handlers.is_result)
+    gradio_internals.say_results_once(demo, "compare", handlers.is_result)
     return demo.launch(
         server_name=host,
         server_port=port,
@@ -217,7 +217,7 @@ def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, for
         app_kwargs={
             "middleware": [
                 Middleware(WholeArguments, parameters={"compare": api_parameters(handlers.compare)}),
-                Middleware(gradio_queue.SmallStreamBuffers),
+                Middleware(gradio_internals.SmallStreamBuffers),
             ]
         },
         **options,

@@ -5,8 +5,8 @@ Notation (stated once, as in the paper and in transformers' `_speculative_sampli
   c = the drafted token, and a tilde (p̃, q̃) marks the *sampling* distribution after
   temperature and top-p. Greedy decoding is temperature 0, where p̃ and q̃ are one-hot.
 
-Every function is batch-first: tensors have a leading dimension B (the drafted positions of a
-block today; several sequences at once later). Nothing here knows about models or caches.
+Every function is batch-first: tensors have a leading dimension B (the drafted positions of one
+row's block: the loop judges each row of a batch apart, `easd.core.decoding.judge_block`). Nothing here knows about models or caches.
 The rule functions use only `>=` and `&`, so they also work on NumPy arrays and pandas
 columns, which is how the app re-evaluates a finished trace under other thresholds.
 """

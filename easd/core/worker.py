@@ -11,7 +11,7 @@ snapshot of that row's trace in the ticket, so the user's thread never reads a t
 is writing. With `abandon_after_s`, a running ticket whose reader has taken nothing at all for
 that long is cancelled with stop reason "unread", so a vanished user cannot hold rows to the end;
 a reader that takes anything, however slowly, keeps its run. The worker asks each ticket's
-`reader` (the app's look at what its client took, `components.gradio_queue`) at every block
+`reader` (the app's look at what its client took, `components.gradio_internals`) at every block
 boundary, so the answer does not wait on the thread that streams to the user.
 
 Rows are isolated: a row whose numbers fail ends alone (easd.core.decoding), its ticket ends with
@@ -151,8 +151,7 @@ class Worker:
     def __init__(
         self, pair: ModelPair, max_rows: int, row_tokens: int, abandon_after_s: float | None = None, chunks: Chunks | None = None
     ):
-        if max_rows < 2:
-            raise SettingsError("--max-batch", f"must be at least 2: a comparison is two rows, SD and EASD (got {max_rows})")
+        check_max_rows(max_rows)
         limit = min(pair.draft.max_rows, pair.target.max_rows)
         if max_rows > limit:
             raise SettingsError("--max-batch", f"must be at most {limit} on {pair.backend} (got {max_rows})")
@@ -320,6 +319,12 @@ class Worker:
             ticket.moved(place, math.ceil(place / per_round) * self.mean_run_s)
         for ticket in self.running:
             ticket.moved(0, 0.0)
+
+
+def check_max_rows(max_rows: int) -> None:
+    """The batch's least size: app.py checks its --max-batch with this before anything loads, the worker again."""
+    if max_rows < 2:
+        raise SettingsError("--max-batch", f"must be at least 2: a comparison is two rows, SD and EASD (got {max_rows})")
 
 
 def default_max_rows(pair: ModelPair, tokens_per_row: int) -> int:

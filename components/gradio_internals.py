@@ -1,4 +1,4 @@
-"""What the app reads and changes inside Gradio's queue and server, in one place: Gradio has no public way to do it.
+"""What the app reads and changes inside Gradio and its server, in one place: Gradio has no public way to do it.
 
 - Whether a client is reading (`Outbox.watch`): a streaming handler is pulled whether or not
   anyone listens, and what it yields waits in a queue per session until the client's event
@@ -11,10 +11,13 @@
 - Small buffers for event streams (`SmallStreamBuffers`): a client that stops reading is only
   noticed once the buffers between the server and it are full; by default they absorb
   megabytes, more than a whole run streams.
+- What a custom event sent (`event_data`): the lanes' token clicks send {lane, pos} through
+  `gr.HTML`'s JavaScript trigger, which Gradio hands over only as the event's private `_data`.
 
 Everything here rests on Gradio's and uvicorn's internals (`Blocks._queue`, its per-session
-message queues and `send_message`, uvicorn's request cycle): after upgrading either, re-run
-tests/test_app_isolation.py, which checks each point on both of the API's routes.
+message queues and `send_message`, `EventData._data`, uvicorn's request cycle): after upgrading
+either, re-run tests/test_app_isolation.py, which checks the first three on both of the API's
+routes, and tests/test_app_browser.py, which clicks tokens.
 """
 
 from __future__ import annotations
@@ -132,3 +135,9 @@ def _shrink(transport) -> None:
         transport.set_write_buffer_limits(high=STREAM_WRITE_BUFFER)
     except (AttributeError, OSError) as err:  # not fatal: an unread stream is then noticed later
         log.warning("could not shrink an event stream's buffers: %s", err)
+
+
+def event_data(event: gr.EventData) -> dict:
+    """What the page's own JavaScript sent with an event (Gradio keeps it in a private attribute); {} if nothing."""
+    data = getattr(event, "_data", None)
+    return data if isinstance(data, dict) else {}
