@@ -5,9 +5,8 @@
     python app.py --pair none              # no model: view trace files only
     python app.py --draft ./small --target ./large --allow-pairs tiny-random
 
-Every flag can also come from the environment (EASD_PAIR, EASD_ALLOW_PAIRS, EASD_DRAFT, EASD_TARGET,
-EASD_BACKEND, EASD_DTYPE, EASD_INT8, EASD_HOST, EASD_PORT, EASD_MAX_NEW_TOKENS_CAP, EASD_MAX_BATCH, EASD_MAX_QUEUED_PER_CLIENT,
-EASD_MAX_PER_ADDRESS, EASD_FORWARDED_ALLOW_IPS, EASD_SESSION_TTL, EASD_EVAL_DIRS), which is how a Hugging Face Space sets them. The browser can only choose among the pairs allowed here.
+Every flag can also come from the environment, which is how a Hugging Face Space sets them: --max-batch is
+EASD_MAX_BATCH, and so on (`from_environment`). The browser can only choose among the pairs allowed here.
 """
 
 from __future__ import annotations
@@ -27,80 +26,96 @@ from easd.errors import EasdError
 from easd.pairs.loading import load_pair
 from easd.pairs.registry import PAIRS, default_pair_name, load_named_pair
 
+# Every flag can come from the environment, which is how a Space sets them: --max-batch is EASD_MAX_BATCH, and so on.
+ENVIRONMENT = "EASD_"
+OTHER_NAMES = {"--eval-dir": ("EASD_EVAL_DIRS",), "--host": ("GRADIO_SERVER_NAME",), "--port": ("GRADIO_SERVER_PORT",)}
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    env = os.environ.get
+    """The flags, each from the command line or else the environment (see `from_environment`)."""
+    parser = build_parser()
+    return parser.parse_args(from_environment(parser) + list(sys.argv[1:] if argv is None else argv))
+
+
+def from_environment(parser: argparse.ArgumentParser) -> list[str]:
+    """The flags set in the environment, as arguments that go before the command line's (argparse keeps the last
+    value, so the command line wins; a repeatable flag gets both). A flag's variable is its name in capitals after
+    EASD_ (--max-batch: EASD_MAX_BATCH), or one of OTHER_NAMES; a repeatable flag's holds a list separated by
+    os.pathsep. Values pass argparse's own checks, so a bad one is refused as the flag's would be."""
+    arguments = []
+    for action in parser._actions:  # argparse lists its flags nowhere public
+        flag = next((name for name in action.option_strings if name.startswith("--")), None)
+        if flag is None or flag == "--help":
+            continue
+        names = OTHER_NAMES.get(flag, (ENVIRONMENT + flag[2:].upper().replace("-", "_"),))
+        value = next((os.environ[name] for name in names if os.environ.get(name)), "")
+        values = value.split(os.pathsep) if isinstance(action.default, list) else [value]
+        arguments += [part for one in values if one for part in (flag, one)]
+    return arguments
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument(
         "--pair",
-        default=env("EASD_PAIR"),
         help="pair loaded at start: a name from `python -m easd pairs`, or 'none' to only view traces (default: qwen-coder when installed, else tiny-random)",
     )
     parser.add_argument(
         "--allow-pairs",
-        default=env("EASD_ALLOW_PAIRS", ""),
+        default="",
         help="more named pairs the browser may switch to, comma-separated; each loads on first use",
     )
-    add_weight_flags(  # the operator's own pair, backend, dtype and int8: the same flags as `python -m easd`
-        parser,
-        {
-            "draft": env("EASD_DRAFT"),
-            "target": env("EASD_TARGET"),
-            "backend": env("EASD_BACKEND", "auto"),
-            "dtype": env("EASD_DTYPE", "auto"),
-            "int8": env("EASD_INT8", "none"),
-        },
-    )
+    add_weight_flags(parser)  # the operator's own pair, backend, dtype and int8: the same flags as `python -m easd`
     parser.add_argument(
         "--host",
-        default=env("EASD_HOST", env("GRADIO_SERVER_NAME", "127.0.0.1")),
+        default="127.0.0.1",
         help="address to listen on (0.0.0.0 for every interface)",
     )
-    parser.add_argument("--port", type=int, default=int(env("EASD_PORT", env("GRADIO_SERVER_PORT", "7860"))))
+    parser.add_argument("--port", type=int, default=7860)
     parser.add_argument(
         "--max-new-tokens-cap",
         type=int,
-        default=int(env("EASD_MAX_NEW_TOKENS_CAP", "256")),
+        default=256,
         help="the most tokens a browser may ask for per run",
     )
     parser.add_argument(
         "--max-batch",
         type=int,
-        default=int(env("EASD_MAX_BATCH", "0")) or None,
+        default=None,
         help="rows every user shares in one batch (a comparison is 2 rows); more users wait in line "
         "(default: as many as fit in half the free memory with --max-new-tokens-cap tokens each, at most 32)",
     )
     parser.add_argument(
         "--max-queued-per-client",
         type=int,
-        default=int(env("EASD_MAX_QUEUED_PER_CLIENT", "2")),
+        default=2,
         help="generations one browser tab or API client may have running or waiting; more are refused as busy",
     )
     parser.add_argument(
         "--max-per-address",
         type=int,
-        default=int(env("EASD_MAX_PER_ADDRESS", "0")) or None,
+        default=None,
         help="generations one network address may have running or waiting (default: half of what the batch and its line hold)",
     )
     parser.add_argument(
         "--forwarded-allow-ips",
-        default=env("EASD_FORWARDED_ALLOW_IPS", ""),
+        default="",
         help="proxies (addresses or networks, comma-separated) whose X-Forwarded-For header names the user's address; "
         "by default nobody's is trusted and the connection's own address counts",
     )
     parser.add_argument(
         "--session-ttl",
         type=float,
-        default=float(env("EASD_SESSION_TTL", str(SESSION_TTL_S))),
+        default=SESSION_TTL_S,
         help="seconds after its last run or load that a session's traces and files are deleted (closing the tab deletes them at once)",
     )
     parser.add_argument(
         "--eval-dir",
         action="append",
-        default=[d for d in env("EASD_EVAL_DIRS", "").split(os.pathsep) if d],
+        default=[],
         help="an output folder of `python -m easd eval` the Evaluation tab may open; repeat for more",
     )
-    return parser.parse_args(argv)
+    return parser
 
 
 def make_host(args: argparse.Namespace) -> ModelHost:

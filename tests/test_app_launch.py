@@ -8,6 +8,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 import app
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,3 +69,16 @@ def test_max_queued_per_client_comes_from_the_flag_or_the_environment(monkeypatc
     monkeypatch.setenv("EASD_MAX_QUEUED_PER_CLIENT", "5")
     assert app.make_host(app.parse_args(["--pair", "none"])).max_queued_per_client == 5
     assert app.make_host(app.parse_args(["--pair", "none", "--max-queued-per-client", "1"])).max_queued_per_client == 1
+
+
+def test_every_flag_comes_from_the_environment_by_one_rule_and_is_checked_as_the_flag(monkeypatch, capsys):
+    monkeypatch.setenv("EASD_MAX_BATCH", "8")  # --max-batch
+    monkeypatch.setenv("EASD_FORWARDED_ALLOW_IPS", "10.0.0.0/8")
+    monkeypatch.setenv("GRADIO_SERVER_PORT", "7001")  # Gradio's own name, which a Space sets
+    args = app.parse_args(["--max-batch", "4"])
+    assert (args.max_batch, args.forwarded_allow_ips, args.port) == (4, "10.0.0.0/8", 7001)  # the command line wins
+    assert app.parse_args([]).max_batch == 8
+    monkeypatch.setenv("EASD_INT8", "everything")
+    with pytest.raises(SystemExit):
+        app.parse_args([])
+    assert "argument --int8: invalid choice: 'everything'" in capsys.readouterr().err

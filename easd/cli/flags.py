@@ -24,20 +24,19 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     add_weight_flags(group)
 
 
-def add_weight_flags(parser, defaults: dict | None = None) -> None:
-    """--draft, --target, --backend, --dtype and --int8, for the CLI and app.py (which takes its defaults from the environment)."""
+def add_weight_flags(parser) -> None:
+    """--draft, --target, --backend, --dtype and --int8, for the CLI and app.py."""
     from ..pairs.loading import BACKENDS, DTYPES, INT8
 
-    d = {"draft": None, "target": None, "backend": "auto", "dtype": "auto", "int8": "none", **(defaults or {})}
-    parser.add_argument("--draft", default=d["draft"], help="draft model: a folder, a .gguf file or a hub id (with --target)")
-    parser.add_argument("--target", default=d["target"], help="target model: a folder, a .gguf file or a hub id (with --draft)")
+    parser.add_argument("--draft", help="draft model: a folder, a .gguf file or a hub id (with --target)")
+    parser.add_argument("--target", help="target model: a folder, a .gguf file or a hub id (with --draft)")
     parser.add_argument(
         "--backend",
-        default=d["backend"],
+        default="auto",
         help=f"{', '.join(BACKENDS)}; auto = llama.cpp for GGUF files on a CPU, else transformers",
     )
-    parser.add_argument("--dtype", default=d["dtype"], choices=DTYPES, help="transformers' dtype; auto = bfloat16 where native")
-    parser.add_argument("--int8", default=d["int8"], choices=INT8, help="transformers on a CPU: dynamic int8 weights for these")
+    parser.add_argument("--dtype", default="auto", choices=DTYPES, help="transformers' dtype; auto = bfloat16 where native")
+    parser.add_argument("--int8", default="none", choices=INT8, help="transformers on a CPU: dynamic int8 weights for these")
 
 
 def check_model_flags(pair: str | None, draft: str | None, target: str | None) -> None:
