@@ -17,9 +17,10 @@ import os
 import sys
 from pathlib import Path
 
-from components.backend import ModelHost
-from components.layout import ASSETS, build_app, serve
+from components.host import ModelHost
 from components.page import SESSION_TTL_S
+from components.server import ASSETS, serve
+from components.wiring import build_app
 from easd.cli import add_weight_flags, check_model_flags, runtime_of
 from easd.core.worker import check_max_rows
 from easd.errors import EasdError

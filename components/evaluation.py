@@ -96,7 +96,7 @@ def build_evaluation_tab(folders: list[str]) -> EvaluationTab:
 
 # --- loading ------------------------------------------------------------------------------------
 # Handlers take the tab and their inputs as a dict keyed by component, and return a dict keyed by
-# component; an EasdError they raise is shown in the tab's message line (see components.layout.wire).
+# component; an EasdError they raise is shown in the tab's message line (see components.failures.wire).
 
 
 def load_folder(tab: EvaluationTab, allowed: list[str], values: dict) -> dict:

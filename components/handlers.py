@@ -21,10 +21,10 @@ from easd.core.worker import Ticket
 from easd.errors import EasdError, SettingsError
 
 from . import figures
-from .backend import Client, ModelHost
 from .controls import DEFAULTS, RuleView, api_words, check_flag, check_prompt, page_words, read_settings
 from .gallery import Gallery
 from .gradio_internals import Outbox, event_data
+from .host import Client, ModelHost
 from .html import Html, tag
 from .inspector import inspector_html
 from .lanes import lane_html, lane_title

@@ -2,7 +2,7 @@
 
     python -m components.loadtest --pair qwen-coder --backend llama.cpp,transformers --users 1,4,8,16 --max-new-tokens 128
 
-Serves the app on a local port (the real app: `components.layout.build_app`, the pair loaded once) and
+Serves the app on a local port (the real app: `components.wiring.build_app`, the pair loaded once) and
 sends N simultaneous `/compare` requests with gradio_client, each with its own prompt and seed.
 Twice, in the same run:
   * today's queue: `--max-batch 2`, one comparison at a time, all `max(users)` sent at once; the
@@ -27,8 +27,9 @@ from gradio_client import Client
 from easd.pairs.loading import Runtime, configure_threads
 from easd.pairs.registry import default_pair_name, load_named_pair
 
-from .backend import ModelHost
-from .layout import build_app, serve
+from .host import ModelHost
+from .server import serve
+from .wiring import build_app
 
 PROMPTS = [  # sixteen questions a class might ask, of different lengths and kinds
     "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. How much did she earn?",

@@ -11,9 +11,9 @@ from gradio.utils import get_upload_folder
 from easd.core.compare import LANES
 
 from . import figures
-from .backend import ModelHost
 from .controls import Controls, RuleView, build_controls
 from .gallery import Gallery
+from .host import ModelHost
 from .html import tag
 from .inspector import inspector_html
 from .lanes import lane_html, lane_title, legend_html

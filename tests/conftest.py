@@ -103,7 +103,8 @@ def launch_app(host, eval_dirs=(), loaded=True, **app_options):
     import json
     import time
 
-    from components.layout import ASSETS, build_app, serve
+    from components.server import ASSETS, serve
+    from components.wiring import build_app
 
     for name in host.allowed if loaded else [host.default]:
         host.ensure_loading(name)
@@ -118,7 +119,7 @@ def launch_app(host, eval_dirs=(), loaded=True, **app_options):
 @pytest.fixture(scope="session")
 def app_server(eval_folder):
     """The web app on the tiny random pair, served on a free local port for the session: (url, host)."""
-    from components.backend import ModelHost
+    from components.host import ModelHost
     from easd.pairs.tiny import load_tiny_pair
 
     host = ModelHost({"tiny-random": load_tiny_pair}, "tiny-random", max_new_tokens_cap=400, max_batch=16)

@@ -342,7 +342,7 @@ def test_a_file_name_with_a_script_in_it_is_shown_as_text(browser, trace_sources
 def one_at_a_time(hf_tiny_pair):
     """A second app whose shared batch holds one comparison (--max-batch 2): (url, the pair's worker)."""
 
-    from components.backend import ModelHost
+    from components.host import ModelHost
 
     host = ModelHost({"tiny-random": lambda: hf_tiny_pair}, "tiny-random", max_new_tokens_cap=400, max_batch=2)
     url, demo = launch_app(host)
@@ -480,8 +480,8 @@ def test_the_first_example_on_the_embedded_pair_streams_from_its_first_block():
         pytest.skip("qwen-coder part packages not installed")
     import json
 
-    from components.backend import ModelHost
-    from components.layout import ASSETS
+    from components.host import ModelHost
+    from components.server import ASSETS
 
     pair = load_named_pair("qwen-coder")  # the app's own choice of backend here
     host = ModelHost({"qwen-coder": lambda: pair}, "qwen-coder", max_new_tokens_cap=256)

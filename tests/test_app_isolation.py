@@ -24,9 +24,9 @@ import pytest
 from conftest import launch_app
 from gradio_client import Client
 
-from components.backend import ModelHost
 from components.handlers import compare
-from components.layout import api_parameters
+from components.host import ModelHost
+from components.server import api_parameters
 from easd.core import trace as trace_io
 from easd.core.compare import Comparison
 from easd.core.settings import DecodeSettings
@@ -423,7 +423,7 @@ def test_refused_inputs_are_one_short_line_to_the_user_and_in_the_log(app_url, c
 
 
 def test_every_event_is_queued_and_the_light_ones_share_a_small_limit():
-    from components.layout import VIEW_EVENTS, build_app
+    from components.wiring import VIEW_EVENTS, build_app
 
     demo = build_app(ModelHost({}, None), [])
     functions = [fn for fn in demo.fns.values() if fn.fn is not None]  # Stop's first step only cancels, and runs no code

@@ -53,8 +53,8 @@ def test_the_viewer_opens_a_recording_with_no_model_and_refuses_other_keys():
     import gradio as gr
 
     from components import handlers
-    from components.backend import ModelHost
-    from components.layout import wire
+    from components.failures import wire
+    from components.host import ModelHost
     from components.page import build_page
     from components.session import Session
 

@@ -18,13 +18,13 @@ import pytest
 from hostile import PAYLOADS, csv_fields, hostile_csv, hostile_json, json_fields
 
 from components import handlers
-from components.backend import ModelHost
 from components.controls import DEFAULTS, RuleView
+from components.failures import wire
 from components.gallery import Gallery
+from components.host import ModelHost
 from components.html import Html
 from components.inspector import inspector_html
 from components.lanes import ORIGIN_CLASSES
-from components.layout import wire
 from components.page import build_page
 from components.session import Session
 from components.stepper import block_views, stepper_html
@@ -135,7 +135,7 @@ def test_every_field_of_both_formats(page, trace_sources, tmp_path, fmt):
         path = hostile_csv(source, [field], target) if fmt == "csv" else hostile_json(source, [field], target)
         try:
             fragments = every_fragment(page, path)
-        except Exception:  # a field that breaks rendering is answered by the page in one line (components.layout.wire)
+        except Exception:  # a field that breaks rendering is answered by the page in one line (components.failures.wire)
             continue
         for fragment in fragments:
             check(fragment)

@@ -6,11 +6,11 @@ import gradio as gr
 import pytest
 
 from components import handlers
-from components.backend import Busy, Client, ModelHost
 from components.controls import FIELDS, RuleView, page_words, read_settings
+from components.failures import wire
 from components.gallery import Gallery
+from components.host import Busy, Client, ModelHost
 from components.html import Html, join, number, tag, text
-from components.layout import wire
 from components.page import build_page
 from components.session import Session
 from easd.errors import SettingsError

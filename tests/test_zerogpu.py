@@ -17,7 +17,7 @@ from conftest import launch_app
 from gradio_client import Client
 
 from components import zerogpu
-from components.backend import ModelHost
+from components.host import ModelHost
 from easd.core.compare import Comparison
 from easd.core.settings import DecodeSettings
 from easd.pairs.tiny import load_tiny_pair

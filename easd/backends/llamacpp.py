@@ -66,7 +66,7 @@ def _start_backend() -> None:
 
 @dataclass(eq=False)
 class LlamaModel:
-    """One GGUF file loaded by llama.cpp (easd.core.backend.Model)."""
+    """One GGUF file loaded by llama.cpp (easd.core.seam.Model)."""
 
     path: Path
     name: str
@@ -122,7 +122,7 @@ class Capacity:
 
 
 class LlamaCaches:
-    """One context whose sequences are the rows of a batch (easd.core.backend.Caches).
+    """One context whose sequences are the rows of a batch (easd.core.seam.Caches).
 
     The context is made when the first row joins, sized for the rows and their room; when a row
     needs more, a bigger context takes every row's cache over (as llama.cpp's sequence bytes).
@@ -308,7 +308,7 @@ def restream(state: bytes, streams: int) -> bytes:
 
 
 class LlamaTokenizer:
-    """The GGUF's own tokenizer and chat template, through llama.cpp (easd.core.backend.Tokenizer)."""
+    """The GGUF's own tokenizer and chat template, through llama.cpp (easd.core.seam.Tokenizer)."""
 
     def __init__(self, model: LlamaModel):
         self.model, self.vocab_handle = model, model.vocab

@@ -1,7 +1,7 @@
 """The transformers backend: PyTorch models from folders, hub ids or GGUF files, on a CPU or a GPU.
 
 `HFModel` wraps a loaded transformers model, `HFCaches` holds its key/value caches for the rows
-of a batch, and `HFTokenizer` wraps its tokenizer (easd.core.backend). In float32 a row's numbers
+of a batch, and `HFTokenizer` wraps its tokenizer (easd.core.seam). In float32 a row's numbers
 do not depend on the batch it is in: the exact regime the tests hold the other backend against.
 
 The caches: rows of a batch are ragged (prompts differ in length, and each block every row keeps
@@ -36,7 +36,7 @@ RowKV = list[tuple[torch.Tensor, torch.Tensor]]  # one (keys, values) per layer,
 
 @dataclass(eq=False)
 class HFModel:
-    """A transformers model as the loop sees it (easd.core.backend.Model); `module` is the model itself."""
+    """A transformers model as the loop sees it (easd.core.seam.Model); `module` is the model itself."""
 
     module: PreTrainedModel
     name: str
@@ -78,7 +78,7 @@ class HFModel:
 
 @dataclass(eq=False)
 class HFTokenizer:
-    """A transformers tokenizer as the loop sees it (easd.core.backend.Tokenizer)."""
+    """A transformers tokenizer as the loop sees it (easd.core.seam.Tokenizer)."""
 
     tokenizer: PreTrainedTokenizerBase
 
@@ -147,7 +147,7 @@ def float32_head(model: PreTrainedModel) -> torch.nn.Module:
 
 class HFCaches:
     """One model's caches for the rows of a batch, and the forward pass that reads and extends them
-    (easd.core.backend.Caches). `use_cache=False` keeps nothing and recomputes every row from its
+    (easd.core.seam.Caches). `use_cache=False` keeps nothing and recomputes every row from its
     first token on each pass; tests compare both."""
 
     def __init__(self, model, vocab_size: int, pad_id: int, use_cache: bool = True):

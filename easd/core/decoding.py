@@ -1,7 +1,7 @@
 """The decoding loop: target-only, draft-only, SD and EASD for B ≥ 1 rows at once, streamed block by block.
 
 Layers, bottom-up (as in gpt-fast's generate.py):
-  Caches.logits    one forward pass over the tokens each row's cache has not seen (easd/core/backend.py)
+  Caches.logits    one forward pass over the tokens each row's cache has not seen (easd/core/seam.py)
   judge_block      pure decision for one row's block, given q_1..q_k and p_1..p_{k+1}
   Batch._step      plan, draft, verify, judge, commit: a block for every row
     _draft         every drafting row proposes c_1..c_k: one draft pass per drafted position, all rows in it
@@ -33,8 +33,8 @@ import torch
 
 from ..errors import EasdError, SettingsError
 from . import acceptance as acc
-from .backend import Caches, RowState
 from .pair import ModelPair
+from .seam import Caches, RowState
 from .settings import DecodeSettings
 from .trace import BlockInfo, RunStats, TokenRecord, Trace, software_versions
 

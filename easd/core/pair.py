@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .acceptance import Rounding
-from .backend import Model, Tokenizer
+from .seam import Model, Tokenizer
 
 
 @dataclass

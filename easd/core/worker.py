@@ -36,10 +36,10 @@ from collections import deque
 from collections.abc import Callable, Iterable
 
 from ..errors import EasdError, SettingsError
-from .backend import free_memory, row_bytes
 from .chunks import RowProgress, RowSnapshot, catch_up
 from .decoding import Batch, Block, Generation
 from .pair import ModelPair
+from .seam import free_memory, row_bytes
 from .trace import Trace
 
 FIRST_GUESS_S = 30.0  # the expected length of a ticket's run before any has finished

@@ -17,10 +17,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ..core import trace as trace_io
-from ..core.backend import free_memory, row_bytes
 from ..core.decoding import Batch, Generation, encode_prompt
 from ..core.pair import ModelPair
 from ..core.prefix import easd_start
+from ..core.seam import free_memory, row_bytes
 from ..core.settings import RULES, DecodeSettings
 from ..core.trace import Trace
 from ..errors import EasdError, SettingsError

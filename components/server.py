@@ -1,0 +1,99 @@
+"""How the app is served: Gradio's queue and launch, and the middleware in front of it (as app.py, the load test
+and the tests start it)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import gradio as gr
+from starlette.middleware import Middleware
+
+from . import gradio_internals, handlers
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+LIGHT_EVENTS = 4  # uploads and the Evaluation tab's events served at once (generation has its own limit: ModelHost.slots)
+MAX_UPLOAD = "60mb"  # a little above easd.core.trace.MAX_TRACE_BYTES, so the app's own message explains the limit
+
+
+def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, forwarded_allow_ips: str = "", **options):
+    """Queue and launch the app; -> what `demo.launch` returns. Only the proxies in `forwarded_allow_ips`
+    (addresses or networks, comma-separated) may name a user's address in X-Forwarded-For: uvicorn,
+    which serves Gradio, reads FORWARDED_ALLOW_IPS as it starts, and by default trusts any client on 127.0.0.1."""
+    os.environ["FORWARDED_ALLOW_IPS"] = forwarded_allow_ips
+    demo.queue(default_concurrency_limit=LIGHT_EVENTS, max_size=64)
+    gradio_internals.say_results_once(demo, "compare", handlers.is_result)
+    return demo.launch(
+        server_name=host,
+        server_port=port,
+        css_paths=[str(ASSETS / "style.css")],
+        max_file_size=MAX_UPLOAD,
+        ssr_mode=False,
+        show_error=False,  # handlers answer every failure in one line themselves (see `wire`); nothing raw leaks
+        app_kwargs={
+            "middleware": [
+                Middleware(WholeArguments, parameters={"compare": api_parameters(handlers.compare)}),
+                Middleware(gradio_internals.SmallStreamBuffers),
+            ]
+        },
+        **options,
+    )
+
+
+def api_parameters(handler: Callable) -> list[str]:
+    """The API's parameter names of a handler, in order (those its `wire` fixes and gr.Request left out)."""
+    names = list(inspect.signature(handler).parameters)
+    return names[names.index("prompt") : names.index("request")]
+
+
+class WholeArguments:
+    """Answers a plain-HTTP API call with too few values in one line, before Gradio sees it.
+
+    POST /gradio_api/call/NAME takes every parameter's value, in order. Given fewer, Gradio fails
+    inside the server (`{"error": null}` for the caller, a traceback in the log); here the caller is
+    told which values to send. Any other request passes through untouched.
+    """
+
+    def __init__(self, app, parameters: dict[str, list[str]]):
+        self.app, self.parameters = app, parameters
+
+    async def __call__(self, scope, receive, send):
+        name = scope.get("path", "").rsplit("/gradio_api/call/", 1)[-1].strip("/") if scope["type"] == "http" else ""
+        if scope.get("method") != "POST" or "/gradio_api/call/" not in scope.get("path", "") or name not in self.parameters:
+            return await self.app(scope, receive, send)
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+        problem = self._problem(name, body)
+        if problem:
+            response = json.dumps({"detail": problem}).encode()
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(response)).encode())]
+            await send({"type": "http.response.start", "status": 422, "headers": headers})
+            return await send({"type": "http.response.body", "body": response})
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    def _problem(self, name: str, body: bytes) -> str | None:
+        try:
+            data = json.loads(body).get("data")
+        except (ValueError, AttributeError):
+            return None  # not a JSON object: Gradio answers that itself
+        wanted = self.parameters[name]
+        if not isinstance(data, list) or len(data) >= len(wanted):
+            return None
+        return (
+            f"{name} takes {len(wanted)} values in this order: {', '.join(wanted)} (got {len(data)}); send them all, or "
+            f"POST /gradio_api/call/v2/{name} with named values, where missing ones take their defaults"
+        )

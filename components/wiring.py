@@ -1,0 +1,112 @@
+"""The app: the Compare and Evaluation tabs, every event wired to its named handler in one place.
+
+Handlers live in `components.handlers` and `components.evaluation`; here each is bound to its page
+(and host) with `components.failures.wire`. `components.server.serve` starts the app.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import gradio as gr
+
+from . import evaluation, gradio_internals, handlers
+from .evaluation import EvaluationTab, build_evaluation_tab
+from .failures import refuse_in_one_line, wire
+from .gallery import Gallery
+from .host import ModelHost
+from .page import SESSION_TTL_S, Page, build_page
+
+VIEW_EVENTS = 2  # what-if re-reads, token clicks and steps served at once: one user's heavy trace cannot stall the rest
+
+
+def build_app(
+    host: ModelHost,
+    examples: list[str],
+    gallery: Gallery | None = None,
+    eval_dirs: list[str] | None = None,
+    session_ttl_s: float = SESSION_TTL_S,
+) -> gr.Blocks:
+    """The whole app: `examples` run live, `gallery` holds recorded comparisons (default: assets/gallery),
+    `eval_dirs` are the evaluation folders the operator allows the Evaluation tab to open; a session's
+    traces and files go `session_ttl_s` after its last run or load, or when its tab closes."""
+    gallery = gallery or Gallery()
+    eval_dirs = list(eval_dirs or [])
+    with gr.Blocks(title="EASD Lab", delete_cache=(3600, 7200)) as demo:
+        outbox = gradio_internals.Outbox(demo)
+        with gr.Tab("Compare"):
+            page = build_page(host, examples, gallery, session_ttl_s)
+        with gr.Tab("Evaluation"):
+            tab = build_evaluation_tab(eval_dirs)
+        _wire_compare(demo, page, host, gallery, outbox)
+        _wire_evaluation(tab, eval_dirs)
+        gr.api(
+            wire(handlers.compare, host, outbox, words=handlers.in_api_words),
+            api_name="compare",
+            concurrency_id="generate",
+            concurrency_limit=host.slots,
+        )
+    for block in demo.blocks.values():
+        if isinstance(block, gr.components.Component):
+            refuse_in_one_line(block)
+    return demo
+
+
+def _wire_compare(demo: gr.Blocks, page: Page, host: ModelHost, gallery: Gallery, outbox: gradio_internals.Outbox) -> None:
+    c, s = page.controls, page.state
+    say = functools.partial(_say, page)
+    whatif_in = {*c.whatif().values(), s}
+    private = dict(api_visibility="private")
+    # every event is queued: the light ones share a small limit, so a flood of slider moves waits its turn
+    instant = dict(private, concurrency_id="view", concurrency_limit=VIEW_EVENTS, show_progress="hidden")
+
+    run = page.generate.click(
+        wire(handlers.generate, page, host, outbox, show=say),
+        {page.pair, page.prompt, c.chat, *c.settings().values(), s},
+        page.everything(),
+        concurrency_id="generate",
+        concurrency_limit=host.slots,  # the shared batch and its line decide who runs; see ModelHost.ticket
+        show_progress="hidden",
+        **private,
+    )
+    page.stop.click(wire(handlers.stop, page, show=say), {s}, [page.message], show_progress="hidden", **private)
+    page.clear.click(wire(handlers.clear, page, show=say), whatif_in, [*page.everything(), page.prompt], cancels=[run], **private)
+    rerendered = [*page.lane_outputs(), *page.panel_outputs(), c.tau_o_meaning, page.message]
+    for control in c.whatif().values():
+        control.change(wire(handlers.rerender, page, show=say), whatif_in, rerendered, trigger_mode="always_last", **instant)
+    selected = [*rerendered, page.step_lane]
+    for source in (*page.lanes.values(), page.inspector):  # the inspector's close button deselects
+        source.token_click(wire(handlers.select_token, page, show=say), whatif_in, selected, **instant)
+    for button, delta in ((page.step_prev, -1), (page.step_next, +1), (page.step_lane, 0)):
+        trigger = button.change if button is page.step_lane else button.click
+        trigger(wire(handlers.step, page, delta, show=say), {page.step_lane, s}, [page.stepper, page.message], **instant)
+    # a loaded run brings its prompt and settings: the controls move to them
+    loaded = [*page.everything(), page.prompt, *c.settings().values(), c.tau_o_meaning]
+    page.upload.upload(wire(handlers.load_file, page, host, show=say), {page.upload, s}, loaded, **private)
+    page.recorded.change(wire(handlers.open_recorded, page, host, gallery, show=say), {page.recorded, s}, loaded, **private)
+    page.example.change(wire(handlers.pick_example, page, show=say), {page.example}, [page.prompt, page.message], **instant)
+    demo.unload(wire(handlers.leave, host, page.sessions))  # a closed tab's rows leave the batch; its traces and files go
+    polled = [page.status, page.generate, page.timer, page.message]
+    for trigger in (demo.load, page.timer.tick, page.pair.change):
+        trigger(wire(handlers.poll, page, host, show=say), {page.pair}, polled, **instant)
+
+
+def _say(page: Page, text: str) -> dict:
+    return {page.message: handlers.say(text)}
+
+
+def _wire_evaluation(tab: EvaluationTab, eval_dirs: list[str]) -> None:
+    private = dict(api_visibility="private")
+    say = functools.partial(_eval_say, tab)
+    tab.folder.change(wire(evaluation.load_folder, tab, eval_dirs, show=say), {tab.folder}, tab.outputs(), **private)
+    tab.uploads.upload(wire(evaluation.load_uploads, tab, show=say), {tab.uploads}, tab.outputs(), **private)
+    tab.problems.select(
+        wire(evaluation.show_answers, tab, show=say),
+        {tab.results, tab.left_method, tab.right_method},
+        [tab.left_answer, tab.right_answer, tab.message],
+        **private,
+    )
+
+
+def _eval_say(tab: EvaluationTab, text: str) -> dict:
+    return {tab.message: handlers.say(text)}
