@@ -36,7 +36,7 @@ SPREAD = [3.0, 2.5, 1.0, 0.0, 0.0, 0.0]  # top-2 {0, 1}, boundary gap 1.5, entro
 
 def test_margins_are_the_distances_to_each_threshold():
     m, h_d, h_t = margins(SPREAD, SPREAD, tau_h=1.0)
-    assert float(m.h_draft[0]) == float(h_d[0] - 1.0) and float(m.h_target[0]) == float(h_t[0] - 1.0)
+    assert float(m.h_draft_margin[0]) == float(h_d[0] - 1.0) and float(m.h_target_margin[0]) == float(h_t[0] - 1.0)
     assert float(m.draft_gap[0]) == pytest.approx(1.5) and float(m.target_gap[0]) == pytest.approx(1.5)
     # top-2 sets {0, 1} and {0, 1}: swapping either boundary pair (1 ↔ 2) leaves 1 shared instead of 2
     assert bool(m.overlap_swap[0])
@@ -47,7 +47,7 @@ def test_margins_are_the_distances_to_each_threshold():
 def test_an_entropy_exactly_at_tau_h_is_fragile_even_for_exact_logits():
     h = float(acc.entropy(torch.tensor([SPREAD]))[0])
     m, _, _ = margins(SPREAD, SPREAD, tau_h=h)
-    assert float(m.h_draft[0]) == 0.0 and bool(m.fragile[0])  # fires (≥), and the smallest step below flips it
+    assert float(m.h_draft_margin[0]) == 0.0 and bool(m.fragile[0])  # fires (≥), and the smallest step below flips it
 
 
 def test_the_entropy_tolerance_decides_near_or_not():

@@ -386,3 +386,14 @@ def test_summary_counts_acceptance_once(run):
     assert summary["blocks"] == len({r.block for r in records})
     assert summary["penalized"] == sum(r.origin == "easd_penalty" for r in records)
     assert summary["acceptance_rate"] == summary["accepted"] / summary["examined"]
+
+
+def test_the_margin_columns_are_the_fields_of_margins_named_alike_in_the_record():
+    """One list: acceptance.Margins' fields are the trace's margin columns, and a record holds each under that name."""
+    from dataclasses import fields
+
+    from easd.core.acceptance import Margins
+    from easd.core.trace import MARGIN_COLUMNS, TokenRecord
+
+    assert MARGIN_COLUMNS == [f.name for f in fields(Margins)]
+    assert [f.name for f in fields(TokenRecord)][-len(MARGIN_COLUMNS) :] == MARGIN_COLUMNS

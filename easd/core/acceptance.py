@@ -93,10 +93,12 @@ EXACT = Rounding()  # logits taken as exact: only exact ties are fragile
 
 @dataclass
 class Margins:
-    """For each drafted position of a block, how far the rule's decision is from flipping.  All [k]"""
+    """For each drafted position of a block, how far the rule's decision is from flipping.  All [k]
 
-    h_draft: torch.Tensor  # H(q) − τ_H in nats
-    h_target: torch.Tensor  # H(p) − τ_H
+    Each field is the trace column of the same name (easd.core.trace.MARGIN_COLUMNS is this list)."""
+
+    h_draft_margin: torch.Tensor  # H(q) − τ_H in nats
+    h_target_margin: torch.Tensor  # H(p) − τ_H
     draft_gap: torch.Tensor  # the draft's n-th minus (n+1)-th logit: how close its top-n set is to changing
     target_gap: torch.Tensor  # the same for the target
     overlap_swap: torch.Tensor  # bool: swapping either model's n-th and (n+1)-th candidates changes |∩|
@@ -148,8 +150,8 @@ def decision_margins(
     )
     rule_settings = {"rule": rule, "tau_h": tau_h, "tau_o": tau_o, "top_n": top_n}
     return Margins(
-        h_draft=h_draft - tau_h,
-        h_target=h_target - tau_h,
+        h_draft_margin=h_draft - tau_h,
+        h_target_margin=h_target - tau_h,
         draft_gap=d_gap,
         target_gap=t_gap,
         overlap_swap=(if_draft != overlap) | (if_target != overlap),

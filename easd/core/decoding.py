@@ -36,7 +36,7 @@ from . import acceptance as acc
 from .pair import ModelPair
 from .seam import Caches, RowState
 from .settings import DecodeSettings
-from .trace import BlockInfo, RunStats, TokenRecord, Trace, software_versions
+from .trace import MARGIN_COLUMNS, BlockInfo, RunStats, TokenRecord, Trace, software_versions
 
 MAX_PROMPT_CHARS_PER_TOKEN = 32  # a prompt longer than this × context cannot fit; refuse before tokenizing
 SPECULATIVE = ("sd", "easd")
@@ -64,19 +64,6 @@ class Block:
     generation: Generation | None = None  # the row it belongs to
 
 
-# trace column -> acceptance.Margins field
-MARGIN_FIELDS = {
-    "h_draft_margin": "h_draft",
-    "h_target_margin": "h_target",
-    "draft_gap": "draft_gap",
-    "target_gap": "target_gap",
-    "overlap_swap": "overlap_swap",
-    "h_draft_tol": "h_draft_tol",
-    "h_target_tol": "h_target_tol",
-    "overlap_low": "overlap_low",
-    "overlap_high": "overlap_high",
-    "fragile": "fragile",
-}
 
 
 @dataclass
@@ -180,7 +167,7 @@ class Recorder:
         accept_prob, h_draft, overlap, triggered = (
             t[:examined].tolist() for t in (verdict.accept_prob, verdict.h_draft, verdict.overlap, verdict.triggered)
         )
-        margins = {name: getattr(verdict.margins, name)[:examined].tolist() for name in MARGIN_FIELDS.values()}
+        margins = {name: getattr(verdict.margins, name)[:examined].tolist() for name in MARGIN_COLUMNS}
         for name in ("overlap_low", "overlap_high"):  # counts, stored as fractions of n like `overlap`
             margins[name] = [count / self.settings.top_n for count in margins[name]]
         for i in range(examined):
@@ -189,8 +176,8 @@ class Recorder:
             record.p_draft, record.p_target, record.accept_prob = p_draft[i], p_target[i], accept_prob[i]
             record.h_draft, record.overlap, record.triggered = h_draft[i], overlap[i] / self.settings.top_n, triggered[i]
             record.draft_top = q_top[i]
-            for column, name in MARGIN_FIELDS.items():
-                setattr(record, column, margins[name][i])
+            for name in MARGIN_COLUMNS:
+                setattr(record, name, margins[name][i])
         return records
 
     def single_record(self, block: int, position: int, token: int, logits: torch.Tensor) -> TokenRecord:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..errors import EasdError, SettingsError
 from . import trace_schema as schema
+from .acceptance import Margins
 from .settings import DecodeSettings
 from .trace_schema import MAX_CELLS, MAX_ROWS, MAX_RUNS, MAX_TRACE_BYTES, SchemaError
 from .trace_schema import ORIGINS as ORIGINS  # re-exported: easd.core.trace.ORIGINS
@@ -163,18 +164,7 @@ def summarize(trace: Trace) -> dict:
 
 _RECORD_SCALARS = [f.name for f in fields(TokenRecord) if f.name not in ("draft_top", "target_top")]
 _SETTING_COLUMNS = ["tau_h", "tau_o", "top_n", "k", "temperature", "top_p", "seed", "signals"]
-MARGIN_COLUMNS = [
-    "h_draft_margin",
-    "h_target_margin",
-    "draft_gap",
-    "target_gap",
-    "overlap_swap",
-    "h_draft_tol",
-    "h_target_tol",
-    "overlap_low",
-    "overlap_high",
-    "fragile",
-]
+MARGIN_COLUMNS = [f.name for f in fields(Margins)]  # the margin columns are the fields of acceptance.Margins
 # Columns added after files were first written: a file without them still reads (they are empty, signals "float32")
 OPTIONAL_COLUMNS = (*MARGIN_COLUMNS, "signals")
 _RUN_COLUMNS = ["method", "rule", *_SETTING_COLUMNS, "draft_model", "target_model"]  # the same on every row of a run
