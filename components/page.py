@@ -112,106 +112,121 @@ class Page:
 
 def build_page(host: ModelHost, examples: list[str], gallery: Gallery, session_ttl_s: float = SESSION_TTL_S) -> Page:
     """The first screen holds the prompt, the lanes with their legend, and the inspector beside them;
-    the settings sit under the inspector, the step-through, figures and files below."""
+    the settings sit under the inspector, the step-through, figures and files below. Each section is
+    built by its own function and returns its components by their names in `Page`."""
     state = gr.State(Session(), time_to_live=session_ttl_s, delete_callback=Session.close)
+    _masthead()
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=3, elem_id="main"):
+            ask = _ask(examples, gallery)
+            lanes = _lanes()
+        with gr.Column(scale=2, elem_id="side"):
+            side = _side(host)
+    with gr.Row(equal_height=False):
+        steps = _steps()
+        plots = _figures()
+    files = _files()
+    return Page(
+        state=state,
+        **ask,
+        **lanes,
+        **side,
+        **steps,
+        **plots,
+        **files,
+        timer=gr.Timer(1.0),
+        sessions=Sessions(),
+        downloads=Path(get_upload_folder()) / "easd-sessions",
+    )
+
+
+def _masthead() -> None:
     with gr.Row(elem_id="masthead"):
         gr.Markdown("## EASD Lab: SD vs entropy-aware SD")
         with gr.Accordion("What am I looking at?", open=False, elem_id="about"):
             gr.Markdown(INTRO)
-    with gr.Row(equal_height=False):
-        with gr.Column(scale=3, elem_id="main"):
-            with gr.Row(equal_height=True):
-                prompt = gr.Textbox(
-                    label="Prompt",
-                    lines=2,
-                    max_lines=6,
-                    placeholder="Ask a math word problem or a coding question…",
-                    elem_id="prompt",
-                    scale=5,
-                )
-                with gr.Column(scale=1, min_width=120):
-                    generate = gr.Button("Generate", variant="primary", interactive=False, elem_id="generate")
-                    with gr.Row():
-                        stop = gr.Button("Stop", variant="stop", elem_id="stop", size="sm", min_width=50)
-                        clear = gr.Button("Clear", elem_id="clear", size="sm", min_width=50)
+
+
+def _ask(examples: list[str], gallery: Gallery) -> dict:
+    """The prompt, Generate/Stop/Clear, the examples and recorded runs, and the message line."""
+    with gr.Row(equal_height=True):
+        prompt = gr.Textbox(
+            label="Prompt",
+            lines=2,
+            max_lines=6,
+            placeholder="Ask a math word problem or a coding question…",
+            elem_id="prompt",
+            scale=5,
+        )
+        with gr.Column(scale=1, min_width=120):
+            generate = gr.Button("Generate", variant="primary", interactive=False, elem_id="generate")
             with gr.Row():
-                example = gr.Dropdown(
-                    [(_first_words(e, 12), e) for e in examples], value=None, label="Examples to run", elem_id="examples"
-                )
-                recorded = gr.Dropdown(gallery.choices(), value=None, label="Recorded runs (open at once)", elem_id="recorded")
-            message = gr.HTML(elem_id="message")
-            gr.HTML(legend_html(), elem_id="legend")
-            titles, lanes, stats = {}, {}, {}
-            with gr.Row(equal_height=False):
-                for lane in LANES:
-                    with gr.Column(min_width=260):
-                        titles[lane] = gr.HTML(tag("h3", lane_title(lane, None)), elem_id=f"title_{lane}")
-                        lanes[lane] = gr.HTML(
-                            lane_html(lane, None), js_on_load=LANE_JS, elem_id=f"lane_{lane}", elem_classes=["lane"]
-                        )
-                        stats[lane] = gr.HTML(elem_id=f"stats_{lane}")
-            comparison = gr.HTML(elem_id="comparison")
-        with gr.Column(scale=2, elem_id="side"):
-            inspector = gr.HTML(inspector_html("", None, RuleView()), js_on_load=INSPECTOR_JS, elem_id="inspector")
-            names = list(host.allowed)
-            pair = gr.Dropdown(
-                names,
-                value=host.default,
-                label="Model pair (allowed by the operator)",
-                elem_id="pair",
-                interactive=len(names) > 1,
-            )
-            status = gr.Markdown("Starting…", elem_id="status")
-            controls = build_controls(host.max_new_tokens_cap)
+                stop = gr.Button("Stop", variant="stop", elem_id="stop", size="sm", min_width=50)
+                clear = gr.Button("Clear", elem_id="clear", size="sm", min_width=50)
+    with gr.Row():
+        example = gr.Dropdown(
+            [(_first_words(e, 12), e) for e in examples], value=None, label="Examples to run", elem_id="examples"
+        )
+        recorded = gr.Dropdown(gallery.choices(), value=None, label="Recorded runs (open at once)", elem_id="recorded")
+    message = gr.HTML(elem_id="message")
+    return dict(prompt=prompt, generate=generate, stop=stop, clear=clear, example=example, recorded=recorded, message=message)
+
+
+def _lanes() -> dict:
+    """The legend, the SD and EASD lanes side by side (title, tokens, stats), and the comparison under them."""
+    gr.HTML(legend_html(), elem_id="legend")
+    titles, lanes, stats = {}, {}, {}
     with gr.Row(equal_height=False):
-        with gr.Column():
-            gr.Markdown("### Step through the blocks")
-            with gr.Row():
-                step_lane = gr.Radio([("SD", "sd"), ("EASD", "easd")], value="easd", show_label=False, elem_id="step_lane")
-                step_prev = gr.Button("◀ previous block", elem_id="step_prev", size="sm")
-                step_next = gr.Button("next block ▶", elem_id="step_next", size="sm")
-            stepper = gr.HTML(stepper_html("", [], 0), elem_id="stepper")
-        with gr.Column():
-            plots = {}
-            with gr.Tabs():
-                for name, (title, _) in figures.FIGURES.items():
-                    with gr.Tab(title, elem_id=f"tab_{name}"):
-                        plots[name] = gr.Plot(figures.empty_figure(), show_label=False, elem_id=name)
+        for lane in LANES:
+            with gr.Column(min_width=260):
+                titles[lane] = gr.HTML(tag("h3", lane_title(lane, None)), elem_id=f"title_{lane}")
+                lanes[lane] = gr.HTML(lane_html(lane, None), js_on_load=LANE_JS, elem_id=f"lane_{lane}", elem_classes=["lane"])
+                stats[lane] = gr.HTML(elem_id=f"stats_{lane}")
+    return dict(titles=titles, lanes=lanes, stats=stats, comparison=gr.HTML(elem_id="comparison"))
+
+
+def _side(host: ModelHost) -> dict:
+    """The inspector, the pair and its status, and the settings."""
+    inspector = gr.HTML(inspector_html("", None, RuleView()), js_on_load=INSPECTOR_JS, elem_id="inspector")
+    names = list(host.allowed)
+    pair = gr.Dropdown(
+        names, value=host.default, label="Model pair (allowed by the operator)", elem_id="pair", interactive=len(names) > 1
+    )
+    status = gr.Markdown("Starting…", elem_id="status")
+    return dict(inspector=inspector, pair=pair, status=status, controls=build_controls(host.max_new_tokens_cap))
+
+
+def _steps() -> dict:
+    """The step-through: a lane, previous and next, and the block shown."""
+    with gr.Column():
+        gr.Markdown("### Step through the blocks")
+        with gr.Row():
+            step_lane = gr.Radio([("SD", "sd"), ("EASD", "easd")], value="easd", show_label=False, elem_id="step_lane")
+            step_prev = gr.Button("◀ previous block", elem_id="step_prev", size="sm")
+            step_next = gr.Button("next block ▶", elem_id="step_next", size="sm")
+        stepper = gr.HTML(stepper_html("", [], 0), elem_id="stepper")
+    return dict(step_lane=step_lane, step_prev=step_prev, step_next=step_next, stepper=stepper)
+
+
+def _figures() -> dict:
+    """The figures, one tab each (figures.FIGURES)."""
+    plots = {}
+    with gr.Column(), gr.Tabs():
+        for name, (title, _) in figures.FIGURES.items():
+            with gr.Tab(title, elem_id=f"tab_{name}"):
+                plots[name] = gr.Plot(figures.empty_figure(), show_label=False, elem_id=name)
+    return dict(figures=plots)
+
+
+def _files() -> dict:
+    """Downloads of both runs, and loading a trace file."""
     with gr.Row():
         download_csv = gr.DownloadButton("Download trace (CSV)", interactive=False, elem_id="download_csv")
         download_json = gr.DownloadButton("Download trace (JSON)", interactive=False, elem_id="download_json")
         upload = gr.UploadButton(
             "Load a trace file (.csv / .json)", file_types=[".csv", ".json"], type="filepath", elem_id="upload"
         )
-    return Page(
-        state=state,
-        pair=pair,
-        status=status,
-        prompt=prompt,
-        example=example,
-        recorded=recorded,
-        generate=generate,
-        stop=stop,
-        clear=clear,
-        message=message,
-        controls=controls,
-        titles=titles,
-        lanes=lanes,
-        stats=stats,
-        comparison=comparison,
-        inspector=inspector,
-        step_lane=step_lane,
-        step_prev=step_prev,
-        step_next=step_next,
-        stepper=stepper,
-        figures=plots,
-        download_csv=download_csv,
-        download_json=download_json,
-        upload=upload,
-        timer=gr.Timer(1.0),
-        sessions=Sessions(),
-        downloads=Path(get_upload_folder()) / "easd-sessions",
-    )
+    return dict(download_csv=download_csv, download_json=download_json, upload=upload)
 
 
 def _first_words(text: str, count: int) -> str:
