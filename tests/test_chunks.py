@@ -45,8 +45,8 @@ def test_rows_decoded_in_chunks_through_the_worker_equal_their_continuous_runs(t
         prompt: worker.submit([Generation(tiny_pair, prompt, replace(s, method=m)) for m in LANES], owner=prompt)
         for prompt, s in USERS.items()
     }
-    for ticket in tickets.values():
-        assert ticket.join(120) and ticket.error is None
+    for ticket in tickets.values():  # no deadline of its own: a busy machine takes longer; pytest-timeout catches a hang
+        assert ticket.join() and ticket.error is None
     # the rows' random numbers live in the chunks: on ZeroGPU the worker's process may not touch the device
     assert not any("generator" in vars(g) for t in tickets.values() for g in t.generations)
     exact = tiny_pair.backend == "llama.cpp"

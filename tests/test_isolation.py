@@ -83,15 +83,15 @@ def test_the_attacker_in_a_shared_batch_gets_one_line_and_the_other_user_their_s
     honest_settings = DecodeSettings(temperature=0.9, top_p=0.95, seed=7, max_new_tokens=60)
     honest = worker.submit([Generation(tiny_pair, "honest", replace(honest_settings, method=m)) for m in LANES], owner="a")
     bad = worker.submit([attacker(tiny_pair, m) for m in LANES], owner="b")
-    for ticket in (honest, bad):
-        assert ticket.join(120)
+    for ticket in (honest, bad):  # no deadline of its own: a busy machine takes longer; pytest-timeout catches a hang
+        assert ticket.join()
     assert bad.error is not None and "\n" not in str(bad.error) and "NaN or infinite" in str(bad.error)
     assert honest.error is None
     assert [t.token_ids for t in honest.traces()] == [
         solo_ids(tiny_pair, "honest", replace(honest_settings, method=m)) for m in LANES
     ]
     later = worker.submit([Generation(tiny_pair, "later", replace(honest_settings, method=m)) for m in LANES])
-    assert later.join(120) and later.error is None  # the worker serves on
+    assert later.join() and later.error is None  # the worker serves on
 
 
 @pytest.mark.parametrize("temperature", [1e-38, 1e-40, 5e-324, 1e-4, -0.5, math.inf, math.nan])

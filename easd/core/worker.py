@@ -103,8 +103,9 @@ class Ticket:
             self.last_read = now
         return now - self.last_read
 
-    def join(self, timeout: float) -> bool:
-        """Wait up to `timeout` for the rows to end (after `cancel`, by the next block boundary); -> done."""
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait up to `timeout` (None: as long as it takes) for the rows to end (after `cancel`, by the next block
+        boundary); -> done."""
         with self._news:
             return self._news.wait_for(lambda: self._done, timeout)
 
