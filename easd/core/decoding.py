@@ -64,8 +64,6 @@ class Block:
     generation: Generation | None = None  # the row it belongs to
 
 
-
-
 @dataclass
 class Verdict:
     """The decision for one SD/EASD block: accept drafts [0, n_accepted), then emit `token`."""
@@ -216,6 +214,12 @@ class Start:
     target: RowState | None
     draft_seen: int
     target_seen: int
+
+    @staticmethod
+    def afresh(generation: Generation) -> Start:
+        """Both caches computed from the tokens: every token but the last, whose logits the next pass computes."""
+        seen = len(generation.tokens) - 1
+        return Start(None, None, seen, seen)
 
 
 @dataclass(eq=False)  # a row is itself: two runs with the same prompt and settings are still two rows
@@ -468,8 +472,7 @@ class Batch:
             with self._lock:
                 self.waiting.remove(generation)
             started = time.perf_counter()
-            seen = len(generation.tokens) - 1  # the caches hold every token but the last, whose logits the next pass computes
-            start = generation.start or Start(None, None, seen, seen)
+            start = generation.start or Start.afresh(generation)
             row, room = len(self.rows), generation.capacity
             for model, prefix in _prefixes(generation, start).items():
                 state = getattr(start, model)
@@ -486,8 +489,7 @@ class Batch:
         and other rows decoding, the next piece of it."""
         if generation.start is not None or not self.use_cache:
             return True
-        seen = len(generation.tokens) - 1
-        prefixes = _prefixes(generation, Start(None, None, seen, seen))
+        prefixes = _prefixes(generation, Start.afresh(generation))
         if max(map(len, prefixes.values())) <= PREFILL_CHUNK or all((m, p) in twins for m, p in prefixes.items() if p):
             return True
         prompt = self.prompts.setdefault(generation, Prompt(self.pair, prefixes, generation.capacity))
@@ -498,7 +500,7 @@ class Batch:
         if not prompt.done:
             return False
         del self.prompts[generation]
-        generation.start = prompt.start(seen)
+        generation.start = prompt.start(len(generation.tokens) - 1)
         return True
 
     def _leave(self, leaving: list[Generation]) -> None:
