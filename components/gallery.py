@@ -65,7 +65,7 @@ class Gallery:
         """Decode the recordings `keys` again on `pair`, all comparisons in one batch, and write their files
         (compact JSON: 20 candidates a token make them large)."""
         comparisons = {key: Comparison(pair, self.recordings[key].prompt, self.recordings[key].decode_settings()) for key in keys}
-        Batch(pair, [run for c in comparisons.values() for run in c.runs.values()]).run()
+        Batch(pair, [g for c in comparisons.values() for g in c.generations.values()]).run()
         for key, comparison in comparisons.items():
             traces = list(comparison.traces.values())
             compact = json.dumps(trace_io.to_json_dict(traces), ensure_ascii=False, separators=(",", ":"))
@@ -77,7 +77,7 @@ class Gallery:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from easd.pairs.loading import configure_threads
+    from easd.backends import configure_threads
     from easd.pairs.registry import load_named_pair
 
     parser = argparse.ArgumentParser(description="Record the gallery's comparisons again from assets/gallery/index.json")

@@ -130,7 +130,7 @@ def generate(page: Page, host: ModelHost, outbox: Outbox, values: dict, request:
         yield {page.message: say(waiting_for_pair(host, name, place))}
     comparison = Comparison(host.pair(name), prompt, settings, chat=chat)
     client = client_of(request)
-    with host.ticket(name, comparison.runs.values(), client, outbox.watch(client.session).took_any) as ticket:
+    with host.ticket(name, comparison.generations.values(), client, outbox.watch(client.session).took_any) as ticket:
         session.clear()
         page.sessions.track(client.session, session)
         session.ticket, session.running = ticket, True
@@ -215,8 +215,8 @@ def compare(
         pass  # a call that comes while the pair loads waits for it, as in line: nothing streams until its run starts
     comparison = Comparison(host.pair(name), prompt, settings, chat=check_flag("chat", chat))
     client, plain = client_of(request), sends_whole_outputs(request)
-    with host.ticket(name, comparison.runs.values(), client, outbox.watch(client.session).took_any) as ticket:
-        sent = [(0, 0)] * len(comparison.runs)
+    with host.ticket(name, comparison.generations.values(), client, outbox.watch(client.session).took_any) as ticket:
+        sent = [(0, 0)] * len(comparison.generations)
         for _ in _news(ticket, API_EVERY_S):
             if not ticket.position:  # nothing to show while in line
                 traces = ticket.traces()

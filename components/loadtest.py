@@ -24,7 +24,8 @@ import time
 
 from gradio_client import Client
 
-from easd.pairs.loading import Runtime, configure_threads
+from easd.backends import configure_threads
+from easd.pairs.loading import Runtime
 from easd.pairs.registry import default_pair_name, load_named_pair
 
 from .host import ModelHost

@@ -20,7 +20,7 @@ import os
 
 import torch
 
-from easd.core.chunks import RowProgress, RowSnapshot, decode_chunk
+from easd.core.chunks import ChunkProgress, GenerationSnapshot, decode_chunk
 from easd.core.pair import ModelPair
 from easd.core.worker import Chunks
 from easd.errors import EasdError
@@ -48,13 +48,13 @@ def on_zerogpu() -> bool:
     return spaces is not None and spaces.config.Config.zero_gpu
 
 
-def chunk_duration(name: str, rows: list[RowSnapshot], seconds: float) -> int:
+def chunk_duration(name: str, rows: list[GenerationSnapshot], seconds: float) -> int:
     """The seconds a call asks ZeroGPU for (its `duration`, a function of the call's arguments): its decoding time
     and the overhead, within [MIN_S, MAX_S]."""
     return int(min(MAX_S, max(MIN_S, seconds + OVERHEAD_S)))
 
 
-def _decode_on_gpu(name: str, rows: list[RowSnapshot], seconds: float) -> list[RowProgress]:
+def _decode_on_gpu(name: str, rows: list[GenerationSnapshot], seconds: float) -> list[ChunkProgress]:
     return decode_chunk(LOADED[name], rows, max_seconds=seconds)
 
 

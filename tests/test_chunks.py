@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from easd.core.chunks import RowSnapshot, decode_chunk
+from easd.core.chunks import GenerationSnapshot, decode_chunk
 from easd.core.compare import LANES
 from easd.core.decoding import Generation
 from easd.core.settings import DecodeSettings
@@ -57,7 +57,7 @@ def test_rows_decoded_in_chunks_through_the_worker_equal_their_continuous_runs(t
 
 def test_a_chunk_stops_at_its_budget_and_leaves_the_rows_unended(tiny_pair):
     row = Generation(tiny_pair, "user a", replace(USERS["user a"], method="easd"))
-    [progress] = decode_chunk(tiny_pair, [RowSnapshot.of(row)], max_steps=2)
+    [progress] = decode_chunk(tiny_pair, [GenerationSnapshot.of(row)], max_steps=2)
     assert len(progress.blocks) == 2 and progress.stop_reason is None
     assert progress.snapshot.next_block == 2 and len(progress.snapshot.generated) == sum(len(b.records) for b in progress.blocks)
     [rest] = decode_chunk(tiny_pair, [progress.snapshot])  # no budget: to the end

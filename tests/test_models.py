@@ -3,11 +3,12 @@
 import pytest
 import torch
 
-from easd.backends.transformers import HFTokenizer
+from easd.backends.transformers import HFTokenizer, make_pair, resolve_dtype, with_int8
 from easd.core.decoding import Generation
+from easd.core.pair import check_same_tokenizer
 from easd.core.settings import DecodeSettings
 from easd.errors import ModelLoadError
-from easd.pairs.loading import Runtime, check_same_tokenizer, make_pair, resolve_dtype, with_int8
+from easd.pairs.loading import Runtime
 from easd.pairs.registry import PAIRS, load_named_pair, pairs_table
 from easd.pairs.tiny import CORPUS, build_models, build_tokenizer
 

@@ -5,7 +5,7 @@ sequence per row (its seq_id), each in its own part of the KV cache (`kv_unified
 one `llama_decode` over every row's unseen tokens, with logits asked for only where the loop needs
 them; a rejected draft leaves with `llama_memory_seq_rm`, and a row's state moves between batches
 as llama.cpp's own sequence bytes. `LlamaTokenizer` takes the token ids and the chat template from
-the GGUF itself.
+the GGUF itself. `load_llama_pair` pairs two files, with each model's measured logit shift (below).
 
 Numerics, measured. llama.cpp's fastest CPU kernels change with the shape of a pass: weights
 repacked for 4-row products, "tiled" K-quant products from 8 rows on, and attention split over
@@ -25,18 +25,22 @@ exact); the fragile flag counts it as rounding (easd.core.acceptance.Rounding).
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import sys
 import threading
 import weakref
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..errors import EasdError
+from ..core.pair import ModelPair, check_same_tokenizer
+from ..errors import EasdError, ModelLoadError
+from ..files import write_text_whole
+from . import configure_threads
 
 KERNELS = os.environ.get("EASD_LLAMA_KERNELS", "exact")
 if KERNELS not in ("exact", "fast"):
@@ -70,7 +74,7 @@ class LlamaModel:
 
     path: Path
     name: str
-    threads: int = field(default_factory=torch.get_num_threads)  # as many as torch uses (easd.pairs.loading.configure_threads)
+    threads: int = field(default_factory=torch.get_num_threads)  # as many as torch uses (easd.backends.configure_threads)
     shift: float = 0.0  # set by the loader from `measure_shift` (or its cached figure)
     backend: str = field(default="llama.cpp", init=False)
     device: torch.device = field(default=torch.device("cpu"), init=False)
@@ -407,3 +411,79 @@ def _pass_logits(model: LlamaModel, prefix: list[int], scored: list[int], width:
         sequence = prefix + scored[: fed + count - 1]
         out.append(caches.logits(dict.fromkeys(range(rows), sequence), dict.fromkeys(range(rows), count))[0])
     return torch.cat(out)
+
+
+# --- a pair of GGUF files ---------------------------------------------------------------------------------
+
+
+def load_llama_pair(
+    draft_path: Path, target_path: Path, note: str = "", shifts: ShiftCache | None = None, names: tuple[str, str] | None = None
+) -> ModelPair:
+    """Two .gguf files on llama.cpp, paired after checking their tokenizers agree (named by their file names
+    unless `names` are given); each model's logit shift between pass shapes measured (or read from `shifts`)."""
+    configure_threads()
+    for role, path in (("--draft", draft_path), ("--target", target_path)):
+        if not path.is_file():
+            raise ModelLoadError(f"{role}: {path} does not exist; llama.cpp reads .gguf files")
+    models = []
+    for role, path, name in zip(("--draft", "--target"), (draft_path, target_path), names or (draft_path.name, target_path.name)):
+        try:
+            models.append(LlamaModel(path, name))
+        except ValueError as err:
+            raise ModelLoadError(f"{role}: {err}") from None
+    draft, target = models
+    draft_tokenizer, tokenizer = LlamaTokenizer(draft), LlamaTokenizer(target)
+    check_same_tokenizer(draft_tokenizer, tokenizer)
+    shifts = shifts or ShiftCache()
+    for model, model_tokenizer in ((draft, draft_tokenizer), (target, tokenizer)):
+        model.shift = shifts.get(model, lambda m=model, t=model_tokenizer: measure_shift(m, t))
+    return ModelPair(
+        draft=draft,
+        target=target,
+        tokenizer=tokenizer,
+        draft_name=draft.name,
+        target_name=target.name,
+        vocab_size=min(draft.n_vocab, target.n_vocab),
+        eos_ids=tokenizer.eos_ids,
+        context_length=min(draft.context_length, target.context_length),
+        note=note,
+        info={
+            "dtype": target.dtype,
+            "backend": "llama.cpp",
+            "llama_cpp": llama.__version__,
+            "llama_kernels": KERNELS,
+            "draft_logit_shift": draft.shift,
+            "target_logit_shift": target.shift,
+        },
+    )
+
+
+SHIFT_CACHED_BYTES = 64 * 2**20  # smaller models are measured in a blink; their figures are not kept
+
+
+class ShiftCache:
+    """Each GGUF's measured logit shift (`measure_shift`), kept in a file so that a model is measured once.
+
+    Keyed by the file (path, size, modification time), llama-cpp-python's version and the CPU
+    features it runs with, since each can change the kernels and so the figure.
+    """
+
+    def __init__(self, path: Path | None = None):
+        self.path = path
+
+    def get(self, model: LlamaModel, measure: Callable[[], float]) -> float:
+        stat = model.path.stat()
+        system = llama.llama_print_system_info().decode()
+        key = f"{model.path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{llama.__version__}|{KERNELS}|{system}"
+        known = self._read()
+        if key not in known:
+            known[key] = measure()
+            if self.path is not None and stat.st_size >= SHIFT_CACHED_BYTES:
+                write_text_whole(self.path, json.dumps(known, indent=1))  # a process reading it finds the old or the new
+        return float(known[key])
+
+    def _read(self) -> dict:
+        try:
+            return json.loads(self.path.read_text()) if self.path is not None else {}
+        except (OSError, ValueError):
+            return {}

@@ -1,7 +1,8 @@
 """The transformers backend: PyTorch models from folders, hub ids or GGUF files, on a CPU or a GPU.
 
 `HFModel` wraps a loaded transformers model, `HFCaches` holds its key/value caches for the rows
-of a batch, and `HFTokenizer` wraps its tokenizer (easd.core.seam). In float32 a row's numbers
+of a batch, and `HFTokenizer` wraps its tokenizer (easd.core.seam). `from_pretrained` reads a
+model, `make_pair` pairs two, `with_int8` quantizes them for a CPU. In float32 a row's numbers
 do not depend on the batch it is in: the exact regime the tests hold the other backend against.
 
 The caches: rows of a batch are ragged (prompts differ in length, and each block every row keeps
@@ -21,12 +22,19 @@ the batch dimension.
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 import weakref
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
-from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+from ..core.pair import ModelPair, check_same_tokenizer
+from ..errors import ModelLoadError
+from . import DTYPES, INT8
 
 INT8_EPS = 2.0**-7  # dynamic int8: 255 levels per tensor, about bfloat16's relative step
 COMPACT_SLACK = 64  # unused slots tolerated per row before compacting: a copy of the cache costs about one pass
@@ -298,3 +306,107 @@ def _gather_slots(tensor: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
     """tensor[b, :, order[b], :] for every row b.  [B, h, L, d], [B, L'] -> [B, h, L', d]"""
     index = order[:, None, :, None].expand(-1, tensor.shape[1], -1, tensor.shape[3])
     return tensor.gather(2, index)
+
+
+# --- loading a pair -----------------------------------------------------------------------------------
+
+
+def resolve_dtype(name: str, device: str = "cpu") -> torch.dtype:
+    """auto → bfloat16 where the hardware does it natively (CUDA, or CPUs with AVX512-BF16/AMX), else float32."""
+    if name not in DTYPES:
+        raise ModelLoadError(f"--dtype: must be one of {', '.join(DTYPES)} (got {name!r})")
+    if name != "auto":
+        return getattr(torch, name)
+    return torch.bfloat16 if _native_bf16(device) else torch.float32
+
+
+def _native_bf16(device: str) -> bool:
+    if device.startswith("cuda"):
+        return torch.cuda.is_bf16_supported()
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def from_pretrained(
+    where: str | Path, dtype: torch.dtype, device: str, **options
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """(model, tokenizer) from a folder or hub id, as transformers' `from_pretrained` reads it with `options`
+    (`gguf_file`, `local_files_only`). Remote code is never run."""
+    tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=False, **options)
+    model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, trust_remote_code=False, **options)
+    return model.to(device), tokenizer
+
+
+def make_pair(draft, target, draft_tokenizer, target_tokenizer, draft_name: str, target_name: str, note: str = "") -> ModelPair:
+    """Pair two loaded transformers models after checking their tokenizers agree."""
+    tokenizer = HFTokenizer(target_tokenizer)
+    check_same_tokenizer(HFTokenizer(draft_tokenizer), tokenizer)
+    vocab_size = min(draft.get_input_embeddings().num_embeddings, target.get_input_embeddings().num_embeddings)
+    return ModelPair(
+        draft=HFModel(draft.eval(), draft_name, tokenizer.pad_id),
+        target=HFModel(target.eval(), target_name, tokenizer.pad_id),
+        tokenizer=tokenizer,
+        draft_name=draft_name,
+        target_name=target_name,
+        vocab_size=vocab_size,
+        eos_ids=_eos_ids(target, target_tokenizer),
+        context_length=min(_context_length(draft), _context_length(target)),
+        note=note,
+        info={
+            "draft_revision": _revision(draft),
+            "target_revision": _revision(target),
+            "dtype": str(target.dtype),
+            "backend": "transformers",
+        },
+    )
+
+
+def _eos_ids(model, tokenizer) -> frozenset[int]:
+    ids = model.generation_config.eos_token_id if model.generation_config is not None else None
+    ids = [ids] if isinstance(ids, int) else list(ids or [])
+    if tokenizer.eos_token_id is not None:
+        ids.append(tokenizer.eos_token_id)
+    return frozenset(ids)
+
+
+def _context_length(model) -> int:
+    return int(getattr(model.config, "max_position_embeddings", None) or 2048)
+
+
+def _revision(model) -> str:
+    return str(getattr(model.config, "_commit_hash", None) or "")
+
+
+def with_int8(pair: ModelPair, which: str) -> ModelPair:
+    """Quantize the draft, the target or both to dynamic int8 (CPU only).
+
+    A quantized draft only changes which tokens get proposed: SD still emits exactly the
+    target's distribution, just with a different acceptance rate. A quantized target *is* a
+    different model, so its outputs differ from the unquantized target's.
+    """
+    if which not in INT8:
+        raise ModelLoadError(f"--int8: must be one of {', '.join(INT8)} (got {which!r})")
+    if which == "none":
+        return pair
+    if pair.backend != "transformers":
+        raise ModelLoadError("--int8: quantizes transformers models; llama.cpp runs the GGUF's own quantization")
+    if pair.device.type != "cpu":
+        raise ModelLoadError("--int8: dynamic int8 quantization runs on the CPU only; drop --int8 on a GPU")
+    draft = _int8(pair.draft) if which in ("draft", "both") else pair.draft
+    target = _int8(pair.target) if which in ("target", "both") else pair.target
+    names = {
+        "draft_name": pair.draft_name + (" [int8]" if draft is not pair.draft else ""),
+        "target_name": pair.target_name + (" [int8]" if target is not pair.target else ""),
+    }
+    return dataclasses.replace(pair, draft=draft, target=target, info={**pair.info, "int8": which}, **names)
+
+
+def _int8(model: HFModel) -> HFModel:
+    """Every Linear layer to int8 weights with float32 activations (what quantize_dynamic supports)."""
+    with warnings.catch_warnings():  # torch warns that the quantized tensor API will move; it works in 2.13
+        warnings.simplefilter("ignore")
+        module = torch.ao.quantization.quantize_dynamic(model.module.float(), {torch.nn.Linear}, dtype=torch.qint8)
+    return HFModel(module, model.name + " [int8]", model.pad_id)

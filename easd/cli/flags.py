@@ -26,7 +26,7 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
 
 def add_weight_flags(parser) -> None:
     """--draft, --target, --backend, --dtype and --int8, for the CLI and app.py."""
-    from ..pairs.loading import BACKENDS, DTYPES, INT8
+    from ..backends import BACKENDS, DTYPES, INT8
 
     parser.add_argument("--draft", help="draft model: a folder, a .gguf file or a hub id (with --target)")
     parser.add_argument("--target", help="target model: a folder, a .gguf file or a hub id (with --draft)")

@@ -1,14 +1,14 @@
 """Decoding in chunks: a batch that lives in calls of a few seconds each (a ZeroGPU Space lends its GPU per call).
 
-Between two chunks a row is a `RowSnapshot`: its prompt and settings, the tokens it generated,
-its next block's number, its random generator's state and its counts so far; plain values and a
-CPU tensor, so a call in another process can receive it. `decode_chunk` resumes every row (each
+Between two chunks a generation is a `GenerationSnapshot`: its prompt and settings, the tokens it
+generated, its next block's number, its random generator's state and its counts so far; plain values
+and a CPU tensor, so a call in another process can receive it. `decode_chunk` resumes every one (each
 prefilled afresh: no cache survives a call), decodes them as one batch until a budget of steps
-or seconds runs out, and returns each row's `RowProgress`: the blocks it emitted, its snapshot
-after them, and why it ended if it did. `catch_up` applies a row's progress to the Generation that
+or seconds runs out, and returns each one's `ChunkProgress`: the blocks it emitted, its snapshot
+after them, and why it ended if it did. `catch_up` applies that progress to the Generation that
 keeps its trace, so a user reads the same trace as from one continuous run (easd.core.worker).
 
-A resumed row draws the same random numbers and makes the same decisions as it would have
+A resumed generation draws the same random numbers and makes the same decisions as it would have
 without the break; only its prefix is recomputed in one pass instead of block by block, which in
 float32 can move a logit by a rounding step (never a token in the tests: tests/test_chunks.py).
 """
@@ -27,21 +27,21 @@ from .settings import DecodeSettings
 
 
 @dataclass(frozen=True)
-class RowSnapshot:
-    """A row between two chunks: enough for a fresh process to go on decoding it."""
+class GenerationSnapshot:
+    """A generation between two chunks: enough for a fresh process to go on decoding it."""
 
     prompt: str
     chat: bool
     settings: DecodeSettings
     generated: tuple[int, ...]  # the tokens emitted so far
-    next_block: int  # the number the row's next block gets
+    next_block: int  # the number its next block gets
     rng_state: torch.Tensor | None  # its random generator's state (a CPU tensor); None: its seed's
     seconds: float  # its time and passes so far, which the next chunk goes on counting
     target_calls: int
     draft_calls: int
 
     @classmethod
-    def of(cls, generation: Generation) -> RowSnapshot:
+    def of(cls, generation: Generation) -> GenerationSnapshot:
         stats = generation.trace.stats
         return cls(
             generation.prompt,
@@ -56,7 +56,7 @@ class RowSnapshot:
         )
 
     def resume(self, pair: ModelPair) -> Generation:
-        """The row as a Generation on `pair`, ready to join a batch where it left off."""
+        """The generation again on `pair`, ready to join a batch where it left off."""
         generation = Generation(pair, self.prompt, self.settings, chat=self.chat)
         generation.tokens.extend(self.generated)
         generation.first_block = self.next_block
@@ -68,22 +68,22 @@ class RowSnapshot:
 
 
 @dataclass
-class RowProgress:
-    """What one chunk did for a row: its new blocks (without their Generation), its snapshot after them, its end."""
+class ChunkProgress:
+    """What one chunk did for a generation: its new blocks (without their Generation), its snapshot after them, its end."""
 
     blocks: list[Block] = field(default_factory=list)
-    snapshot: RowSnapshot | None = None
-    stop_reason: str | None = None  # eos | max_new_tokens | context | error once the row has ended, else None
-    error: str | None = None  # a failed row's one line
+    snapshot: GenerationSnapshot | None = None
+    stop_reason: str | None = None  # eos | max_new_tokens | context | error once it has ended, else None
+    error: str | None = None  # a failed generation's one line
 
 
 def decode_chunk(
-    pair: ModelPair, rows: list[RowSnapshot], max_steps: int | None = None, max_seconds: float | None = None
-) -> list[RowProgress]:
-    """Decode the rows as one batch, from where each left off, until every row ends or a budget runs out
-    (checked between steps, so a chunk may overrun `max_seconds` by one step); progress in the rows' order."""
-    generations = [snapshot.resume(pair) for snapshot in rows]
-    progress = {id(g): RowProgress() for g in generations}
+    pair: ModelPair, snapshots: list[GenerationSnapshot], max_steps: int | None = None, max_seconds: float | None = None
+) -> list[ChunkProgress]:
+    """Decode the generations as one batch, from where each left off, until every one ends or a budget runs out
+    (checked between steps, so a chunk may overrun `max_seconds` by one step); progress in the snapshots' order."""
+    generations = [snapshot.resume(pair) for snapshot in snapshots]
+    progress = {id(g): ChunkProgress() for g in generations}
     started, steps = time.monotonic(), 0
 
     def at_boundary(batch: Batch) -> None:
@@ -91,23 +91,23 @@ def decode_chunk(
         if (max_steps is not None and steps >= max_steps) or (
             max_seconds is not None and time.monotonic() - started >= max_seconds
         ):
-            batch.stop()  # the rows left over go on in the next chunk: they are not ended
+            batch.stop()  # the generations left over go on in the next chunk: they are not ended
         steps += 1
 
     batch = Batch(pair, generations, at_boundary=at_boundary)
     for block in batch:
         progress[id(block.generation)].blocks.append(replace(block, generation=None))
     for generation in generations:
-        row = progress[id(generation)]
-        row.snapshot = RowSnapshot.of(generation)
-        if generation.trace.stats.stop_reason != "stopped":  # "stopped" is the chunk's budget, not the row's end
-            row.stop_reason = generation.trace.stats.stop_reason
-            row.error = None if generation.error is None else str(generation.error)
+        done = progress[id(generation)]
+        done.snapshot = GenerationSnapshot.of(generation)
+        if generation.trace.stats.stop_reason != "stopped":  # "stopped" is the chunk's budget, not its end
+            done.stop_reason = generation.trace.stats.stop_reason
+            done.error = None if generation.error is None else str(generation.error)
     return [progress[id(g)] for g in generations]
 
 
-def catch_up(generation: Generation, progress: RowProgress) -> list[Block]:
-    """Apply a chunk's progress to the Generation that keeps the row's trace; -> the blocks, now naming it."""
+def catch_up(generation: Generation, progress: ChunkProgress) -> list[Block]:
+    """Apply a chunk's progress to the Generation that keeps the trace; -> the blocks, now naming it."""
     blocks = [replace(block, generation=generation) for block in progress.blocks]
     for block in blocks:
         generation.take(block)

@@ -1,8 +1,8 @@
-"""SD and EASD side by side: two runs with the same prompt, seed and settings, streamed together.
+"""SD and EASD side by side: two generations with the same prompt, seed and settings, streamed together.
 
-The two runs are the two rows of one batch: every draft and target pass serves both lanes, so a
+The two are the two rows of one batch: every draft and target pass serves both lanes, so a
 comparison costs about one lane's passes, and both lanes grow together in a UI. Events come one
-per emitted token; closing the iterator (or `stop()`) ends both runs at once and keeps everything
+per emitted token; closing the iterator (or `stop()`) ends both at once and keeps everything
 emitted so far in `traces`.
 """
 
@@ -31,26 +31,26 @@ class Comparison:
 
     def __init__(self, pair: ModelPair, prompt: str, settings: DecodeSettings, chat: bool = True):
         self.pair = pair
-        self.runs = {lane: Generation(pair, prompt, replace(settings, method=lane), chat=chat) for lane in LANES}
+        self.generations = {lane: Generation(pair, prompt, replace(settings, method=lane), chat=chat) for lane in LANES}
 
     @property
     def traces(self) -> dict[str, Trace]:
-        return {lane: run.trace for lane, run in self.runs.items()}
+        return {lane: generation.trace for lane, generation in self.generations.items()}
 
     def stop(self) -> None:
-        for run in self.runs.values():
-            run.stop()
+        for generation in self.generations.values():
+            generation.stop()
 
     def __iter__(self) -> Iterator[TokenEvent]:
-        """Decode both runs as a batch of their own (the app instead hands `runs` to its shared batch)."""
-        blocks = iter(Batch(self.pair, self.runs.values()))
+        """Decode both as a batch of their own (the app instead hands `generations` to its shared batch)."""
+        blocks = iter(Batch(self.pair, self.generations.values()))
         try:
             for block in blocks:
                 lane = block.generation.settings.method
                 for record in block.records:
                     yield TokenEvent(lane, record, block)
         finally:
-            blocks.close()  # marks an unfinished run as stopped
+            blocks.close()  # marks an unfinished generation as stopped
 
     def run(self) -> dict[str, Trace]:
         for _ in self:

@@ -7,11 +7,18 @@ Layers, bottom-up (as in gpt-fast's generate.py):
     _draft         every drafting row proposes c_1..c_k: one draft pass per drafted position, all rows in it
     _verify        ONE target pass for all rows
     _judge         each row's verdict, alone: a row whose numbers fail ends, the others go on
-  Batch            rows join and leave at block boundaries; blocks are streamed, each naming its row
-  Generation       one row: prompt checks, its own random numbers, stop handling, its trace
+  Batch            generations join and leave at block boundaries; blocks are streamed, each naming its generation
+  Generation       one generation: prompt checks, its own random numbers, stop handling, its trace
 
-A row is decoded exactly as if it ran alone: it has its own random generator, drawn in the same
-order as a solo run, its own settings (method, rule, thresholds, k, sampling, length), and the
+Words, used in one sense each (as vLLM keeps a request apart from its index in the batch):
+  generation       one prompt decoded under one DecodeSettings: a `Generation`. Its record is its
+                   `Trace`, which users, files and the app call a run.
+  row              the slot a generation holds in its batch's caches while it decodes: an index 0..B-1.
+  block            one round of a generation: drafts judged, tokens emitted (`Block`).
+  step             one round of the batch: a block for every generation in it.
+
+A generation is decoded exactly as if it ran alone: it has its own random generator, drawn in the
+same order as a solo run, its own settings (method, rule, thresholds, k, sampling, length), and the
 batch only shares the forward passes. A Generation iterated on its own is a batch of one.
 SD and EASD share every line but one: in `judge_block`, EASD also ends the block where the rule
 fires on a token the standard test accepted.
@@ -61,7 +68,7 @@ class Block:
     drafted: list[int]  # c_1..c_k proposed by the draft (empty for single-model runs)
     records: list[TokenRecord]  # the tokens emitted, in order
     end: str  # the origin of the token that ended it: target_resample | easd_penalty | bonus, or target | draft (one model)
-    generation: Generation | None = None  # the row it belongs to
+    generation: Generation | None = None  # the generation it belongs to
 
 
 @dataclass
@@ -222,13 +229,14 @@ class Start:
         return Start(None, None, seen, seen)
 
 
-@dataclass(eq=False)  # a row is itself: two runs with the same prompt and settings are still two rows
+@dataclass(eq=False)  # a generation is itself: two with the same prompt and settings are still two
 class Generation:
-    """One run (one row of a batch). Iterate it for its Blocks; `trace` holds what was emitted so far.
+    """One generation (one row of a batch while it decodes). Iterate it for its Blocks; `trace` holds what
+    was emitted so far.
 
     Stop it at any time with `stop()` (from any thread) or by leaving the loop: the trace keeps
-    every token emitted before that. `keep_kv` keeps a copy of the row's caches when it ends, so that other
-    runs can start from its checkpoints (`resume_at`, used by easd.core.prefix).
+    every token emitted before that. `keep_kv` keeps a copy of its caches when it ends, so that other
+    generations can start from its checkpoints (`resume_at`, used by easd.core.prefix).
     """
 
     pair: ModelPair
@@ -240,7 +248,7 @@ class Generation:
     trace: Trace = field(init=False)
     checkpoints: list[Checkpoint] = field(init=False, default_factory=list)  # one per block started
     first_block: int = field(init=False, default=0)
-    done: bool = field(init=False, default=False)  # the row has ended; set by `finish` only
+    done: bool = field(init=False, default=False)  # it has ended; set by `finish` only
 
     def __post_init__(self):
         self.settings.validate()
@@ -258,15 +266,15 @@ class Generation:
         self.trace.stats = RunStats(
             prompt_tokens=self.prompt_length, seconds=0.0, target_calls=0, draft_calls=0, stop_reason="stopped"
         )
-        self.start: Start | None = None  # the cache states a resumed run joins with (see resume_at)
-        self.final: tuple[RowState | None, RowState | None] | None = None  # kept when the row ends, if keep_kv
-        self.error: EasdError | None = None  # why the row failed, when its stop reason is "error"
-        self.why_stopped = "stopped"  # the stop reason a stopped row ends with (see `stop`)
+        self.start: Start | None = None  # the cache states a resumed generation joins with (see resume_at)
+        self.final: tuple[RowState | None, RowState | None] | None = None  # kept when it ends, if keep_kv
+        self.error: EasdError | None = None  # why it failed, when its stop reason is "error"
+        self.why_stopped = "stopped"  # the stop reason a stopped generation ends with (see `stop`)
         self._stop = threading.Event()
 
     @functools.cached_property
     def generator(self) -> torch.Generator:
-        """The row's own random numbers, made on first use: a row decoded elsewhere (easd.core.chunks) never
+        """Its own random numbers, made on first use: a generation decoded elsewhere (easd.core.chunks) never
         touches the device here, which on ZeroGPU is only lent inside a call."""
         return torch.Generator(device=self.pair.device).manual_seed(self.settings.seed)
 
@@ -287,7 +295,7 @@ class Generation:
         return self.settings.method in SPECULATIVE
 
     def stop(self, why: str = "stopped") -> None:
-        """End the row at the next block boundary, with stop reason `why`: "stopped" when its user asked,
+        """End it at the next block boundary, with stop reason `why`: "stopped" when its user asked,
         "unread" when nobody was reading its stream (easd.core.worker)."""
         self.why_stopped = why
         self._stop.set()
@@ -298,11 +306,11 @@ class Generation:
 
     @property
     def capacity(self) -> int:
-        """The most tokens the row's caches may hold: its prompt, its new tokens (within the context) and a block's drafts."""
+        """The most tokens its row of the caches may hold: its prompt, its new tokens (within the context) and a block's drafts."""
         return min(self.prompt_length + self.settings.max_new_tokens, self.pair.context_length) + self.settings.k + 1
 
     def room(self) -> int:
-        """How many more tokens this run may emit (max_new_tokens and the context both count)."""
+        """How many more tokens it may emit (max_new_tokens and the context both count)."""
         generated = len(self.tokens) - self.prompt_length
         return min(self.settings.max_new_tokens - generated, self.pair.context_length - len(self.tokens))
 
@@ -316,18 +324,19 @@ class Generation:
         return self.trace
 
     def resume_at(self, checkpoint: Checkpoint, settings: DecodeSettings) -> Generation:
-        """A new run with other settings that starts where this one (finished, with keep_kv) started `checkpoint.block`.
+        """A new generation with other settings that starts where this one (finished, with keep_kv) started
+        `checkpoint.block`.
 
-        It takes this run's tokens and records before that block, its KV caches as they were
+        It takes this generation's tokens and records before that block, its KV caches as they were
         then, its random state, and its counts and time so far. Where the two settings make the
         same decisions up to that block (SD and EASD before EASD's first penalty), the result
-        equals a run from scratch without decoding the shared prefix again. (A fresh prefill of
+        equals a generation from scratch without decoding the shared prefix again. (A fresh prefill of
         the prefix would not: in bfloat16 it rounds differently from the block-by-block cache,
-        enough to move an entropy across τ_H.) The copied records keep this run's `triggered`;
+        enough to move an entropy across τ_H.) The copied records keep this generation's `triggered`;
         `easd.core.prefix` recomputes it for other rules.
         """
         if self.final is None:
-            raise ValueError("resume_at needs a finished run that kept its caches (Generation(..., keep_kv=True))")
+            raise ValueError("resume_at needs a finished generation that kept its caches (Generation(..., keep_kv=True))")
         resumed = Generation(self.pair, self.prompt, settings, chat=self.chat, use_cache=self.use_cache)
         shared = checkpoint.position
         resumed.tokens.extend(self.tokens[self.prompt_length : self.prompt_length + shared])
@@ -349,13 +358,13 @@ class Generation:
             self.trace.blocks.append(BlockInfo(block.index, drafted, block.end))
 
     def finish(self, reason: str, error: EasdError | None = None) -> None:
-        """End the row (once): the one place that sets `done`, the stop reason and a failure's error."""
+        """End it (once): the one place that sets `done`, the stop reason and a failure's error."""
         if self.done:
             return
         self.trace.stats.stop_reason, self.error, self.done = reason, error, True
 
     def end_reason(self) -> str | None:
-        """Why this row ends after its latest block, or None while it goes on."""
+        """Why it ends after its latest block, or None while it goes on."""
         if self.trace.records and self.trace.records[-1].token_id in self.pair.eos_ids:
             return "eos"
         if self.room() < 1:
@@ -368,12 +377,12 @@ class Generation:
 
 
 class Batch:
-    """Rows decoded together: per step, one draft pass per drafted position and ONE target pass for all rows.
+    """Generations decoded together: per step, one draft pass per drafted position and ONE target pass for all.
 
-    Rows wait in line until a slot is free (`max_rows`), join at a block boundary with their
+    Generations wait in line until a row is free (`max_rows`), join at a block boundary with their
     prefix computed alone, and leave as soon as they end (EOS, their max_new_tokens, the context,
-    or `stop()`), so the batch never waits for its slowest row. Iterate for Blocks; each names its
-    row in `block.generation`. `add()` may be called from another thread while iterating.
+    or `stop()`), so the batch never waits for its slowest generation. Iterate for Blocks; each names
+    its generation. `add()` may be called from another thread while iterating.
     """
 
     def __init__(
@@ -395,8 +404,8 @@ class Batch:
         # wait (the app's shared batch). Off, it is computed whole as its row joins: a batch that is stopped and
         # resumed between steps (easd.core.chunks) would otherwise start it again each time.
         self.prompts_between_steps = prompts_between_steps
-        self.prompts: dict[Generation, Prompt] = {}  # long prompts being computed, by the row waiting for them
-        self.rows: list[Generation] = []  # row i of both caches
+        self.prompts: dict[Generation, Prompt] = {}  # long prompts being computed, by the generation waiting for them
+        self.generations: list[Generation] = []  # generations[row] holds that row of both caches
         self.waiting: deque[Generation] = deque(generations)
         self.use_cache = use_cache
         self.draft: Caches = pair.draft.caches(pair.vocab_size, use_cache)
@@ -406,7 +415,7 @@ class Batch:
         self._stop = threading.Event()
 
     def add(self, generation: Generation, first: bool = False) -> None:
-        """Put a row in line (at its head with `first`); it joins at the next block boundary with a free slot."""
+        """Put a generation in line (at its head with `first`); it joins at the next block boundary with a free row."""
         with self._lock:
             if first:
                 self.waiting.appendleft(generation)
@@ -415,11 +424,11 @@ class Batch:
 
     @property
     def load(self) -> int:
-        """Rows still decoding or waiting to join."""
-        return sum(not g.done for g in self.rows) + len(self.waiting)
+        """Generations still decoding or waiting to join."""
+        return sum(not g.done for g in self.generations) + len(self.waiting)
 
     def stop(self) -> None:
-        """Stop every row, running or waiting, at the next block boundary."""
+        """Stop every generation, decoding or waiting, at the next block boundary."""
         self._stop.set()
 
     def __iter__(self) -> Iterator[Block]:
@@ -429,34 +438,34 @@ class Batch:
                     self.at_boundary(self)
                 if self._stop.is_set():  # checked after the boundary too, which may itself stop the batch
                     return
-                self._leave([g for g in self.rows if g.stopped])
+                self._leave([g for g in self.generations if g.stopped])
                 self._join()
-                if not self.rows:
+                if not self.generations:
                     if self.waiting:  # the head of the line's prompt is not computed yet
                         continue
                     return
                 yield from self._step()
-                self._leave([g for g in self.rows if g.done])
+                self._leave([g for g in self.generations if g.done])
         finally:
-            for generation in self.rows + list(self.waiting):
-                generation.finish(generation.why_stopped)  # a run left unfinished
+            for generation in self.generations + list(self.waiting):
+                generation.finish(generation.why_stopped)  # one left unfinished
 
     def run(self) -> list[Trace]:
-        """Decode every row to the end; the traces in the order the rows were given."""
-        everyone = list(self.waiting) + self.rows
+        """Decode every generation to the end; the traces in the order the generations were given."""
+        everyone = list(self.waiting) + self.generations
         for _ in self:
             pass
         return [g.trace for g in everyone]
 
-    # --- rows joining and leaving ---------------------------------------------------------------
+    # --- generations joining and leaving ---------------------------------------------------------------
 
     def _join(self) -> None:
-        """Let in rows from the line while there is room, in order. Rows that join together with the same prompt (a
-        comparison's SD and EASD) compute its prefix once per model: the later ones start from a copy. A prompt
-        longer than PREFILL_CHUNK is computed first (`Prompt`), whole or, with `prompts_between_steps`, a piece
-        per call while the rows behind it wait their turn."""
-        twins: dict[tuple[str, tuple[int, ...]], int] = {}  # (model, prefix) -> the row that joined now holding it
-        while self.waiting and len(self.rows) < self.max_rows:
+        """Let in generations from the line while there are free rows, in order. Generations that join together with
+        the same prompt (a comparison's SD and EASD) compute its prefix once per model: the later ones start from a
+        copy. A prompt longer than PREFILL_CHUNK is computed first (`Prompt`), whole or, with
+        `prompts_between_steps`, a piece per call while the generations behind it wait their turn."""
+        twins: dict[tuple[str, tuple[int, ...]], int] = {}  # (model, prefix) -> the row that took it in this call
+        while self.waiting and len(self.generations) < self.max_rows:
             generation = self.waiting[0]
             if generation.stopped:  # before its first step, or while its prompt was computed
                 with self._lock:
@@ -473,7 +482,7 @@ class Batch:
                 self.waiting.remove(generation)
             started = time.perf_counter()
             start = generation.start or Start.afresh(generation)
-            row, room = len(self.rows), generation.capacity
+            row, room = len(self.generations), generation.capacity
             for model, prefix in _prefixes(generation, start).items():
                 state = getattr(start, model)
                 twin = twins.get((model, prefix)) if prefix and state is None else None
@@ -482,11 +491,11 @@ class Batch:
                 twins.setdefault((model, prefix), row)
             generation.start = None
             generation.trace.stats.seconds += time.perf_counter() - started
-            self.rows.append(generation)
+            self.generations.append(generation)
 
     def _prompt_ready(self, generation: Generation, twins: dict) -> bool:
         """Whether `generation` can join now; computes its long prompt first, or with `prompts_between_steps`
-        and other rows decoding, the next piece of it."""
+        and others decoding, the next piece of it."""
         if generation.start is not None or not self.use_cache:
             return True
         prefixes = _prefixes(generation, Start.afresh(generation))
@@ -495,7 +504,7 @@ class Batch:
         prompt = self.prompts.setdefault(generation, Prompt(self.pair, prefixes, generation.capacity))
         while not prompt.done and not generation.stopped:
             prompt.advance()
-            if self.prompts_between_steps and self.rows:
+            if self.prompts_between_steps and self.generations:
                 break  # the others' next step first
         if not prompt.done:
             return False
@@ -508,22 +517,22 @@ class Batch:
             return
         for generation in leaving:
             generation.finish(generation.why_stopped)
-        staying = [i for i, g in enumerate(self.rows) if g not in leaving]
+        staying = [i for i, g in enumerate(self.generations) if g not in leaving]
         self.draft.keep_rows(staying)
         self.target.keep_rows(staying)
-        self.rows = [self.rows[i] for i in staying]
+        self.generations = [self.generations[i] for i in staying]
 
-    # --- one step: a block for every row ----------------------------------------------------------
+    # --- one step: a block for every generation ----------------------------------------------------------
 
     def _step(self) -> list[Block]:
-        """Plan, draft, verify, judge, commit: one block for every row (a row that fails ends alone)."""
+        """Plan, draft, verify, judge, commit: one block for every generation (one that fails ends alone)."""
         started = time.perf_counter()
-        plans = [self._plan(row, generation) for row, generation in enumerate(self.rows)]
+        plans = [self._plan(row, generation) for row, generation in enumerate(self.generations)]
         precise = {plan.row for plan in plans if plan.generation.settings.signals == "float32"}  # float32 lm_head rows
         self._draft(plans, precise)
         self._verify(plans, precise)
         blocks = [block for block in map(self._judge, plans) if block is not None]
-        self._commit(blocks, seconds=time.perf_counter() - started)  # every row waited for the whole step
+        self._commit(blocks, seconds=time.perf_counter() - started)  # every generation waited for the whole step
         return blocks
 
     def _plan(self, row: int, generation: Generation) -> RowPlan:
@@ -598,8 +607,8 @@ class Batch:
         return None
 
     def _commit(self, blocks: list[Block], seconds: float) -> None:
-        """Emitted tokens join their rows; the caches forget rejected drafts; traces and counts grow."""
-        rows = {id(generation): row for row, generation in enumerate(self.rows)}
+        """Emitted tokens join their generations; the caches forget rejected drafts; traces and counts grow."""
+        rows = {id(generation): row for row, generation in enumerate(self.generations)}
         for block in blocks:
             generation, row = block.generation, rows[id(block.generation)]
             generation.tokens.extend(r.token_id for r in block.records)
@@ -610,13 +619,13 @@ class Batch:
         for block in blocks:
             generation = block.generation
             self._record(block, seconds, generation.uses_target, len(block.drafted) + (generation.settings.method == "draft"))
-            if generation.done and generation.keep_kv:  # taken before the row leaves: other runs may start from it
+            if generation.done and generation.keep_kv:  # taken before it leaves its row: others may start from it
                 row = rows[id(generation)]
                 generation.final = (self.draft.save_row(row), self.target.save_row(row))
 
     @contextmanager
     def _alone(self, plan: RowPlan) -> Iterator[None]:
-        """Per-row work: a failure ends this row with one line and leaves every other row of the step as it was."""
+        """One generation's own work: a failure ends it with one line and leaves every other of the step as it was."""
         try:
             yield
         except RowFailure as err:
@@ -635,7 +644,7 @@ class Batch:
             plan.generation.finish("error", failure)
 
     def _record(self, block: Block, seconds: float, target_call: bool, draft_calls: int) -> None:
-        """Add a finished block to its row's trace and counts, cut at EOS, and see whether the row ends."""
+        """Add a finished block to its generation's trace and counts, cut at EOS, and see whether it ends."""
         generation = block.generation
         stats = generation.trace.stats
         stats.seconds += seconds

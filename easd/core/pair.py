@@ -1,7 +1,8 @@
 """A model pair as the engine sees it: two loaded models, their shared tokenizer and vocabulary.
 
 How a pair is found and loaded (folders, GGUF files, hub ids, the embedded and tiny pairs, and
-which backend runs them) is `easd.pairs`' business; the engine only needs this object.
+which backend runs them) is `easd.pairs`' business; the engine only needs this object, and each
+runtime's loader checks with `check_same_tokenizer` that its two models can be paired.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..errors import ModelLoadError
 from .acceptance import Rounding
 from .seam import Model, Tokenizer
 
@@ -47,3 +49,21 @@ class ModelPair:
     def describe(self) -> str:
         """What runs, in one line: "draft A → target B (llama.cpp, GGUF Q4_K_M, cpu)"."""
         return f"draft {self.draft_name} → target {self.target_name} ({self.backend}, {self.target.dtype}, {self.device})"
+
+
+def check_same_tokenizer(draft_tokenizer: Tokenizer, target_tokenizer: Tokenizer) -> None:
+    """Refuse a pair whose tokenizers map some string to different ids, naming the first one."""
+    draft_vocab, target_vocab = draft_tokenizer.vocab(), target_tokenizer.vocab()
+    for token, token_id in sorted(target_vocab.items(), key=lambda item: item[1]):
+        if draft_vocab.get(token) != token_id:
+            where = "is missing" if token not in draft_vocab else f"is id {draft_vocab[token]}"
+            raise ModelLoadError(
+                f"the tokenizers differ: {token!r} is id {token_id} in the target but {where} in the draft; "
+                "speculative decoding needs a draft and target with the same tokenizer (e.g. one model family)"
+            )
+    extra = sorted(set(draft_vocab) - set(target_vocab), key=draft_vocab.get)
+    if extra:
+        raise ModelLoadError(
+            f"the tokenizers differ: {extra[0]!r} (id {draft_vocab[extra[0]]}) exists in the draft but not in the target; "
+            "speculative decoding needs a draft and target with the same tokenizer"
+        )

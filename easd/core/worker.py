@@ -1,26 +1,26 @@
 """Many users' runs in one batch: a worker thread per model pair keeps the batch going while there is work.
 
-A request is a Ticket: one user's rows (a comparison's SD and EASD runs). It waits in a line
-until the batch has room for all its rows (`max_rows`), joins at the next block boundary, and
-leaves when its rows end or it is cancelled; nobody waits for another user's run to finish
-before theirs starts, only for room. Rows share forward passes and nothing else (easd.core.decoding:
-each row decodes exactly as it would alone, in float32).
+A request is a Ticket: one user's generations (a comparison's SD and EASD). It waits in a line
+until the batch has a row for each of them (`max_rows`), joins at the next block boundary, and
+leaves when they end or it is cancelled; nobody waits for another user's run to finish
+before theirs starts, only for room. Generations share forward passes and nothing else
+(easd.core.decoding: each decodes exactly as it would alone, in float32).
 
-Each user reads only their own ticket. After every block of a ticket's row, the worker puts a
-snapshot of that row's trace in the ticket, so the user's thread never reads a trace the worker
+Each user reads only their own ticket. After every block of a ticket's generation, the worker puts a
+snapshot of that generation's trace in the ticket, so the user's thread never reads a trace the worker
 is writing. With `abandon_after_s`, a running ticket whose reader has taken nothing at all for
 that long is cancelled with stop reason "unread", so a vanished user cannot hold rows to the end;
 a reader that takes anything, however slowly, keeps its run. The worker asks each ticket's
 `reader` (the app's look at what its client took, `components.gradio_internals`) at every block
 boundary, so the answer does not wait on the thread that streams to the user.
 
-Rows are isolated: a row whose numbers fail ends alone (easd.core.decoding), its ticket ends with
-that row's one-line error, and every other ticket goes on. When the batch has room, the line is
+Generations are isolated: one whose numbers fail ends alone (easd.core.decoding), its ticket ends with
+that generation's one-line error, and every other ticket goes on. When the batch has room, the line is
 served in order, except that an address already holding half the batch's rows waits behind
 requests from other addresses, so one network address cannot take the whole class's batch.
 
 With `chunks` (a ZeroGPU Space, which lends its GPU one call at a time), the batch is decoded in
-rounds instead of one loop: each round is one call of `chunks` on every row's snapshot
+rounds instead of one loop: each round is one call of `chunks` on every generation's snapshot
 (easd.core.chunks), run in the context of the ticket that has waited longest, so that the call
 is charged to that user; between rounds tickets settle and join as they do between blocks.
 """
@@ -36,7 +36,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 
 from ..errors import EasdError, SettingsError
-from .chunks import RowProgress, RowSnapshot, catch_up
+from .chunks import ChunkProgress, GenerationSnapshot, catch_up
 from .decoding import Batch, Block, Generation
 from .pair import ModelPair
 from .seam import free_memory, row_bytes
@@ -48,12 +48,12 @@ MAX_DEFAULT_ROWS = 32  # beyond this a CPU step grows too slow to stream; an ope
 ADDRESS_SHARE = 0.5  # of the batch's rows, what one address may hold while requests from other addresses wait
 STEP_FAILED = "decoding failed on the server (the details are in its log); try again"
 log = logging.getLogger("easd.worker")
-Chunks = Callable[[list[RowSnapshot]], list[RowProgress]]  # decodes rows for one round: easd.core.chunks.decode_chunk
+Chunks = Callable[[list[GenerationSnapshot]], list[ChunkProgress]]  # decodes rows for one round: easd.core.chunks.decode_chunk
 Reader = Callable[[], bool]  # whether a ticket's user has taken anything since the last call
 
 
 class Ticket:
-    """One user's rows in the shared batch: where they stand, and their traces so far."""
+    """One user's generations in the shared batch: where they stand, and their traces so far."""
 
     def __init__(self, generations: Iterable[Generation], owner: str = "", address: str = "", reader: Reader | None = None):
         self.generations = list(generations)
@@ -77,7 +77,7 @@ class Ticket:
         return self._done
 
     def cancel(self, why: str = "stopped") -> None:
-        """Stop this ticket's rows: they leave the batch (or the line) at the next block boundary, with stop reason `why`."""
+        """Stop this ticket's generations: they leave the batch (or the line) at the next block boundary, with stop reason `why`."""
         for generation in self.generations:
             generation.stop(why)
 
@@ -86,7 +86,7 @@ class Ticket:
         return any(g.stopped for g in self.generations)
 
     def traces(self) -> list[Trace]:
-        """The rows' traces so far (final once `done`), in the order the generations were given."""
+        """The generations' traces so far (final once `done`), in the order they were given."""
         if self._done:
             return [g.trace for g in self.generations]
         return [s if s is not None else g.trace.snapshot() for s, g in zip(self._snapshots, self.generations)]
@@ -104,14 +104,14 @@ class Ticket:
         return now - self.last_read
 
     def join(self, timeout: float | None = None) -> bool:
-        """Wait up to `timeout` (None: as long as it takes) for the rows to end (after `cancel`, by the next block
+        """Wait up to `timeout` (None: as long as it takes) for the generations to end (after `cancel`, by the next block
         boundary); -> done."""
         with self._news:
             return self._news.wait_for(lambda: self._done, timeout)
 
     @property
     def failure(self) -> EasdError | None:
-        """The first error of a row of this ticket that failed, if one did."""
+        """The first error of a generation of this ticket that failed, if one did."""
         return next((g.error for g in self.generations if g.error is not None), None)
 
     @property
@@ -122,9 +122,9 @@ class Ticket:
     # --- called by the worker thread --------------------------------------------------------------
 
     def deliver(self, block: Block, sharing: int) -> None:
-        row = self.generations.index(block.generation)  # by identity: a Generation equals only itself
+        which = self.generations.index(block.generation)  # by identity: a Generation equals only itself
         with self._news:
-            self._snapshots[row] = block.generation.trace.snapshot()
+            self._snapshots[which] = block.generation.trace.snapshot()
             self.sharing = sharing
             self._version += 1
             self._news.notify_all()
@@ -137,7 +137,7 @@ class Ticket:
                 self._news.notify_all()
 
     def settle(self, error: EasdError | None = None) -> None:
-        """The ticket is over: rows that never joined end as stopped; `error` is what its user is told."""
+        """The ticket is over: generations that never joined end as stopped; `error` is what its user is told."""
         with self._news:
             for generation in self.generations:
                 generation.finish(generation.why_stopped)
@@ -227,29 +227,29 @@ class Worker:
                 self._fail_running(err)
 
     def _serve_in_chunks(self) -> None:
-        """Round after round: settle and admit, then one call of `chunks` decodes every row for a while."""
-        latest: dict[Generation, RowSnapshot] = {}  # each row's state after the latest round (a row hashes as itself)
+        """Round after round: settle and admit, then one call of `chunks` decodes every generation for a while."""
+        latest: dict[Generation, GenerationSnapshot] = {}  # each one's state after the latest round (a Generation hashes as itself)
         while True:
             with self._lock:
                 self._lock.wait_for(lambda: self.line or self.running)
             self._admit()
-            rows = [g for t in self.running for g in t.generations if not g.done]
-            for generation in rows:
+            decoding = [g for t in self.running for g in t.generations if not g.done]
+            for generation in decoding:
                 if generation.stopped:  # cancelled: it leaves without another round
                     generation.finish(generation.why_stopped)
-            rows = [g for g in rows if not g.done]
-            snapshots = [latest.get(g) or RowSnapshot.of(g) for g in rows]
+            decoding = [g for g in decoding if not g.done]
+            snapshots = [latest.get(g) or GenerationSnapshot.of(g) for g in decoding]
             latest = {}
-            if not rows:
+            if not decoding:
                 continue
             try:
                 progress = self.running[0].context.run(self.chunks, snapshots)
             except Exception as err:  # the call failed: every ticket in it ends
                 self._fail_running(err)
                 continue
-            for generation, row_progress in zip(rows, progress):
-                latest[generation] = row_progress.snapshot
-                for block in catch_up(generation, row_progress):
+            for generation, chunk_progress in zip(decoding, progress):
+                latest[generation] = chunk_progress.snapshot
+                for block in catch_up(generation, chunk_progress):
                     self._deliver(block)
 
     def _deliver(self, block: Block) -> None:
@@ -267,7 +267,7 @@ class Worker:
             ticket.settle(failure)
 
     def _admit_into(self, batch: Batch) -> None:
-        """At a block boundary of `batch`: `_admit`, and the newly admitted rows join the batch."""
+        """At a block boundary of `batch`: `_admit`, and the newly admitted generations join the batch."""
         for ticket in self._admit():
             for generation in ticket.generations:
                 batch.add(generation)
@@ -279,7 +279,7 @@ class Worker:
             for ticket in self.running:
                 if self.abandon_after_s is not None and ticket.unread_for(now) > self.abandon_after_s:
                     ticket.cancel("unread")
-                if ticket.failure is not None:  # a failed row takes its ticket's other rows with it
+                if ticket.failure is not None:  # a failed generation takes its ticket's others with it
                     ticket.cancel()
             finished = [t for t in self.running if all(g.done for g in t.generations)]
             for ticket in finished:
@@ -288,7 +288,7 @@ class Worker:
             for ticket in [t for t in self.line if t.cancelled]:
                 self.line.remove(ticket)
                 finished.append(ticket)
-            # rows stopped but not yet gone leave at the next boundary, before anyone joins: their room is free now
+            # generations stopped but not yet gone leave at the next boundary, before anyone joins: their room is free now
             admitted = []
             while (ticket := self._next_in_line()) is not None:
                 self.line.remove(ticket)

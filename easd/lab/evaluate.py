@@ -87,19 +87,19 @@ DEFAULT_BATCH_SIZE = 8  # rows per forward pass: on a 2-core CPU a pass over 8 r
 def decode_items(
     pair: ModelPair, items: list[WorkItem], batch_size: int = DEFAULT_BATCH_SIZE
 ) -> Iterator[tuple[WorkItem, list[tuple[dict, Trace]]]]:
-    """Decode work items as the rows of one batch; yield each item with its (row, trace) pairs once all its variants are done.
+    """Decode work items in one batch; yield each item with its (result row, trace) pairs once all its variants are done.
 
-    Every variant of an item is a row. An item's EASD variants wait for its SD row and then start
-    from SD's checkpoint at their first penalty (easd.core.prefix), ahead of the rows in line.
-    New items join as rows leave, so the batch stays full until the work runs out.
+    Every variant of an item is a generation. An item's EASD variants wait for its SD generation and then
+    start from SD's checkpoint at their first penalty (easd.core.prefix), ahead of the others in line.
+    New items join as generations leave, so the batch stays full until the work runs out.
     """
     batch = Batch(pair, max_rows=batch_size)
     line = deque(items)
-    rows: dict[int, tuple[WorkItem, Variant, float]] = {}  # id(generation) -> what it is for
+    purpose: dict[int, tuple[WorkItem, Variant, float]] = {}  # id(generation) -> what it is for
     done: dict[int, dict[str, tuple[dict, Trace]]] = {}  # id(item) -> finished variants
 
     def add(generation: Generation, item: WorkItem, variant: Variant, saved: float, first: bool = False) -> None:
-        rows[id(generation)] = (item, variant, saved)
+        purpose[id(generation)] = (item, variant, saved)
         batch.add(generation, first=first)
 
     def start(item: WorkItem) -> None:
@@ -129,7 +129,7 @@ def decode_items(
             generation = block.generation
             if not generation.done:
                 continue
-            item, variant, saved = rows.pop(id(generation))
+            item, variant, saved = purpose.pop(id(generation))
             if variant.settings.method == "sd":
                 for follower in [v for v in item.variants if v.settings.method == "easd"]:
                     begin = easd_start(generation, _seeded(follower, item))

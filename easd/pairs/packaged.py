@@ -33,7 +33,6 @@ import json
 import os
 import shutil
 import sys
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +41,7 @@ from filelock import FileLock
 from tqdm import tqdm
 
 from easd.errors import ModelLoadError
+from easd.files import temporary_path
 
 # bfloat16 halves the disk space and the load time of float32 (figures in the notes); the
 # rounding it adds (about 0.2% per weight) is far below the 4-bit quantization error the
@@ -259,11 +259,6 @@ def _conversion_failure(spec: PackagedModel, final: Path, error: Exception) -> s
         version = importlib.metadata.version("transformers")
         fix = f"transformers {version} could not read it; install the version in requirements.txt."
     return f"{spec.name}: converting to {final} failed ({type(error).__name__}: {reason}). {fix}"
-
-
-def temporary_path(final: Path) -> Path:
-    """A fresh name next to `final` (for a file or folder built there and renamed), hidden, and recognizable as a leftover."""
-    return final.parent / f".{final.name}.tmp-{uuid.uuid4().hex[:8]}"
 
 
 def _assemble(spec: PackagedModel, destination: Path, progress: bool) -> None:

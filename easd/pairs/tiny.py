@@ -31,7 +31,9 @@ from gguf import quants
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from .loading import ModelPair, Runtime, configure_threads, load_llama_pair, make_pair, resolve_dtype, with_int8
+from ..backends import configure_threads
+from ..backends.transformers import make_pair, resolve_dtype, with_int8
+from .loading import ModelPair, Runtime
 
 NAME = "tiny-random"
 NOTE = "tiny random models: the text is gibberish; use them to see the mechanics, not the quality"
@@ -63,6 +65,8 @@ def load_tiny_pair(runtime: Runtime = TRANSFORMERS) -> ModelPair:
     runtime = runtime.checked()
     backend, note = runtime.resolve(gguf=True)
     if backend == "llama.cpp":
+        from ..backends.llamacpp import load_llama_pair
+
         return load_llama_pair(*gguf_files(), note=NOTE, names=(f"{NAME}-draft", f"{NAME}-target"))
     configure_threads()
     dtype = resolve_dtype("float32" if runtime.dtype == "auto" else runtime.dtype)

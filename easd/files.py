@@ -1,0 +1,21 @@
+"""Files written beside their final name and renamed into place, so that a process reading at the same
+moment finds the old file or the new one, never half of one (a rename within a folder is atomic)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+
+def temporary_path(final: Path) -> Path:
+    """A fresh name next to `final` (for a file or folder built there and renamed), hidden, and recognizable as a leftover."""
+    return final.parent / f".{final.name}.tmp-{uuid.uuid4().hex[:8]}"
+
+
+def write_text_whole(path: Path, text: str) -> None:
+    """Write `text` to `path` aside and rename it into place, making the folder if needed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    written = temporary_path(path)
+    written.write_text(text)
+    os.replace(written, path)
