@@ -22,6 +22,7 @@ from components.page import SESSION_TTL_S
 from components.server import ASSETS, serve
 from components.wiring import build_app
 from easd.cli import add_weight_flags, check_model_flags, runtime_of
+from easd.core.sharing import RESULTS_BYTES
 from easd.core.worker import check_max_rows
 from easd.errors import EasdError
 from easd.pairs.loading import load_pair
@@ -30,6 +31,7 @@ from easd.pairs.registry import PAIRS, default_pair_name, load_named_pair
 # Every flag can come from the environment, which is how a Space sets them: --max-batch is EASD_MAX_BATCH, and so on.
 ENVIRONMENT = "EASD_"
 OTHER_NAMES = {"--eval-dir": ("EASD_EVAL_DIRS",), "--host": ("GRADIO_SERVER_NAME",), "--port": ("GRADIO_SERVER_PORT",)}
+MAX_RESULT_CACHE_MB = 65536  # a typo's guard: results beyond this would take a machine's memory
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -99,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="generations one network address may have running or waiting (default: half of what the batch and its line hold)",
     )
     parser.add_argument(
+        "--result-cache-mb",
+        type=float,
+        default=RESULTS_BYTES / 2**20,
+        help="megabytes of finished results kept per pair and replayed at once to the same request (0: none)",
+    )
+    parser.add_argument(
         "--forwarded-allow-ips",
         default="",
         help="proxies (addresses or networks, comma-separated) whose X-Forwarded-For header names the user's address; "
@@ -125,6 +133,8 @@ def make_host(args: argparse.Namespace) -> ModelHost:
         sys.exit("error: --max-new-tokens-cap, --max-queued-per-client and --max-per-address must be at least 1")
     if not args.session_ttl > 0:
         sys.exit(f"error: --session-ttl must be a number of seconds > 0 (got {args.session_ttl})")
+    if not 0 <= args.result_cache_mb <= MAX_RESULT_CACHE_MB:
+        sys.exit(f"error: --result-cache-mb must be from 0 to {MAX_RESULT_CACHE_MB} (got {args.result_cache_mb})")
     allowed = {}
     try:
         if args.max_batch is not None:
@@ -151,6 +161,7 @@ def make_host(args: argparse.Namespace) -> ModelHost:
         max_batch=args.max_batch,
         max_queued_per_client=args.max_queued_per_client,
         max_per_address=args.max_per_address,
+        result_bytes=int(args.result_cache_mb * 2**20),
     )
 
 

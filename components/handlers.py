@@ -16,8 +16,8 @@ import gradio as gr
 
 from easd.core import trace as trace_io
 from easd.core.compare import LANES, Comparison
+from easd.core.sharing import Stream
 from easd.core.whatif import would_penalize
-from easd.core.worker import Ticket
 from easd.errors import EasdError, SettingsError
 
 from . import figures
@@ -130,41 +130,47 @@ def generate(page: Page, host: ModelHost, outbox: Outbox, values: dict, request:
         yield {page.message: say(waiting_for_pair(host, name, place))}
     comparison = Comparison(host.pair(name), prompt, settings, chat=chat)
     client = client_of(request)
-    with host.ticket(name, comparison.generations.values(), client, outbox.watch(client.session).took_any) as ticket:
+    with host.stream(name, comparison.generations.values(), client, outbox.watch(client.session).took_any) as stream:
         session.clear()
         page.sessions.track(client.session, session)
-        session.ticket, session.running = ticket, True
+        session.stream, session.running = stream, True
         try:
-            for _ in _news(ticket, LANES_EVERY_S):
-                if ticket.position:  # still in line: say where
-                    yield {page.message: say(in_line(ticket))}
+            for _ in _news(stream, LANES_EVERY_S):
+                if stream.position:  # still in line: say where
+                    yield {page.message: say(in_line(stream))}
                     continue
-                session.show(ticket)
-                yield render_lanes(page, session, view) | {page.message: say(sharing(ticket))}
+                session.show(stream)
+                yield render_lanes(page, session, view) | {page.message: say(sharing(stream))}
         finally:
             session.running = False
-    session.show(ticket)
-    if ticket.error is not None:
-        yield render_all(page, session, view) | {page.message: say(in_page_words(ticket.error))}
+    session.show(stream)
+    if stream.error is not None:
+        yield render_all(page, session, view) | {page.message: say(in_page_words(stream.error))}
         return
-    ended = "Stopped" if ticket.cancelled else "Done"  # Stop, or a stream nobody read
-    yield render_all(page, session, view, message=f"{ended}: {_stop_note(session)}")
+    ended = "Stopped" if stream.cancelled else "Done"  # Stop, or a stream nobody read
+    yield render_all(
+        page, session, view, message=" ".join(filter(None, (f"{ended}: {_stop_note(session)}.", SHARED.get(stream.how))))
+    )
 
 
-def _news(ticket: Ticket, every_s: float) -> Iterator[int]:
-    """Until the ticket is done, each time it has news (blocks, a new place in line), at most once per `every_s`."""
+def _news(stream: Stream, every_s: float) -> Iterator[int]:
+    """Until the stream is done, each time it has news (blocks, a new place in line), at most once per `every_s`."""
     seen, shown = -1, 0.0
-    while not ticket.done:
+    while not stream.done:
         time.sleep(max(0.0, shown + every_s - time.monotonic()))  # the browser cannot use more updates than this
-        news = ticket.wait(seen, every_s)
-        if news != seen and not ticket.done:
+        news = stream.wait(seen, every_s)
+        if news != seen and not stream.done:
             seen, shown = news, time.monotonic()
             yield news
 
 
-def in_line(ticket: Ticket) -> str:
-    """Where a waiting request stands: "3rd in line, about 20 s"."""
-    return f"⏳ {ordinal(ticket.position)} in line, about {max(1, round(ticket.wait_s))} s: every user's rows share one batch, which is full"
+def in_line(stream: Stream) -> str:
+    """Where a waiting request stands: "3rd in line: starts in about 20 s, done in about 45 s"."""
+    starts, ends = (max(1, round(s)) for s in stream.estimate())
+    return (
+        f"⏳ {ordinal(stream.position)} in line: starts in about {starts} s, done in about {ends} s "
+        "(from the batch's measured speed). Every user's runs share one batch, which is full."
+    )
 
 
 def waiting_for_pair(host: ModelHost, name: str, place: int) -> str:
@@ -177,9 +183,16 @@ def ordinal(n: int) -> str:
     return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
-def sharing(ticket: Ticket) -> str:
-    others = ticket.sharing - 1
-    return f"Decoding in a batch shared with {others} other user{'s' if others != 1 else ''}." if others > 0 else ""
+def sharing(stream: Stream) -> str:
+    others = stream.sharing - 1
+    batch = f"Decoding in a batch shared with {others} other user{'s' if others != 1 else ''}." if others > 0 else ""
+    return " ".join(filter(None, (SHARED.get(stream.how, ""), batch)))
+
+
+SHARED = {  # where a stream's result comes from, when not from its own request (easd.core.sharing)
+    "joined": "Someone asked for exactly this a moment ago: you are watching the same run, computed once.",
+    "replayed": "This exact request was computed a moment ago: replayed at once, no model time.",
+}
 
 
 def compare(
@@ -215,25 +228,25 @@ def compare(
         pass  # a call that comes while the pair loads waits for it, as in line: nothing streams until its run starts
     comparison = Comparison(host.pair(name), prompt, settings, chat=check_flag("chat", chat))
     client, plain = client_of(request), sends_whole_outputs(request)
-    with host.ticket(name, comparison.generations.values(), client, outbox.watch(client.session).took_any) as ticket:
+    with host.stream(name, comparison.generations.values(), client, outbox.watch(client.session).took_any) as stream:
         sent = [(0, 0)] * len(comparison.generations)
-        for _ in _news(ticket, API_EVERY_S):
-            if not ticket.position:  # nothing to show while in line
-                traces = ticket.traces()
+        for _ in _news(stream, API_EVERY_S):
+            if not stream.position:  # nothing to show while in line
+                traces = stream.traces()
                 yield trace_io.to_json_delta(traces, sent)
                 if plain:
                     sent = [(len(t.records), len(t.blocks)) for t in traces]
-    if ticket.error is not None:
-        raise ticket.error
-    yield trace_io.to_json_dict(ticket.traces())
+    if stream.error is not None:
+        raise stream.error
+    yield trace_io.to_json_dict(stream.traces())
 
 
 def stop(page: Page, values: dict) -> dict:
     """Stop this page's run: its rows leave the shared batch at the next block boundary, and the run's own
     handler then shows everything emitted ("Stopped: …"). A second click, or Stop after the end, changes nothing."""
-    ticket = values[page.state].ticket
-    if ticket is not None and not ticket.done:
-        ticket.cancel()
+    stream = values[page.state].stream
+    if stream is not None and not stream.done:
+        stream.cancel()
     return gr.skip()
 
 

@@ -6,7 +6,8 @@ command line or environment, never from a request.
 
 Every user of a pair shares one batch: each loaded pair gets a `Worker` (easd.core.worker) that
 decodes up to `max_batch` rows together, and a comparison (two rows) joins it at the next block
-boundary, or waits in its line when it is full. `ModelHost.ticket` hands a request to it. Two
+boundary, or waits in its line when it is full. `ModelHost.stream` hands a request to it; the same
+request as one in line, decoding or just finished is joined or replayed instead (easd.core.sharing). Two
 limits count what is really in line or running: a client (a browser tab or an API session) may
 hold `max_queued_per_client` requests, a network address `max_per_address` (several users behind
 one school's NAT share an address); past either, a request is refused at once with a "busy" line
@@ -24,7 +25,8 @@ from dataclasses import dataclass, field
 
 from easd.core.decoding import Generation
 from easd.core.pair import ModelPair
-from easd.core.worker import MAX_DEFAULT_ROWS, Reader, Ticket, Worker, default_max_rows
+from easd.core.sharing import RESULTS_BYTES, Reader, Results, Stream
+from easd.core.worker import MAX_DEFAULT_ROWS, Worker, default_max_rows
 from easd.errors import EasdError
 
 from . import zerogpu
@@ -79,6 +81,7 @@ class ModelHost:
     max_per_address: int | None = None  # requests one network address may have in line or running; None: half of `slots`
     max_waiting: int = 16  # requests waiting in a pair's line in all; more wait in Gradio's queue
     abandon_after_s: float = ABANDON_S  # a run whose client has not taken what it was sent for this long is stopped
+    result_bytes: int = RESULTS_BYTES  # finished results kept per pair for the same request (app.py --result-cache-mb)
     states: dict[str, LoadState] = field(init=False)  # one per allowed pair, made in __post_init__
 
     def __post_init__(self):
@@ -99,13 +102,14 @@ class ModelHost:
         return self.max_per_address or max(self.max_queued_per_client, self.slots // 2)
 
     @contextmanager
-    def ticket(
+    def stream(
         self, name: str, generations: Iterable[Generation], client: Client, reader: Reader | None = None
-    ) -> Iterator[Ticket]:
-        """Put `generations` in the shared batch of pair `name` for the block; raises Busy at once when
-        `client` already has its share of requests. `reader` says whether the client has taken anything
-        since it was last asked (see easd.core.worker). Leaving the block unfinished (Stop, a closed tab,
-        an error) takes the rows out of the batch."""
+    ) -> Iterator[Stream]:
+        """Put `generations` in the shared batch of pair `name` for the block (or join the same request, or replay
+        it); raises Busy at once when `client` already has its share of requests. `reader` says whether the
+        client has taken anything since it was last asked (see easd.core.worker). Leaving the block unfinished
+        (Stop, a closed tab, an error) ends the client's stream, and the generations leave the batch if nobody else
+        watches them."""
         worker = self.states[name].worker
         with self._lock:  # counted and submitted at once, so two requests cannot both take the last place
             self._check_limits(client)
@@ -113,7 +117,7 @@ class ModelHost:
         try:
             yield ticket
         finally:
-            if not ticket.done:  # the reader left early: its rows leave the batch
+            if not ticket.done:  # the reader left early: its stream ends
                 ticket.cancel()
 
     def cancel(self, client: Client) -> int:
@@ -170,7 +174,8 @@ class ModelHost:
         chunks = zerogpu.chunks_for(name, pair)
         # on ZeroGPU the GPU's free memory cannot be asked outside a GPU call: the default batch then is the fixed one
         rows = self.max_batch or (MAX_DEFAULT_ROWS if chunks else default_max_rows(pair, self.row_tokens))
-        state.worker = Worker(pair, rows, self.row_tokens, abandon_after_s=self.abandon_after_s, chunks=chunks)
+        results = Results(self.result_bytes)
+        state.worker = Worker(pair, rows, self.row_tokens, self.abandon_after_s, chunks, results)
         mode = f"; {zerogpu.MODE}" if chunks else ""
         state.message = f"{pair.describe()}; loaded in {seconds:.0f} s; up to {rows // 2} users decode together{mode}"
         state.pair, state.status = pair, "ready"

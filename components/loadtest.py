@@ -1,16 +1,19 @@
 """A class at once: N users press Generate together; how long until the last one has their result?
 
     python -m components.loadtest --pair qwen-coder --backend llama.cpp,transformers --users 1,4,8,16 --max-new-tokens 128
+    python -m components.loadtest --pair qwen-coder --backend llama.cpp --users 1,16 --same-prompt
 
 Serves the app on a local port (the real app: `components.wiring.build_app`, the pair loaded once) and
-sends N simultaneous `/compare` requests with gradio_client, each with its own prompt and seed.
+sends N simultaneous `/compare` requests with gradio_client, each with its own prompt and seed (with
+`--same-prompt`, all the first example's, as a class clicking it together: computed once, easd.core.sharing).
 Twice, in the same run:
   * today's queue: `--max-batch 2`, one comparison at a time, all `max(users)` sent at once; the
     time the N-th result arrives is what N users wait in a queue;
   * the shared batch: `--max-batch` (default: the memory estimate), each N sent at once.
 Each user's shared-batch result is compared token for token with the same request's result in the
 queue, where it ran alone (both backends promise equality: transformers in float32, llama.cpp in
-its exact mode). With several backends, each is measured in turn, in the same run. The process's
+its exact mode). Each request's estimated start and end (easd.core.estimates), as first made once
+the batch's pace had been measured over 3 steps, is compared with when it really started and ended. With several backends, each is measured in turn, in the same run. The process's
 peak RSS after each backend is printed too. Every user comes from this machine's one address, so
 the per-client and per-address limits are lifted here.
 """
@@ -25,6 +28,7 @@ import time
 from gradio_client import Client
 
 from easd.backends import configure_threads
+from easd.core.sharing import RESULTS_BYTES, Results
 from easd.pairs.loading import Runtime
 from easd.pairs.registry import default_pair_name, load_named_pair
 
@@ -54,7 +58,8 @@ PROMPTS = [  # sixteen questions a class might ask, of different lengths and kin
 ]
 
 
-def start_app(pair, name: str, max_batch: int | None, cap: int, users: int):
+def start_app(pair, name: str, max_batch: int | None, cap: int, users: int, shared: bool = True):
+    """The app on a local port; without `shared`, as it was before easd.core.sharing: every request computed."""
     host = ModelHost(
         {name: lambda: pair},
         name,
@@ -62,17 +67,20 @@ def start_app(pair, name: str, max_batch: int | None, cap: int, users: int):
         max_batch=max_batch,
         max_queued_per_client=users,
         max_per_address=users,
+        result_bytes=RESULTS_BYTES if shared else 0,
     )
     host.ensure_loading(name)
     while host.pair(name) is None:
         time.sleep(0.05)
+    host.states[name].worker.joins = shared
     demo = build_app(host, [])
     _, url, _ = serve(demo, prevent_thread_lock=True, quiet=True)
     return demo, url, host
 
 
-def send(url: str, users: int, max_new_tokens: int) -> tuple[list[float], list[dict]]:
-    """`users` requests at once, one client each; -> (seconds until each result, in user order), results."""
+def send(url: str, users: int, max_new_tokens: int, same: bool = False) -> tuple[list[float], list[dict]]:
+    """`users` requests at once, one client each (all the same with `same`); -> (seconds until each result, in user
+    order), results."""
     finished, results = [0.0] * users, [None] * users
     start = threading.Barrier(users + 1)
     clients = [Client(url, verbose=False) for _ in range(users)]
@@ -80,8 +88,9 @@ def send(url: str, users: int, max_new_tokens: int) -> tuple[list[float], list[d
     def user(i: int):
         start.wait()
         began = time.monotonic()
+        which = 0 if same else i
         results[i] = clients[i].predict(
-            prompt=PROMPTS[i % len(PROMPTS)], seed=i, max_new_tokens=max_new_tokens, api_name="/compare"
+            prompt=PROMPTS[which % len(PROMPTS)], seed=which, max_new_tokens=max_new_tokens, api_name="/compare"
         )
         finished[i] = time.monotonic() - began
 
@@ -106,6 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--users", default="1,4,8,16", help="comma-separated numbers of simultaneous users")
     parser.add_argument("--max-new-tokens", type=int, default=128, help="tokens per lane, greedy")
     parser.add_argument("--max-batch", type=int, default=None, help="rows of the shared batch (default: the memory estimate)")
+    parser.add_argument("--same-prompt", action="store_true", help="every user sends the first example, as a class does")
     args = parser.parse_args(argv)
     counts = sorted({int(n) for n in args.users.split(",")})
     configure_threads()
@@ -121,8 +131,8 @@ def main(argv: list[str] | None = None) -> None:
 def measure(pair, name: str, counts: list[int], args: argparse.Namespace) -> None:
     """Today's queue, then the shared batch at each number of users, all against the queue's lone runs."""
     most = max(counts)
-    demo, url, _ = start_app(pair, name, 2, args.max_new_tokens, most)
-    queue_s, alone = send(url, most, args.max_new_tokens)
+    demo, url, _ = start_app(pair, name, 2, args.max_new_tokens, most, shared=False)
+    queue_s, alone = send(url, most, args.max_new_tokens, args.same_prompt)
     demo.close()
     arrivals = sorted(queue_s)
     print(f"today's queue (--max-batch 2), {most} users at once: results after " + ", ".join(f"{s:.0f}" for s in arrivals) + " s")
@@ -133,15 +143,65 @@ def measure(pair, name: str, counts: list[int], args: argparse.Namespace) -> Non
     print(
         f"{'users':>5} | {'queue: last result':>18} | {'shared batch: last result':>25} | {'× one user alone':>16} | equal to alone"
     )
-    one = None
+    one, worker = None, host.states[name].worker
     for n in counts:
-        seconds, results = send(url, n, args.max_new_tokens)
+        worker.results = Results()  # each round starts with none kept: no result of the last round is replayed
+        with Estimates(worker) as estimates:
+            seconds, results = send(url, n, args.max_new_tokens, args.same_prompt)
         last = max(seconds)
         one = one or (last if n == 1 else None)
         equal = sum(tokens_of(r) == tokens_of(a) for r, a in zip(results, alone))
         ratio = f"{last / one:.2f}×" if one else "n/a"
         print(f"{n:>5} | {arrivals[n - 1]:>16.0f} s | {last:>23.0f} s | {ratio:>16} | {equal} of {n}", flush=True)
+        print(f"      estimates: {estimates.report()}", flush=True)
     demo.close()
+
+
+class Estimates:
+    """Watches the worker while requests run: each ticket's first estimate made once the pace was measured over
+    MEASURED_STEPS steps, against when it really started and ended."""
+
+    MEASURED_STEPS = 3
+
+    def __init__(self, worker):
+        self.worker, self.first = worker, {}  # id(ticket) -> (ticket, seen at, estimated start, estimated end)
+        self._done = threading.Event()
+
+    def __enter__(self):
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._done.set()
+        self._thread.join()
+
+    def _watch(self):
+        while not self._done.wait(0.05):
+            if self.worker.pace.steps < self.MEASURED_STEPS:
+                continue
+            for ticket in [*self.worker.line, *self.worker.running]:
+                if id(ticket) not in self.first and not ticket.done:
+                    at = ticket.estimated_at
+                    self.first[id(ticket)] = (ticket, at, at + ticket.starts_in_s, at + ticket.ends_in_s)
+
+    def report(self) -> str:
+        """How far the estimates fell from what happened, as a share of the time that was left when they were made."""
+        starts, ends = [], []
+        for ticket, seen, start, end in self.first.values():
+            if ticket.started is None or ticket.ended is None:
+                continue
+            if ticket.started > seen + 0.5:  # it was in line when seen
+                starts.append(abs(start - ticket.started) / (ticket.started - seen))
+            ends.append(abs(end - ticket.ended) / max(ticket.ended - seen, 1e-6))
+
+        def line(errors: list[float]) -> str:
+            if not errors:
+                return "none"
+            within = sum(e <= 0.3 for e in errors)
+            return f"mean error {100 * sum(errors) / len(errors):.0f}%, worst {100 * max(errors):.0f}%, {within} of {len(errors)} within ±30%"
+
+        return f"{len(self.first)} requests seen; start (those in line): {line(starts)}; end: {line(ends)}"
 
 
 if __name__ == "__main__":

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from easd.core import trace as trace_io
 from easd.core.compare import LANES
+from easd.core.sharing import Stream
 from easd.core.trace import TokenRecord, Trace
-from easd.core.worker import Ticket
 
 from .lanes import fork_position
 
@@ -34,7 +34,7 @@ class Session:
     step_lane: str = "easd"
     step: int = 0
     running: bool = False
-    ticket: Ticket | None = None  # the run in the shared batch, while it goes on (Stop and Clear cancel it)
+    stream: Stream | None = None  # this page's stream of its run in the shared batch (Stop and Clear end it)
     folder: Path | None = None  # made on the first export, reused (files replaced) by later ones
 
     def clear(self) -> None:
@@ -43,15 +43,15 @@ class Session:
 
     def close(self) -> None:
         """Stop the session's run, delete its download folder and drop its traces (tab closed, state expired, Clear)."""
-        if self.ticket is not None:
-            self.ticket.cancel()
+        if self.stream is not None:
+            self.stream.cancel()
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
         self.__dict__.update(Session().__dict__)
 
-    def show(self, ticket: Ticket) -> None:
-        """The lanes show `ticket`'s traces: snapshots while it runs, the finished traces once done."""
-        self.traces = dict(zip(LANES, ticket.traces()))  # a ticket's rows are a Comparison's, in LANES order
+    def show(self, stream: Stream) -> None:
+        """The lanes show `stream`'s traces: snapshots while it runs, the finished traces once done."""
+        self.traces = dict(zip(LANES, stream.traces()))  # its generations are a Comparison's, in LANES order
 
     @property
     def fork(self) -> int | None:

@@ -150,7 +150,7 @@ def test_eight_users_at_once_each_get_what_they_get_alone(app_url, hf_tiny_pair)
 
 def test_the_api_streams_both_traces_before_the_final_result(app_url):
     """Through gradio_client each update holds every row so far, without candidates; the result, whole, comes once."""
-    job = Client(app_url, verbose=False).submit(prompt="A long story about pears.", max_new_tokens=400, api_name="/compare")
+    job = Client(app_url, verbose=False).submit(prompt="A long story about figs.", max_new_tokens=400, api_name="/compare")
     final = job.result(timeout=240)
     updates = job.outputs()
     assert len(updates) >= 2 and all(u["format"] == "easd-trace-update" for u in updates)
@@ -163,3 +163,15 @@ def test_the_api_streams_both_traces_before_the_final_result(app_url):
         assert rows == [{k: v for k, v in row.items() if "_top" not in k} for row in run["rows"][: len(rows)]]
     assert all(run["summary"]["stop_reason"] == "max_new_tokens" for run in final["runs"])
     assert all(run["stats"]["stop_reason"] == "stopped" for run in updates[0]["runs"])  # what a run says while it goes on
+
+
+def test_the_same_request_twice_is_computed_once_and_replayed_whole(app_server):
+    url, host = app_server
+    worker = host.states["tiny-random"].worker
+    asked = dict(prompt="Computed once for the whole class.", max_new_tokens=30, temperature=0.7, seed=11)
+    first = Client(url, verbose=False).predict(**asked, api_name="/compare")
+    computed = sum(len(t.token_ids) for t in worker.results.get(next(reversed(worker.results.kept))))
+    again = Client(url, verbose=False).predict(**asked, api_name="/compare")
+    assert again == first and computed == sum(len(r["rows"]) for r in first["runs"])
+    other = Client(url, verbose=False).predict(**(asked | {"seed": 12}), api_name="/compare")
+    assert other != first  # another seed is another request

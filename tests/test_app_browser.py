@@ -371,7 +371,7 @@ def test_a_full_batch_tells_a_user_their_place_and_starts_them_when_a_slot_frees
         ]
         wait(None, 60).until(lambda _: len(worker.running) == 1 and len(worker.line) == 1)
         generate(driver, "Tom has 3 apples.")
-        wait(driver).until(lambda d: "2nd in line, about" in text_of(d, "message"))
+        wait(driver).until(lambda d: "2nd in line: starts in about" in text_of(d, "message"))
         wait(driver, 120).until(lambda d: text_of(d, "message").startswith("Done"))
         assert len(tokens(driver, "sd")) == len(tokens(driver, "easd")) == 128
     finally:
@@ -421,7 +421,7 @@ def test_the_page_streams_only_the_new_tokens(app_url):
     try:
         received(driver, "queue/data")  # forget what loading the page took
         ask_for_400_tokens(driver)
-        generate(driver, "A long story about pears.")
+        generate(driver, "A long story about quinces.")
         wait(driver).until(lambda d: text_of(d, "message").startswith("Done"))
         streamed = received(driver, "queue/data")
         lanes = sum(len(driver.find_element(By.ID, f"lane_{lane}").get_attribute("innerHTML")) for lane in ("sd", "easd"))
@@ -435,7 +435,7 @@ def test_stop_clicked_again_and_again_answers_at_once(app_url):
     driver = open_browser(app_url)
     try:
         ask_for_400_tokens(driver)
-        generate(driver, "A long story about plums.")
+        generate(driver, "A long story about damsons.")
         wait(driver).until(lambda d: len(tokens(d, "easd")) > 0)
         started = time.monotonic()
         driver.execute_script("const stop = document.getElementById('stop'); for (let i = 0; i < 40; i++) stop.click();")

@@ -141,7 +141,8 @@ def test_a_400_token_stream_sends_its_result_once_on_the_plain_route(app_url):
 
 
 def test_a_400_token_stream_sends_its_result_once_on_the_queue_protocol(app_url):
-    session = queue_join(app_url, list((ARGUMENTS | {"prompt": "A long story about pears.", "max_new_tokens": 400}).values()))
+    # not the plain route's prompt: the same request again would be replayed whole (easd.core.sharing), not streamed
+    session = queue_join(app_url, list((ARGUMENTS | {"prompt": "A long story about plums.", "max_new_tokens": 400}).values()))
     stream = httpx.get(f"{app_url}gradio_api/queue/data", params={"session_hash": session}, timeout=120).content
     messages = [json.loads(line[len(b"data: ") :]) for line in stream.split(b"\n\n") if line.startswith(b"data: ")]
     updates = [m for m in messages if m["msg"] == "process_generating"]

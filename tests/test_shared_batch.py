@@ -91,7 +91,7 @@ def test_a_full_batch_puts_users_in_line_and_lets_the_next_in_when_a_slot_frees(
     third = worker.submit(comparison_rows(tiny_pair, "third", SAMPLING))
     fourth = worker.submit(comparison_rows(tiny_pair, "fourth", SAMPLING))
     assert (second.position, third.position, fourth.position) == (1, 2, 3)
-    assert third.wait_s > second.wait_s > 0
+    assert third.estimate()[0] > second.estimate()[0] > 0 and third.estimate()[1] > third.estimate()[0]
     fourth.cancel()  # leaving the line frees the place at once, before anyone decodes a token for it
     assert fourth.join(30) and all(not t.records and t.stats.stop_reason == "stopped" for t in fourth.traces())
     assert first.position == 0 and third.position == 2

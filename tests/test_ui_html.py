@@ -118,11 +118,11 @@ def test_one_client_gets_its_share_of_the_line_and_a_closed_tab_stops_its_runs(h
     def rows(prompt):
         return [Generation(hf_tiny_pair, prompt, replace(DecodeSettings(max_new_tokens=400), method=m)) for m in ("sd", "easd")]
 
-    with host.ticket("tiny", rows("a"), me) as a, host.ticket("tiny", rows("b"), me) as b:
+    with host.stream("tiny", rows("a"), me) as a, host.stream("tiny", rows("b"), me) as b:
         with pytest.raises(Busy, match=r"busy: you already have 2 run\(s\) going or waiting \(at most 2\); try again when"):
-            with host.ticket("tiny", rows("c"), me):
+            with host.stream("tiny", rows("c"), me):
                 pass
-        with host.ticket("tiny", rows("d"), other) as d:
+        with host.stream("tiny", rows("d"), other) as d:
             assert host.cancel(me) == 2  # my tab closed: both of mine stop, the other user's run goes on
             assert a.join(30) and b.join(30) and not d.done
             assert all(t.stats.stop_reason == "stopped" for t in a.traces() + b.traces())

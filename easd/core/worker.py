@@ -6,7 +6,9 @@ leaves when they end or it is cancelled; nobody waits for another user's run to 
 before theirs starts, only for room. Generations share forward passes and nothing else
 (easd.core.decoding: each decodes exactly as it would alone, in float32).
 
-Each user reads only their own ticket. After every block of a ticket's generation, the worker puts a
+Users who ask for exactly the same thing share one ticket, each through a Stream of it, and a
+request that finished a moment ago is replayed from `Results` (easd.core.sharing). Each user reads
+only their own stream. After every block of a ticket's generation, the worker puts a
 snapshot of that generation's trace in the ticket, so the user's thread never reads a trace the worker
 is writing. With `abandon_after_s`, a running ticket whose reader has taken nothing at all for
 that long is cancelled with stop reason "unread", so a vanished user cannot hold rows to the end;
@@ -29,41 +31,44 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 
 from ..errors import EasdError, SettingsError
 from .chunks import ChunkProgress, GenerationSnapshot, catch_up
 from .decoding import Batch, Block, Generation
+from .estimates import Job, Pace, schedule
 from .pair import ModelPair
 from .seam import free_memory, row_bytes
+from .sharing import Reader, Results, Stream, request_key
 from .trace import Trace
 
-FIRST_GUESS_S = 30.0  # the expected length of a ticket's run before any has finished
 MEMORY_SHARE = 0.5  # of the free memory, what a default batch's KV caches may take: the models' activations need the rest
 MAX_DEFAULT_ROWS = 32  # beyond this a CPU step grows too slow to stream; an operator with a GPU can ask for more
 ADDRESS_SHARE = 0.5  # of the batch's rows, what one address may hold while requests from other addresses wait
 STEP_FAILED = "decoding failed on the server (the details are in its log); try again"
 log = logging.getLogger("easd.worker")
 Chunks = Callable[[list[GenerationSnapshot]], list[ChunkProgress]]  # decodes rows for one round: easd.core.chunks.decode_chunk
-Reader = Callable[[], bool]  # whether a ticket's user has taken anything since the last call
 
 
 class Ticket:
-    """One user's generations in the shared batch: where they stand, and their traces so far."""
+    """One request's generations in the shared batch: where they stand, and their traces so far. Each user
+    watching it holds a Stream (easd.core.sharing); the ticket stops when its last stream does."""
 
-    def __init__(self, generations: Iterable[Generation], owner: str = "", address: str = "", reader: Reader | None = None):
+    def __init__(self, generations: Iterable[Generation], address: str = ""):
         self.generations = list(generations)
-        self.owner = owner  # who asked (a browser session); `Worker.cancel_owner` stops all of theirs
-        self.address = address  # where from (a network address): the line is fair between addresses
-        self.reader = reader  # has the user taken anything since it was last asked? None: nobody will say
+        self.address = address  # where from (the first asker's network address): the line is fair between addresses
+        self.streams: list[Stream] = []  # the users watching it, who have not left
+        self.key: Hashable = None  # its request's (easd.core.sharing.request_key), set by the worker
         self.context = contextvars.copy_context()  # the submitting request's, for calls made on its behalf (ZeroGPU quota)
         self.position = 0  # 1, 2, … while waiting in line; 0 once in the batch
         self.sharing = 0  # tickets in the batch (this one included) at its latest block
-        self.wait_s = 0.0  # the worker's estimate of the wait, while in line
+        self.starts_in_s = 0.0  # the worker's estimates (easd.core.estimates): seconds until it joins the batch,
+        self.ends_in_s = 0.0  # and until it ends, as of `estimated_at` (time.monotonic())
+        self.estimated_at = time.monotonic()
+        self.ended: float | None = None  # when it settled (time.monotonic())
         self.error: EasdError | None = None
         self.started: float | None = None  # when it joined the batch
         self._snapshots: list[Trace | None] = [None] * len(self.generations)
@@ -71,6 +76,34 @@ class Ticket:
         self._version = 0  # bumped by every delivery, so a reader knows whether anything is new
         self._done = False
         self.last_read = time.monotonic()
+        self.final: list[Trace] | None = None  # the traces once done
+
+    @classmethod
+    def finished(cls, traces: list[Trace]) -> Ticket:
+        """A ticket that is over already, holding a result computed earlier (easd.core.sharing.Results)."""
+        ticket = cls([])
+        ticket.final, ticket._done = traces, True
+        return ticket
+
+    def watch(self, owner: str = "", reader: Reader | None = None, how: str = "computed") -> Stream:
+        """A new user's stream of this ticket; `reader` says whether they have taken anything since last asked."""
+        stream = Stream(self, owner, reader, how)
+        with self._news:
+            self.streams.append(stream)
+        return stream
+
+    def leave(self, stream: Stream, why: str = "stopped") -> None:
+        """`stream`'s user stops watching: they keep what they saw, and the ticket stops if nobody else watches."""
+        with self._news:
+            if self._done or stream.left is not None:
+                return
+            others = [v for v in self.streams if v is not stream]
+            if others:
+                self.streams, stream.left = others, self.traces()
+                self._version += 1
+                self._news.notify_all()
+                return
+        self.cancel(why)  # the last one watching: the ticket stops, and its stream follows it to the end
 
     @property
     def done(self) -> bool:
@@ -87,8 +120,8 @@ class Ticket:
 
     def traces(self) -> list[Trace]:
         """The generations' traces so far (final once `done`), in the order they were given."""
-        if self._done:
-            return [g.trace for g in self.generations]
+        if self.final is not None:
+            return self.final
         return [s if s is not None else g.trace.snapshot() for s, g in zip(self._snapshots, self.generations)]
 
     def wait(self, seen: int, timeout: float) -> int:
@@ -98,16 +131,24 @@ class Ticket:
             return self._version
 
     def unread_for(self, now: float) -> float:
-        """Seconds since the user last took anything of what was sent to them (asking `reader`)."""
-        if self.reader is not None and self.reader():
+        """Seconds since any user watching took anything of what was sent to them (asking each stream's `reader`)."""
+        if any(
+            [stream.reader() for stream in list(self.streams) if stream.reader is not None]
+        ):  # every reader asked: each resets
             self.last_read = now
         return now - self.last_read
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait up to `timeout` (None: as long as it takes) for the generations to end (after `cancel`, by the next block
         boundary); -> done."""
+        return self.wait_for(lambda: self._done, timeout)
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float | None) -> bool:
         with self._news:
-            return self._news.wait_for(lambda: self._done, timeout)
+            return self._news.wait_for(predicate, timeout)
+
+    def watched_by(self, owner: str) -> bool:
+        return any(stream.owner == owner for stream in self.streams)
 
     @property
     def failure(self) -> EasdError | None:
@@ -129,10 +170,12 @@ class Ticket:
             self._version += 1
             self._news.notify_all()
 
-    def moved(self, position: int, wait_s: float) -> None:
+    def moved(self, position: int, starts_in_s: float, ends_in_s: float, now: float) -> None:
+        """Its place in line (0: in the batch) and the estimates, as of `now`; readers are told when either changed."""
         with self._news:
-            if (position, round(wait_s)) != (self.position, round(self.wait_s)):
-                self.position, self.wait_s = position, wait_s
+            before = (self.position, round(self.starts_in_s + self.estimated_at), round(self.ends_in_s + self.estimated_at))
+            self.position, self.starts_in_s, self.ends_in_s, self.estimated_at = position, starts_in_s, ends_in_s, now
+            if (position, round(starts_in_s + now), round(ends_in_s + now)) != before:
                 self._version += 1
                 self._news.notify_all()
 
@@ -141,6 +184,7 @@ class Ticket:
         with self._news:
             for generation in self.generations:
                 generation.finish(generation.why_stopped)
+            self.final, self.ended = [g.trace for g in self.generations], time.monotonic()
             self.error, self.position, self._done = error or self.failure, 0, True
             self._version += 1
             self._news.notify_all()
@@ -150,7 +194,13 @@ class Worker:
     """The shared batch of one model pair, run by one thread; `submit` tickets from any thread."""
 
     def __init__(
-        self, pair: ModelPair, max_rows: int, row_tokens: int, abandon_after_s: float | None = None, chunks: Chunks | None = None
+        self,
+        pair: ModelPair,
+        max_rows: int,
+        row_tokens: int,
+        abandon_after_s: float | None = None,
+        chunks: Chunks | None = None,
+        results: Results | None = None,
     ):
         check_max_rows(max_rows)
         limit = min(pair.draft.max_rows, pair.target.max_rows)
@@ -163,7 +213,12 @@ class Worker:
         self.chunks = chunks  # None: one continuous batch; else every round of decoding is one call of it
         self.line: deque[Ticket] = deque()
         self.running: list[Ticket] = []
-        self.mean_run_s = FIRST_GUESS_S
+        self.computing: dict[Hashable, Ticket] = {}  # each ticket in line or running, by its request's key
+        self.results = results if results is not None else Results()  # finished ones, replayed to the same request
+        self.joins = True  # False: a request never joins its twin (the load test's baseline: the app before sharing)
+        self.pace = Pace()  # the batch's measured speed, for the estimates
+        self._step = (time.monotonic(), set(), 0)  # since the last boundary: (its time, ids of generations stepped, tokens)
+        self._ended = 0  # generations that ran to their end, for the pace's running mean
         self._lock = threading.Condition()
         serve = self._serve if chunks is None else self._serve_in_chunks
         self._thread = threading.Thread(target=serve, name="easd-worker", daemon=True)
@@ -171,9 +226,11 @@ class Worker:
 
     def submit(
         self, generations: Iterable[Generation], owner: str = "", address: str = "", reader: Reader | None = None
-    ) -> Ticket:
-        """Put one user's rows in line; they join the batch as soon as it has room for all of them."""
-        ticket = Ticket(generations, owner, address, reader)
+    ) -> Stream:
+        """Put one user's generations in line; they join the batch as soon as it has room for all of them. The same
+        request in line or decoding is joined instead, and one finished a moment ago replayed (easd.core.sharing)."""
+        ticket = Ticket(generations, address)
+        ticket.key = key = request_key(self.pair, ticket.generations)
         if len(ticket.generations) > self.max_rows:
             raise SettingsError("--max-batch", f"is {self.max_rows} rows; a request of {len(ticket.generations)} rows cannot fit")
         longest = max(g.prompt_length + g.settings.max_new_tokens for g in ticket.generations)
@@ -183,26 +240,35 @@ class Worker:
                 f"and the tokens asked for make {longest:,} tokens; rows here hold at most {self.row_tokens:,} "
                 "so that everyone's fits in memory: shorten the prompt or ask for fewer tokens",
             )
-        with self._lock:
+        with self._lock:  # looked up and added at once, so two of the same request cannot both start
+            twin = self.computing.get(key) if self.joins else None
+            if twin is not None and not (twin.done or twin.cancelled):
+                return twin.watch(owner, reader, "joined")
+            if (result := self.results.get(key)) is not None:
+                return Ticket.finished(result).watch(owner, reader, "replayed")
+            stream = ticket.watch(owner, reader)
+            self.computing[key] = ticket
             self.line.append(ticket)
             self._renumber()
             self._lock.notify()
-        return ticket
+        return stream
 
     def cancel_owner(self, owner: str) -> int:
-        """Cancel every ticket of `owner` (a closed tab); -> how many."""
+        """Stop every stream `owner` (a closed tab) holds; -> how many."""
         with self._lock:
-            mine = [t for t in (*self.running, *self.line) if t.owner == owner and not t.done]
-        for ticket in mine:
-            ticket.cancel()
+            tickets = [t for t in (*self.running, *self.line) if not t.done]
+        mine = [stream for ticket in tickets for stream in list(ticket.streams) if stream.owner == owner]
+        for stream in mine:
+            stream.cancel()
         return len(mine)
 
     def holding(self, owner: str | None = None, address: str | None = None) -> int:
-        """Tickets of this owner (or from this address) in line or running, not cancelled."""
+        """Tickets in line or running, not cancelled, that `owner` watches (or that came from `address`, where joining
+        one costs nothing more)."""
         with self._lock:
             tickets = [*self.line, *self.running]
         return sum(
-            not (t.done or t.cancelled) and (owner is None or t.owner == owner) and (address is None or t.address == address)
+            not (t.done or t.cancelled) and (owner is None or t.watched_by(owner)) and (address is None or t.address == address)
             for t in tickets
         )
 
@@ -228,7 +294,9 @@ class Worker:
 
     def _serve_in_chunks(self) -> None:
         """Round after round: settle and admit, then one call of `chunks` decodes every generation for a while."""
-        latest: dict[Generation, GenerationSnapshot] = {}  # each one's state after the latest round (a Generation hashes as itself)
+        latest: dict[
+            Generation, GenerationSnapshot
+        ] = {}  # each one's state after the latest round (a Generation hashes as itself)
         while True:
             with self._lock:
                 self._lock.wait_for(lambda: self.line or self.running)
@@ -253,6 +321,8 @@ class Worker:
                     self._deliver(block)
 
     def _deliver(self, block: Block) -> None:
+        began, stepped, tokens = self._step
+        self._step = (began, stepped | {id(block.generation)}, tokens + len(block.records))
         ticket = next(t for t in self.running if block.generation in t.generations)
         ticket.deliver(block, sharing=len(self.running))
 
@@ -264,7 +334,17 @@ class Worker:
         with self._lock:
             failed, self.running = self.running, []
         for ticket in failed:
-            ticket.settle(failure)
+            self._settle(ticket, failure)
+
+    def _settle(self, ticket: Ticket, error: EasdError | None = None) -> None:
+        """The ticket is over: a result that ran to its end is kept for the same request, then its users are told
+        (so that one who asks again at once is replayed, not computed again)."""
+        with self._lock:  # no request can find the ticket gone and its result not kept yet
+            if self.computing.get(ticket.key) is ticket:
+                del self.computing[ticket.key]
+            if error is None and ticket.failure is None:
+                self.results.put(ticket.key, [g.trace for g in ticket.generations])
+        ticket.settle(error)
 
     def _admit_into(self, batch: Batch) -> None:
         """At a block boundary of `batch`: `_admit`, and the newly admitted generations join the batch."""
@@ -275,6 +355,10 @@ class Worker:
     def _admit(self) -> list[Ticket]:
         """Between steps: settle finished tickets, cancel abandoned ones, let in those that fit; -> the ones let in."""
         now = time.monotonic()
+        began, stepped, tokens = self._step
+        if stepped:  # a step (or, in chunks, a round of steps) ended: the pace learns from it
+            self.pace.step(now - began, len(stepped), tokens)
+        self._step = (now, set(), 0)
         with self._lock:
             for ticket in self.running:
                 if self.abandon_after_s is not None and ticket.unread_for(now) > self.abandon_after_s:
@@ -284,7 +368,10 @@ class Worker:
             finished = [t for t in self.running if all(g.done for g in t.generations)]
             for ticket in finished:
                 self.running.remove(ticket)
-                self.mean_run_s = 0.7 * self.mean_run_s + 0.3 * (now - ticket.started)
+                for generation in ticket.generations:
+                    if generation.trace.stats.stop_reason in ("eos", "max_new_tokens"):
+                        self.pace.finished(len(generation.trace.records), generation.settings.max_new_tokens, self._ended)
+                        self._ended += 1
             for ticket in [t for t in self.line if t.cancelled]:
                 self.line.remove(ticket)
                 finished.append(ticket)
@@ -297,7 +384,7 @@ class Worker:
                 admitted.append(ticket)
             self._renumber()
         for ticket in finished:
-            ticket.settle()
+            self._settle(ticket)
         return admitted
 
     def _next_in_line(self) -> Ticket | None:
@@ -314,12 +401,20 @@ class Worker:
         return fair[0] if fair else fitting[0]
 
     def _renumber(self) -> None:
-        """Each waiting ticket's place in line and a rough wait: rounds of `max_rows` at the recent mean run length."""
-        per_round = max(1, self.max_rows // 2)
-        for place, ticket in enumerate(self.line, start=1):
-            ticket.moved(place, math.ceil(place / per_round) * self.mean_run_s)
-        for ticket in self.running:
-            ticket.moved(0, 0.0)
+        """Each ticket's place in line, and when it starts and ends at the batch's measured pace (easd.core.estimates)."""
+        now = time.monotonic()
+        running = [Job(t.rows_held, self._seconds_left(t)) for t in self.running]
+        waiting = [Job(len(t.generations), self._seconds_left(t)) for t in self.line]
+        ends, starts_and_ends = schedule(running, waiting, self.max_rows)
+        for ticket, end in zip(self.running, ends):
+            ticket.moved(0, 0.0, end, now)
+        for place, (ticket, (start, end)) in enumerate(zip(self.line, starts_and_ends), start=1):
+            ticket.moved(place, start, end, now)
+
+    def _seconds_left(self, ticket: Ticket) -> float:
+        """Decoding time its longest generation is expected to need still."""
+        left = [self.pace.tokens_left(len(g.trace.records), g.settings.max_new_tokens) for g in ticket.generations if not g.done]
+        return self.pace.seconds_for(max(left, default=0.0))
 
 
 def check_max_rows(max_rows: int) -> None:
