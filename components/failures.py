@@ -44,7 +44,16 @@ def wire(handler: Callable, *fixed, show: Callable[[str], dict] | None = None, w
             raise gr.Error(text, print_exception=False) from None
         return show(text)
 
-    if inspect.isgeneratorfunction(handler):
+    if inspect.isasyncgenfunction(handler):
+
+        async def bound(*args, **kwargs):
+            try:
+                async for update in handler(*fixed, *args, **kwargs):
+                    yield update
+            except Exception as err:  # noqa: BLE001 (answered in one line; logged when unexpected)
+                yield answer(err)
+
+    elif inspect.isgeneratorfunction(handler):
 
         def bound(*args, **kwargs):
             try:

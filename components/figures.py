@@ -1,4 +1,4 @@
-"""The Plotly figures: signal timeline, top-5 heatmaps, and the what-if map (`FIGURES`: one entry each).
+"""The Plotly figures: signal timeline, top-5 heatmaps, the what-if map and the speed map (`FIGURES`: one entry each).
 
 All three read a finished (or growing) trace; the what-if map re-evaluates the rule with
 `easd.core.whatif`, the same rule function the decoding loop runs. Token text shown inside a figure
@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from easd.core import whatif
+from easd.core.speed import Speed, predicted_speedup
 from easd.core.trace import Trace
 
 from .controls import RuleView
@@ -182,9 +183,54 @@ class Focus:
     selected: int | None
 
 
+def speed_map(sd: Trace | None) -> go.Figure:
+    """SD's predicted speed-up over target-only against k and the acceptance rate, with this machine's measured
+    costs (easd.core.speed), the break-even line, and the run's own point."""
+    speed = Speed.of_trace(sd)
+    if speed is None:
+        return empty_figure("the speed map needs a finished SD run, with its passes timed by this app")
+    per_token = (speed.r - 1) / speed.k  # a verify pass's cost grows about linearly with its width on a CPU
+    alphas = np.round(np.arange(0, 0.96, 0.05), 2)
+    predicted = [[predicted_speedup(a, k, speed.c, 1 + per_token * k) for k in SPEED_KS] for a in alphas]
+    figure = go.Figure(
+        go.Contour(
+            x=SPEED_KS,
+            y=alphas,
+            z=predicted,
+            colorscale="RdBu",
+            zmid=1.0,
+            colorbar_title="× target-only",
+            contours=dict(showlabels=True),
+            hovertemplate="k %{x}, α %{y}: %{z:.2f}×<extra></extra>",
+        )
+    )
+    figure.add_trace(
+        go.Scatter(
+            x=[speed.k],
+            y=[speed.alpha],
+            mode="markers+text",
+            text=[f"this run: {speed.measured:.2f}× measured"],
+            textposition="top center",
+            marker=dict(size=12, color="black", symbol="x"),
+            name="this run",
+        )
+    )
+    figure.update_layout(
+        height=320,
+        margin=dict(l=50, r=20, t=40, b=40),
+        xaxis_title="k (drafts per block)",
+        yaxis_title="acceptance α",
+        title=f"predicted speed-up with c = {speed.c:.2f}, r = 1 + {per_token:.2f}·k (blue: faster than target-only)",
+    )
+    return figure
+
+
+SPEED_KS = list(range(1, 13))
+
 # Every figure of the page, by name: its tab title and how to draw it. Adding a figure is one entry here.
 FIGURES = {
     "timeline": ("Signal timeline", lambda f: signal_timeline(f.trace, f.view, f.selected)),
     "heatmap": ("Top-5 heatmap", lambda f: topk_heatmap(f.trace, f.selected)),
     "whatif": ("What-if map", lambda f: whatif_map(f.sd, f.view)),
+    "speed": ("Speed", lambda f: speed_map(f.sd)),
 }

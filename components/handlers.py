@@ -9,6 +9,7 @@ the engine; none of them re-implements the method.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 
@@ -25,12 +26,13 @@ from .controls import DEFAULTS, RuleView, api_words, check_flag, check_prompt, p
 from .gallery import Gallery
 from .gradio_internals import Outbox, event_data
 from .host import Client, ModelHost
-from .html import Html, tag
+from .html import Html, join, tag
 from .inspector import inspector_html
 from .lanes import lane_html, lane_title
 from .page import Page
+from .rooms import ROOM_EVERY_S
 from .session import Session, Sessions
-from .stats import comparison_html, stats_html
+from .stats import comparison_html, speed_html, stats_html
 from .stepper import block_views, stepper_html
 
 LANES_EVERY_S = 0.25  # at most four lane updates a second: faster only floods the browser with HTML
@@ -49,7 +51,8 @@ def say(text: str) -> Html:
 def render_lanes(page: Page, session: Session, view: RuleView) -> dict:
     traces, fork = session.traces, session.fork
     marks = _whatif_marks(session, view)
-    out = {page.comparison: comparison_html(traces["sd"], traces["easd"], fork) if not session.running else Html("")}
+    finished = join([comparison_html(traces["sd"], traces["easd"], fork), speed_html(traces["sd"])])
+    out = {page.comparison: finished if not session.running else Html("")}
     for lane in LANES:
         selected = session.selected[1] if session.selected and session.selected[0] == lane else None
         whatif = marks if lane == "sd" else None
@@ -121,6 +124,11 @@ def generate(page: Page, host: ModelHost, outbox: Outbox, values: dict, request:
     a message line: the page's work per block stays small however long the run.
     """
     session: Session = values[page.state]
+    if session.watching is not None:
+        raise EasdError(
+            f"this page watches room {session.watching.code}, so it shows the presenter's runs; "
+            "to run your own, open the app's address without ?room="
+        )
     view = page.controls.read_view(values)
     settings = page.controls.read_settings(values, host.max_new_tokens_cap)
     chat = check_flag("chat", values[page.controls.chat])
@@ -134,6 +142,8 @@ def generate(page: Page, host: ModelHost, outbox: Outbox, values: dict, request:
         session.clear()
         page.sessions.track(client.session, session)
         session.stream, session.running = stream, True
+        if session.room is not None:  # the room's viewers follow this run from now on
+            session.room.show(stream.ticket, prompt, comparison.generations["easd"].settings)
         try:
             for _ in _news(stream, LANES_EVERY_S):
                 if stream.position:  # still in line: say where
@@ -239,6 +249,69 @@ def compare(
     if stream.error is not None:
         raise stream.error
     yield trace_io.to_json_dict(stream.traces())
+
+
+def present(page: Page, values: dict, request: gr.Request) -> dict:
+    """Open this page's room (or show its code again): viewers who open the app with ?room=CODE watch its runs."""
+    session: Session = values[page.state]
+    if session.watching is not None:
+        raise EasdError(f"this page watches room {session.watching.code}; a viewer cannot present")
+    page.sessions.track(client_of(request).session, session)
+    room = session.room = page.rooms.open(client_of(request).session)
+    link = tag("a", f"?room={room.code}", href=f"?room={room.code}", target="_blank")
+    line = tag(
+        "p",
+        tag("b", f"📡 Presenting in room {room.code}."),
+        " Viewers open this page's address with ",
+        link,
+        " and watch your runs as they stream, each in their own page. The room ends when you close this tab.",
+    )
+    return {page.message: line, page.state: session}
+
+
+async def watch(page: Page, host: ModelHost, values: dict, request: gr.Request):
+    """A viewer's page (opened with ?room=CODE) follows the presenter's runs: each new run's prompt, settings and
+    lanes as they stream, then its figures and files; no model time, and nothing here reaches the presenter's run."""
+    code = request.query_params.get("room") if request is not None else None
+    if not code:
+        yield {page.message: gr.skip()}  # one update that changes nothing: a generator that yields none resets every output
+        return
+    session: Session = values[page.state]
+    room = page.rooms.get(code)
+    if room is None:
+        raise EasdError(f"there is no room {str(code)[:12]!r} here (it ends when its presenter closes their tab)")
+    room.enter()
+    client = client_of(request)
+    page.sessions.track(client.session, session)
+    session.watching, shown = room, 0
+    try:
+        yield {page.message: say(f"👀 Watching room {room.code}: the presenter's runs appear here as they start.")}
+        while not room.ended:
+            showing = room.showing
+            if showing is None or showing.number == shown:
+                await asyncio.sleep(ROOM_EVERY_S)
+                continue
+            shown = showing.number
+            session.clear()
+            stream = session.stream = showing.ticket.watch(owner=client.session, how="watched", passive=True)
+            session.running = True
+            view = RuleView.of(showing.settings)
+            context = page.controls.show(showing.settings, host.max_new_tokens_cap) | {page.prompt: showing.prompt}
+            yield render_all(page, session, view, f"👀 Room {room.code}: the presenter's run {shown}.") | context
+            seen = -1
+            while not stream.done and not room.ended and room.showing is showing:
+                await asyncio.sleep(ROOM_EVERY_S)
+                if stream.version != seen:
+                    seen = stream.version
+                    session.show(stream)
+                    yield render_lanes(page, session, view)
+            session.running = False
+            session.show(stream)
+            yield render_all(page, session, view, f"👀 Room {room.code}: the presenter's run {shown}, as it ended.")
+        yield {page.message: say(f"Room {room.code} has ended: its presenter left.")}
+    finally:
+        room.leave()
+        session.watching = None
 
 
 def stop(page: Page, values: dict) -> dict:

@@ -17,6 +17,7 @@ whose X-Forwarded-For header may be trusted (app.py --forwarded-allow-ips).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from easd.core.decoding import Generation
 from easd.core.pair import ModelPair
 from easd.core.sharing import RESULTS_BYTES, Reader, Results, Stream
+from easd.core.speed import ONE_PASS, measure_one_pass
 from easd.core.worker import MAX_DEFAULT_ROWS, Worker, default_max_rows
 from easd.errors import EasdError
 
@@ -170,8 +172,10 @@ class ModelHost:
             state.status, state.message = "failed", (str(err).splitlines() or [type(err).__name__])[0]
             state.settled.set()
             return
-        seconds = time.monotonic() - state.started
         chunks = zerogpu.chunks_for(name, pair)
+        if chunks is None:  # a pass measured alone, for the Speed panel (easd.core.speed); ZeroGPU lends no GPU here
+            pair = dataclasses.replace(pair, info={**pair.info, ONE_PASS: measure_one_pass(pair)})
+        seconds = time.monotonic() - state.started
         # on ZeroGPU the GPU's free memory cannot be asked outside a GPU call: the default batch then is the fixed one
         rows = self.max_batch or (MAX_DEFAULT_ROWS if chunks else default_max_rows(pair, self.row_tokens))
         results = Results(self.result_bytes)

@@ -2,6 +2,7 @@
 
     python -m components.loadtest --pair qwen-coder --backend llama.cpp,transformers --users 1,4,8,16 --max-new-tokens 128
     python -m components.loadtest --pair qwen-coder --backend llama.cpp --users 1,16 --same-prompt
+    python -m components.loadtest --pair qwen-coder --backend llama.cpp --users 1 --viewers 30
 
 Serves the app on a local port (the real app: `components.wiring.build_app`, the pair loaded once) and
 sends N simultaneous `/compare` requests with gradio_client, each with its own prompt and seed (with
@@ -13,7 +14,10 @@ Twice, in the same run:
 Each user's shared-batch result is compared token for token with the same request's result in the
 queue, where it ran alone (both backends promise equality: transformers in float32, llama.cpp in
 its exact mode). Each request's estimated start and end (easd.core.estimates), as first made once
-the batch's pace had been measured over 3 steps, is compared with when it really started and ended. With several backends, each is measured in turn, in the same run. The process's
+the batch's pace had been measured over 3 steps, is compared with when it really started and ended.
+With `--viewers N`, a presenter opens a room (components.rooms) and runs the first example twice,
+alone and with N viewers following it, each through Gradio's queue protocol as a page does; it
+prints the two times and the bytes each viewer received against the result's size. With several backends, each is measured in turn, in the same run. The process's
 peak RSS after each backend is printed too. Every user comes from this machine's one address, so
 the per-client and per-address limits are lifted here.
 """
@@ -21,10 +25,14 @@ the per-client and per-address limits are lifted here.
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import resource
 import threading
 import time
+import uuid
 
+import httpx
 from gradio_client import Client
 
 from easd.backends import configure_threads
@@ -33,6 +41,7 @@ from easd.pairs.loading import Runtime
 from easd.pairs.registry import default_pair_name, load_named_pair
 
 from .host import ModelHost
+from .rooms import ROOM_EVERY_S
 from .server import serve
 from .wiring import build_app
 
@@ -116,6 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128, help="tokens per lane, greedy")
     parser.add_argument("--max-batch", type=int, default=None, help="rows of the shared batch (default: the memory estimate)")
     parser.add_argument("--same-prompt", action="store_true", help="every user sends the first example, as a class does")
+    parser.add_argument("--viewers", type=int, default=0, help="also measure a room: the presenter's run with N viewers")
     args = parser.parse_args(argv)
     counts = sorted({int(n) for n in args.users.split(",")})
     configure_threads()
@@ -125,6 +135,8 @@ def main(argv: list[str] | None = None) -> None:
         pair = load_named_pair(name, Runtime(backend=backend, dtype=dtype))
         print(f"pair: {pair.describe()}; {args.max_new_tokens} tokens per lane, greedy; users {counts}", flush=True)
         measure(pair, name, counts, args)
+        if args.viewers:
+            measure_room(pair, name, args.viewers, args.max_new_tokens)
         print(f"peak RSS of this process so far: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GB", flush=True)
 
 
@@ -155,6 +167,82 @@ def measure(pair, name: str, counts: list[int], args: argparse.Namespace) -> Non
         print(f"{n:>5} | {arrivals[n - 1]:>16.0f} s | {last:>23.0f} s | {ratio:>16} | {equal} of {n}", flush=True)
         print(f"      estimates: {estimates.report()}", flush=True)
     demo.close()
+
+
+def measure_room(pair, name: str, viewers: int, max_new_tokens: int) -> None:
+    """The presenter's run of the first example, alone and with `viewers` pages watching its room."""
+    demo, url, host = start_app(pair, name, None, max_new_tokens, 2)
+    page = Page(url, name)
+    presenter = page.session()
+    code = re.search(r"room ([A-Z0-9]{5})", json.dumps(page.call(presenter, "present", [None]))).group(1)
+    alone = page.generate(presenter, seed=1, max_new_tokens=max_new_tokens)
+    watchers = [Viewer(page, code) for _ in range(viewers)]
+    time.sleep(2)  # every viewer's page is in the room
+    watched = page.generate(presenter, seed=2, max_new_tokens=max_new_tokens)  # another seed: not replayed
+    result = next(reversed(host.states[name].worker.results.kept.values()))[1]  # the run's trace JSON, in bytes
+    time.sleep(3 * ROOM_EVERY_S)  # the viewers' last update, after the run ended
+    received = sorted(w.received for w in watchers)
+    demo.close()
+    print(
+        f"room of {viewers} viewers: the presenter's run took {watched:.1f} s (alone: {alone:.1f} s, {watched / alone:.2f}×); "
+        f"each viewer received {received[0] / 1e3:,.0f}–{received[-1] / 1e3:,.0f} kB, "
+        f"{received[-1] / result:.2f}× the result ({result / 1e3:,.0f} kB of trace JSON)",
+        flush=True,
+    )
+
+
+class Page:
+    """The app's page events through Gradio's queue protocol, as its JavaScript client sends them."""
+
+    def __init__(self, url: str, pair: str):
+        self.url, self.pair = url, pair
+        config = httpx.get(f"{url}config").json()
+        ids = {c["id"]: c.get("props", {}).get("elem_id") for c in config["components"]}
+        self.events, loads = {}, {}
+        for index, dependency in enumerate(config["dependencies"]):
+            for target, trigger in dependency["targets"]:
+                if trigger == "click":
+                    self.events.setdefault(ids.get(target), index)
+                elif trigger == "load":
+                    loads[len(dependency["outputs"])] = index
+        self.watch_index = loads[max(loads)]  # of the page's two load events, the room's renders everything
+
+    def session(self) -> str:
+        return uuid.uuid4().hex
+
+    def call(self, session: str, event: str | int, data: list, query: str = "") -> list:
+        """Send one event and read its stream to the end; -> its final output."""
+        index = self.events[event] if isinstance(event, str) else event
+        body = {"data": data, "fn_index": index, "session_hash": session}
+        httpx.post(f"{self.url}gradio_api/queue/join{query}", json=body).raise_for_status()
+        with httpx.stream("GET", f"{self.url}gradio_api/queue/data", params={"session_hash": session}, timeout=600) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: ") and '"process_completed"' in line:
+                    return json.loads(line[6:])["output"]["data"]
+        raise RuntimeError(f"event {event} ended without a result")
+
+    def generate(self, session: str, seed: int, max_new_tokens: int) -> float:
+        """The presenter's Generate on the first example; -> seconds until its last update."""
+        settings = [1.0, 0.8, 5, 4, "full", 0.0, 1.0, max_new_tokens, seed, True]  # τ_H, τ_O, n, k, rule, T, top-p, …
+        began = time.monotonic()
+        self.call(session, "generate", [None, PROMPTS[0], self.pair, *settings])
+        return time.monotonic() - began
+
+
+class Viewer:
+    """A page opened with ?room=CODE: joins the room and counts the bytes its stream brings."""
+
+    def __init__(self, page: Page, code: str):
+        self.received, session = 0, page.session()
+        body = {"data": [None], "fn_index": page.watch_index, "session_hash": session}
+        httpx.post(f"{page.url}gradio_api/queue/join?room={code}", json=body).raise_for_status()
+        self.thread = threading.Thread(target=self._read, args=(page.url, session), daemon=True)
+        self.thread.start()
+
+    def _read(self, url: str, session: str) -> None:
+        with httpx.stream("GET", f"{url}gradio_api/queue/data", params={"session_hash": session}, timeout=None) as r:
+            for chunk in r.iter_bytes():
+                self.received += len(chunk)
 
 
 class Estimates:

@@ -17,6 +17,7 @@ from .host import ModelHost
 from .html import tag
 from .inspector import inspector_html
 from .lanes import lane_html, lane_title, legend_html
+from .rooms import Rooms
 from .session import Session, Sessions
 from .stepper import stepper_html
 
@@ -80,6 +81,7 @@ class Page:
     generate: gr.Button
     stop: gr.Button
     clear: gr.Button
+    present: gr.Button  # opens this page's room (components.rooms)
     message: gr.HTML
     controls: Controls
     titles: dict[str, gr.HTML]  # by lane
@@ -97,6 +99,7 @@ class Page:
     upload: gr.UploadButton
     timer: gr.Timer
     sessions: Sessions  # the open tabs' sessions, so a closed tab frees its own at once
+    rooms: Rooms  # the rooms presenters opened, by code
     downloads: Path  # where sessions write their exports: inside Gradio's file cache, which serves them as they are
 
     def lane_outputs(self) -> list:
@@ -136,6 +139,7 @@ def build_page(host: ModelHost, examples: list[str], gallery: Gallery, session_t
         **files,
         timer=gr.Timer(1.0),
         sessions=Sessions(),
+        rooms=Rooms(),
         downloads=Path(get_upload_folder()) / "easd-sessions",
     )
 
@@ -148,7 +152,7 @@ def _masthead() -> None:
 
 
 def _ask(examples: list[str], gallery: Gallery) -> dict:
-    """The prompt, Generate/Stop/Clear, the examples and recorded runs, and the message line."""
+    """The prompt, Generate/Stop/Clear/Present, the examples and recorded runs, and the message line."""
     with gr.Row(equal_height=True):
         prompt = gr.Textbox(
             label="Prompt",
@@ -163,13 +167,23 @@ def _ask(examples: list[str], gallery: Gallery) -> dict:
             with gr.Row():
                 stop = gr.Button("Stop", variant="stop", elem_id="stop", size="sm", min_width=50)
                 clear = gr.Button("Clear", elem_id="clear", size="sm", min_width=50)
+            present = gr.Button("Present", elem_id="present", size="sm", min_width=50)
     with gr.Row():
         example = gr.Dropdown(
             [(_first_words(e, 12), e) for e in examples], value=None, label="Examples to run", elem_id="examples"
         )
         recorded = gr.Dropdown(gallery.choices(), value=None, label="Recorded runs (open at once)", elem_id="recorded")
     message = gr.HTML(elem_id="message")
-    return dict(prompt=prompt, generate=generate, stop=stop, clear=clear, example=example, recorded=recorded, message=message)
+    return dict(
+        prompt=prompt,
+        generate=generate,
+        stop=stop,
+        clear=clear,
+        present=present,
+        example=example,
+        recorded=recorded,
+        message=message,
+    )
 
 
 def _lanes() -> dict:

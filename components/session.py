@@ -25,6 +25,7 @@ from easd.core.sharing import Stream
 from easd.core.trace import TokenRecord, Trace
 
 from .lanes import fork_position
+from .rooms import Room
 
 
 @dataclass
@@ -36,13 +37,23 @@ class Session:
     running: bool = False
     stream: Stream | None = None  # this page's stream of its run in the shared batch (Stop and Clear end it)
     folder: Path | None = None  # made on the first export, reused (files replaced) by later ones
+    room: Room | None = None  # the room this page presents to (components.rooms)
+    watching: Room | None = None  # the room this page watches
 
     def clear(self) -> None:
-        """Forget the traces and the selection; the run stops and the download folder is deleted too."""
-        self.close()
+        """Forget the traces and the selection; the run stops and the download folder is deleted too (Clear). A room
+        the page presents or watches stays."""
+        room, watching = self.room, self.watching
+        self._forget()
+        self.room, self.watching = room, watching
 
     def close(self) -> None:
-        """Stop the session's run, delete its download folder and drop its traces (tab closed, state expired, Clear)."""
+        """The session ends (tab closed, state expired): its run stops, its room ends, its files and traces go."""
+        if self.room is not None:
+            self.room.end()
+        self._forget()
+
+    def _forget(self) -> None:
         if self.stream is not None:
             self.stream.cancel()
         if self.folder is not None:

@@ -1,10 +1,11 @@
-"""Live figures under each lane, and the comparison line once both runs have ended.
+"""Live figures under each lane, the comparison line once both runs have ended, and the Speed panel.
 
 Built with `components.html`: a loaded trace's summary (its stop reason, its counts) is shown as escaped text.
 """
 
 from __future__ import annotations
 
+from easd.core.speed import Speed
 from easd.core.trace import Trace
 
 from .html import Html, join, number, tag
@@ -58,3 +59,24 @@ def comparison_html(sd: Trace | None, easd: Trace | None, fork: int | None) -> H
 
 def _is_real(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def speed_html(trace: Trace | None) -> Html:
+    """The Speed panel: why this speculative run was as fast as it was, from its own measured passes (easd.core.speed)."""
+    speed = Speed.of_trace(trace)
+    if speed is None:
+        return Html("")
+    width = speed.k + 1
+    positions = " · ".join(number(a, ".2f") for a in speed.alpha_by_position)
+    verdict = "faster" if speed.measured > 1 else "slower"
+    return tag(
+        "p",
+        tag("b", "Speed, explained:"),
+        f" measured here, a draft token costs c = {number(speed.c, '.2f')} of a 1-token target pass, and checking"
+        f" k + 1 = {width} tokens in one pass costs r = {number(speed.r, '.2f')} passes (shared with the other lane"
+        f" and any other users). Acceptance by draft position: {positions}; {number(speed.tokens_per_pass, '.2f')} tokens"
+        f" per target pass. Leviathan et al.'s formula with these costs predicts {number(speed.predicted, '.2f')}×"
+        f" target-only's speed; this run measured {number(speed.measured, '.2f')}× ({verdict}). Where checking"
+        f" {width} tokens costs one pass (a GPU), the same acceptance would give {number(speed.gpu_like, '.2f')}×.",
+        class_="speed",
+    )

@@ -70,6 +70,7 @@ def _wire_compare(demo: gr.Blocks, page: Page, host: ModelHost, gallery: Gallery
         **private,
     )
     page.stop.click(wire(handlers.stop, page, show=say), {s}, [page.message], show_progress="hidden", **private)
+    page.present.click(wire(handlers.present, page, show=say), {s}, [page.message, s], **instant)
     page.clear.click(wire(handlers.clear, page, show=say), whatif_in, [*page.everything(), page.prompt], cancels=[run], **private)
     rerendered = [*page.lane_outputs(), *page.panel_outputs(), c.tau_o_meaning, page.message]
     for control in c.whatif().values():
@@ -86,6 +87,9 @@ def _wire_compare(demo: gr.Blocks, page: Page, host: ModelHost, gallery: Gallery
     page.recorded.change(wire(handlers.open_recorded, page, host, gallery, show=say), {page.recorded, s}, loaded, **private)
     page.example.change(wire(handlers.pick_example, page, show=say), {page.example}, [page.prompt, page.message], **instant)
     demo.unload(wire(handlers.leave, host, page.sessions))  # a closed tab's rows leave the batch; its traces and files go
+    # a page opened with ?room=CODE follows the presenter's runs; it waits without a thread, so a room's many
+    # viewers take no slot of any limit
+    demo.load(wire(handlers.watch, page, host, show=say), {s}, loaded, concurrency_id="watch", concurrency_limit=None, **private)
     polled = [page.status, page.generate, page.timer, page.message]
     for trigger in (demo.load, page.timer.tick, page.pair.change):
         trigger(wire(handlers.poll, page, host, show=say), {page.pair}, polled, **instant)

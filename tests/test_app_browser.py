@@ -213,7 +213,7 @@ def test_empty_prompt_gets_a_message(browser):
 
 
 def test_stop_keeps_what_was_produced_and_frees_the_worker(browser):
-    ask_for_400_tokens(browser)
+    ask_for_tokens(browser)
     generate(browser, "A long story about apples.")
     wait(browser).until(lambda d: len(tokens(d, "easd")) > 0)
     browser.find_element(By.ID, "stop").click()
@@ -353,11 +353,11 @@ def one_at_a_time(hf_tiny_pair):
     demo.close()
 
 
-def ask_for_400_tokens(driver) -> None:
+def ask_for_tokens(driver, tokens: str = "400") -> None:
     driver.find_element(By.CSS_SELECTOR, "#sampling .label-wrap").click()
     slider = wait(driver).until(lambda d: d.find_element(By.CSS_SELECTOR, "#max_new_tokens input[type=number]"))
     slider.send_keys(Keys.CONTROL, "a")
-    slider.send_keys("400", Keys.ENTER)
+    slider.send_keys(tokens, Keys.ENTER)
 
 
 def test_a_full_batch_tells_a_user_their_place_and_starts_them_when_a_slot_frees(one_at_a_time):
@@ -385,7 +385,7 @@ def test_closing_the_tab_takes_its_rows_out_of_the_batch(one_at_a_time, load, re
 
     url, worker = one_at_a_time
     driver = open_browser(url)
-    ask_for_400_tokens(driver)
+    ask_for_tokens(driver)
     if load == "busy":
         request.getfixturevalue("busy_cores")
     generate(driver, "A long story about apples.")
@@ -420,7 +420,7 @@ def test_the_page_streams_only_the_new_tokens(app_url):
     driver = open_browser(app_url, network_log=True)
     try:
         received(driver, "queue/data")  # forget what loading the page took
-        ask_for_400_tokens(driver)
+        ask_for_tokens(driver)
         generate(driver, "A long story about quinces.")
         wait(driver).until(lambda d: text_of(d, "message").startswith("Done"))
         streamed = received(driver, "queue/data")
@@ -434,7 +434,7 @@ def test_the_page_streams_only_the_new_tokens(app_url):
 def test_stop_clicked_again_and_again_answers_at_once(app_url):
     driver = open_browser(app_url)
     try:
-        ask_for_400_tokens(driver)
+        ask_for_tokens(driver)
         generate(driver, "A long story about damsons.")
         wait(driver).until(lambda d: len(tokens(d, "easd")) > 0)
         started = time.monotonic()
@@ -503,3 +503,56 @@ def test_the_first_example_on_the_embedded_pair_streams_from_its_first_block():
     finally:
         driver.quit()
         demo.close()
+
+
+# --- a room that watches ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lecture(hf_tiny_pair):
+    """An app whose runs can last (2,000 tokens, no end token): (url, host)."""
+    import dataclasses
+
+    from components.host import ModelHost
+
+    long_pair = dataclasses.replace(hf_tiny_pair, context_length=4096, eos_ids=frozenset())
+    host = ModelHost({"tiny-random": lambda: long_pair}, "tiny-random", max_new_tokens_cap=2000, max_batch=4)
+    url, demo = launch_app(host)
+    yield url, host
+    demo.close()
+
+
+def test_a_viewer_watches_the_presenters_run_live_and_cannot_stop_it(lecture):
+    import re
+
+    url, host = lecture
+    presenter = open_browser(url)
+    try:
+        presenter.find_element(By.ID, "present").click()
+        wait(presenter).until(lambda d: "Presenting in room" in text_of(d, "message"))
+        code = re.search(r"room ([A-Z0-9]{5})", text_of(presenter, "message")).group(1)
+        viewer = open_browser(f"{url}?room={code}")
+        try:
+            wait(viewer).until(lambda d: f"Watching room {code}" in text_of(d, "message"))
+            ask_for_tokens(presenter, "2000")
+            generate(presenter, "A long lecture about pears.")
+            wait(viewer).until(lambda d: len(tokens(d, "sd")) > 0)  # the presenter's tokens, while they stream
+            assert not text_of(presenter, "message").startswith(("Done", "Stopped"))
+            assert (
+                viewer.find_element(By.CSS_SELECTOR, "#prompt textarea").get_attribute("value") == "A long lecture about pears."
+            )
+            [ticket] = host.states["tiny-random"].worker.running
+            viewer.find_element(By.ID, "stop").click()  # stops the viewer's view only
+            wait(viewer).until(lambda d: "as it ended" in text_of(d, "message"))
+            seen = len(tokens(presenter, "sd"))
+            wait(presenter).until(lambda d: len(tokens(d, "sd")) > seen + 20)  # the presenter's run goes on
+            assert not ticket.cancelled
+            generate(viewer, "Let me run my own.")
+            wait(viewer).until(lambda d: "watches room" in text_of(d, "message"))  # a viewer starts nothing
+            assert host.states["tiny-random"].worker.running == [ticket]
+            presenter.find_element(By.ID, "stop").click()
+            wait(presenter).until(lambda d: text_of(d, "message").startswith("Stopped"))
+        finally:
+            viewer.quit()
+    finally:
+        presenter.quit()

@@ -24,6 +24,7 @@ from ..errors import EasdError
 from .decoding import Batch, Block, Generation
 from .pair import ModelPair
 from .settings import DecodeSettings
+from .trace import RunStats
 
 
 @dataclass(frozen=True)
@@ -36,13 +37,10 @@ class GenerationSnapshot:
     generated: tuple[int, ...]  # the tokens emitted so far
     next_block: int  # the number its next block gets
     rng_state: torch.Tensor | None  # its random generator's state (a CPU tensor); None: its seed's
-    seconds: float  # its time and passes so far, which the next chunk goes on counting
-    target_calls: int
-    draft_calls: int
+    stats: RunStats  # its time and passes so far, which the next chunk goes on counting
 
     @classmethod
     def of(cls, generation: Generation) -> GenerationSnapshot:
-        stats = generation.trace.stats
         return cls(
             generation.prompt,
             generation.chat,
@@ -50,9 +48,7 @@ class GenerationSnapshot:
             tuple(generation.tokens[generation.prompt_length :]),
             generation.first_block + len(generation.checkpoints),
             generation.rng_state(),
-            stats.seconds,
-            stats.target_calls,
-            stats.draft_calls,
+            replace(generation.trace.stats),
         )
 
     def resume(self, pair: ModelPair) -> Generation:
@@ -62,8 +58,7 @@ class GenerationSnapshot:
         generation.first_block = self.next_block
         if self.rng_state is not None:
             generation.generator.set_state(self.rng_state)
-        stats = generation.trace.stats
-        stats.seconds, stats.target_calls, stats.draft_calls = self.seconds, self.target_calls, self.draft_calls
+        generation.trace.stats = replace(self.stats)
         return generation
 
 
@@ -113,8 +108,7 @@ def catch_up(generation: Generation, progress: ChunkProgress) -> list[Block]:
         generation.take(block)
     snapshot = progress.snapshot  # the next round resumes from it; this Generation never decodes itself
     generation.tokens[generation.prompt_length :] = snapshot.generated
-    stats = generation.trace.stats
-    stats.seconds, stats.target_calls, stats.draft_calls = snapshot.seconds, snapshot.target_calls, snapshot.draft_calls
+    generation.trace.stats = replace(snapshot.stats, stop_reason=generation.trace.stats.stop_reason)
     if progress.stop_reason is not None:
         generation.finish(progress.stop_reason, EasdError(progress.error) if progress.error else None)
     return blocks

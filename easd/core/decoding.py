@@ -207,9 +207,7 @@ class Checkpoint:
     draft_seen: int  # the row's tokens in the draft's cache as the block starts
     target_seen: int  # the row's tokens in the target's cache
     rng_state: torch.Tensor
-    seconds: float
-    target_calls: int
-    draft_calls: int
+    stats: RunStats  # its time and passes so far
 
 
 @dataclass
@@ -264,7 +262,13 @@ class Generation:
             info={**self.pair.info, **software_versions()},
         )
         self.trace.stats = RunStats(
-            prompt_tokens=self.prompt_length, seconds=0.0, target_calls=0, draft_calls=0, stop_reason="stopped"
+            prompt_tokens=self.prompt_length,
+            seconds=0.0,
+            target_calls=0,
+            draft_calls=0,
+            target_seconds=0.0,
+            draft_seconds=0.0,
+            stop_reason="stopped",
         )
         self.start: Start | None = None  # the cache states a resumed generation joins with (see resume_at)
         self.final: tuple[RowState | None, RowState | None] | None = None  # kept when it ends, if keep_kv
@@ -345,8 +349,7 @@ class Generation:
         resumed.start = Start(*self.final, checkpoint.draft_seen, checkpoint.target_seen)
         resumed.generator.set_state(checkpoint.rng_state)
         resumed.first_block = checkpoint.block
-        stats = resumed.trace.stats
-        stats.seconds, stats.target_calls, stats.draft_calls = checkpoint.seconds, checkpoint.target_calls, checkpoint.draft_calls
+        resumed.trace.stats = dataclasses.replace(checkpoint.stats)
         return resumed
 
     def take(self, block: Block) -> None:
@@ -547,9 +550,7 @@ class Batch:
                 self.draft.length(row),
                 self.target.length(row),
                 generation.generator.get_state(),
-                stats.seconds,
-                stats.target_calls,
-                stats.draft_calls,
+                dataclasses.replace(stats),
             )
         )
         k = min(generation.settings.k, generation.room() - 1) if generation.speculative else 0
@@ -565,8 +566,11 @@ class Batch:
             if not asking:
                 return
             sequences = {plan.row: plan.generation.tokens + plan.drafted for plan in asking}
+            started = time.perf_counter()
             out = self.draft.logits(sequences, dict.fromkeys(sequences, 1), precise)  # {row: [1, V]}
+            seconds = time.perf_counter() - started
             for plan in asking:
+                plan.generation.trace.stats.draft_seconds += seconds
                 with self._alone(plan):
                     logits = _finite(out[plan.row], "draft", plan)
                     plan.q_logits.append(logits)
@@ -581,8 +585,11 @@ class Batch:
         if not asking:
             return
         sequences = {plan.row: plan.generation.tokens + plan.drafted for plan in asking}
+        started = time.perf_counter()
         out = self.target.logits(sequences, {plan.row: plan.k + 1 for plan in asking}, precise)  # {row: [k+1, V]}
+        seconds = time.perf_counter() - started
         for plan in asking:
+            plan.generation.trace.stats.target_seconds += seconds
             with self._alone(plan):
                 plan.p_logits = _finite(out[plan.row], "target", plan)
 

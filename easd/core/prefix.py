@@ -44,7 +44,7 @@ def easd_start(sd: Generation, settings: DecodeSettings) -> PrefixStart:
     checkpoint = next(c for c in sd.checkpoints if c.block == block)
     easd = sd.resume_at(checkpoint, settings)
     _retrigger(easd.trace, settings)
-    return PrefixStart(checkpoint.seconds, generation=easd)
+    return PrefixStart(checkpoint.stats.seconds, generation=easd)
 
 
 def easd_after_sd(sd: Generation, settings: DecodeSettings) -> PrefixRun:

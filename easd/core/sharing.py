@@ -53,11 +53,15 @@ class Stream:
     """One user's look at a Ticket: its traces, its place in line, and a Stop of its own.
 
     `how` says where the result comes from: "computed" (this user's request started it), "joined"
-    (the same request was already in line or decoding) or "replayed" (it had just finished).
+    (the same request was already in line or decoding), "replayed" (it had just finished) or
+    "watched" (a room's viewer, components.rooms). A `passive` stream only watches: it never keeps
+    the decoding going, and leaving it never stops anyone else's.
     """
 
-    def __init__(self, ticket: Ticket, owner: str = "", reader: Reader | None = None, how: str = "computed"):
-        self.ticket, self.owner, self.reader, self.how = ticket, owner, reader, how
+    def __init__(
+        self, ticket: Ticket, owner: str = "", reader: Reader | None = None, how: str = "computed", passive: bool = False
+    ):
+        self.ticket, self.owner, self.reader, self.how, self.passive = ticket, owner, reader, how, passive
         self.left: list[Trace] | None = None  # the traces as they were when this stream left a ticket others still watch
 
     @property
@@ -100,6 +104,11 @@ class Stream:
 
     def wait(self, seen: int, timeout: float) -> int:
         return self.ticket.wait(seen, timeout)
+
+    @property
+    def version(self) -> int:
+        """Bumped by every change a reader could see (see `wait`), read without waiting."""
+        return self.ticket.version
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait up to `timeout` (None: as long as it takes) for this stream to end; -> done."""

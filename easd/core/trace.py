@@ -78,6 +78,9 @@ class RunStats:
     seconds: float | None = None  # wall time of the whole run, prefill included
     target_calls: int | None = None  # target forward passes
     draft_calls: int | None = None  # draft forward passes
+    # wall time of the passes it took part in (with other rows of its batch): what SD's speed is made of (easd.core.speed)
+    target_seconds: float | None = None
+    draft_seconds: float | None = None
     stop_reason: str | None = None  # one of trace_schema.STOP_REASONS: eos | max_new_tokens | context | stopped | unread | error
 
 

@@ -208,6 +208,8 @@ STATS_FIELDS = {
     "seconds": ENTROPY,  # a finite number ≥ 0
     "target_calls": COUNT,
     "draft_calls": COUNT,
+    "target_seconds": ENTROPY,
+    "draft_seconds": ENTROPY,
     "stop_reason": Field("text", choices=STOP_REASONS),
 }
 CANDIDATE_PARTS = {"id": TOKEN_ID, "text": TEXT, "prob": PROBABILITY}

@@ -85,9 +85,9 @@ class Ticket:
         ticket.final, ticket._done = traces, True
         return ticket
 
-    def watch(self, owner: str = "", reader: Reader | None = None, how: str = "computed") -> Stream:
+    def watch(self, owner: str = "", reader: Reader | None = None, how: str = "computed", passive: bool = False) -> Stream:
         """A new user's stream of this ticket; `reader` says whether they have taken anything since last asked."""
-        stream = Stream(self, owner, reader, how)
+        stream = Stream(self, owner, reader, how, passive)
         with self._news:
             self.streams.append(stream)
         return stream
@@ -98,12 +98,12 @@ class Ticket:
             if self._done or stream.left is not None:
                 return
             others = [v for v in self.streams if v is not stream]
-            if others:
+            if stream.passive or any(not v.passive for v in others):
                 self.streams, stream.left = others, self.traces()
                 self._version += 1
                 self._news.notify_all()
                 return
-        self.cancel(why)  # the last one watching: the ticket stops, and its stream follows it to the end
+        self.cancel(why)  # the last one who asked for it: the ticket stops, and its stream follows it to the end
 
     @property
     def done(self) -> bool:
@@ -131,10 +131,10 @@ class Ticket:
             return self._version
 
     def unread_for(self, now: float) -> float:
-        """Seconds since any user watching took anything of what was sent to them (asking each stream's `reader`)."""
-        if any(
-            [stream.reader() for stream in list(self.streams) if stream.reader is not None]
-        ):  # every reader asked: each resets
+        """Seconds since any user who asked for it took anything of what was sent to them (asking each stream's
+        `reader`; a room's viewers only watch)."""
+        askers = [s for s in list(self.streams) if s.reader is not None and not s.passive]
+        if any([stream.reader() for stream in askers]):  # a list, not a generator: every reader is asked, and each resets
             self.last_read = now
         return now - self.last_read
 
@@ -148,7 +148,12 @@ class Ticket:
             return self._news.wait_for(predicate, timeout)
 
     def watched_by(self, owner: str) -> bool:
-        return any(stream.owner == owner for stream in self.streams)
+        """Whether `owner` asked for it (a passive stream, a room's viewer, does not count)."""
+        return any(stream.owner == owner and not stream.passive for stream in self.streams)
+
+    @property
+    def version(self) -> int:
+        return self._version
 
     @property
     def failure(self) -> EasdError | None:

@@ -10,6 +10,10 @@ of the target, and a minimal SD loop written directly against llama-cpp-python
 SD also runs with its logits in the model's own dtype (`--signals model`) when transformers'
 heads are not float32, so the cost of float32 signals is measured in the same run.
 
+After the ratios, SD's speed at each k is taken apart (easd.core.speed): what a draft token and a
+verify pass cost in 1-token target passes, the acceptance per draft position, and Leviathan et
+al.'s predicted speed-up with these costs next to the measured one.
+
 Fairness: every method runs a short untimed warm-up first, so one-off costs do not land on
 whichever runs first. Then, prompt by prompt, all methods run back to back in an order that
 rotates from prompt to prompt, so slow drifts of a shared machine's speed (we saw ±15% between
@@ -29,6 +33,7 @@ from ..backends.transformers import float32_head
 from ..core.decoding import Batch, Generation, encode_prompt
 from ..core.pair import ModelPair
 from ..core.settings import DecodeSettings
+from ..core.speed import Speed
 from ..core.trace import Trace
 
 PROMPTS = [
@@ -113,6 +118,8 @@ def run_benchmark(pairs: list[ModelPair], plan: Plan) -> int:
     for row in rows.values():
         print(f"  {row.name:<52} {row.tokens:>6} tokens {row.seconds:>8.2f} s {row.tokens_per_s:>7.2f} tokens/s  {row.rates()}")
     _print_ratios(ratios_of(pairs, plan, rows))
+    for pair in pairs:
+        _print_speed(pair.backend, plan, rows)
     for pair in pairs:
         _print_equality(pair.backend, rows[f"{pair.backend} SD (k={plan.ks[0]})"], rows[f"{pair.backend} target-only"])
     print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GB")
@@ -255,6 +262,24 @@ def _print_ratios(pairs: list[tuple[str, Row, Row]]) -> None:
     print("ratios:")
     for label, a, b in pairs:
         print(f"  {label:<56} {a.tokens_per_s / b.tokens_per_s:.3f}×")
+
+
+def _print_speed(backend: str, plan: Plan, rows: dict) -> None:
+    """SD's speed taken apart at each k (easd.core.speed): measured costs, acceptance, predicted against measured."""
+    target = rows[f"{backend} target-only"].traces
+    one_pass = sum(t.stats.target_seconds for t in target) / sum(t.stats.target_calls for t in target)
+    target_rate = sum(len(t.records) for t in target) / sum(t.stats.seconds for t in target)
+    print(f"{backend}: SD's speed, explained (a 1-token target pass: {1000 * one_pass:.1f} ms; costs in such passes)")
+    print(
+        f"  {'k':>2} {'c':>5} {'r':>5} {'α by draft position':<32} {'tokens/pass':>11} {'predicted':>9} {'measured':>8} {'GPU-like':>8}"
+    )
+    for k in plan.ks:
+        speed = Speed.of(rows[f"{backend} SD (k={k})"].traces, one_pass, target_rate)
+        positions = " ".join(f"{a:.2f}" for a in speed.alpha_by_position)
+        print(
+            f"  {k:>2} {speed.c:>5.2f} {speed.r:>5.2f} {positions:<32} {speed.tokens_per_pass:>11.2f} "
+            f"{speed.predicted:>8.2f}× {speed.measured:>7.2f}× {speed.gpu_like:>7.2f}×"
+        )
 
 
 def _print_equality(backend: str, sd: Row, target: Row) -> None:

@@ -1,0 +1,79 @@
+"""SD's speed taken apart (easd.core.speed): the formula, the counts it reads from a trace, and the Speed panel."""
+
+import dataclasses
+import math
+
+import pytest
+
+from components.figures import speed_map
+from components.stats import speed_html
+from easd.core import trace as trace_io
+from easd.core.decoding import Generation
+from easd.core.settings import DecodeSettings
+from easd.core.speed import ONE_PASS, Speed, judged_by_position, measure_one_pass, predicted_speedup
+
+
+def test_the_formula_is_leviathans():
+    assert predicted_speedup(0.8, 4, c=0.0, r=1.0) == pytest.approx((1 - 0.8**5) / 0.2)  # their eq. 1: 3.36 tokens a pass
+    assert predicted_speedup(0.0, 4, c=0.5, r=1.0) == pytest.approx(1 / 3)  # nothing accepted: one token per block
+    assert predicted_speedup(1.0, 3, c=0.25, r=2.0) == pytest.approx(4 / 2.75)  # everything accepted
+    # a 2-core CPU, measured with llama.cpp's own tools on the embedded pair: c ≈ 0.6, a 5-token check ≈ 3.2 passes
+    assert predicted_speedup(0.99, 4, c=0.6, r=3.2) < 1 < predicted_speedup(0.99, 4, c=0.6, r=1.0)
+
+
+@pytest.fixture(scope="module")
+def sd_run(hf_tiny_pair):
+    trace = Generation(hf_tiny_pair, "Tom has 3 apples.", DecodeSettings(method="sd", max_new_tokens=80)).run()
+    trace.info[ONE_PASS] = measure_one_pass(hf_tiny_pair)
+    return trace
+
+
+def test_acceptance_is_counted_per_draft_position_from_the_blocks(sd_run):
+    judged, kept = judged_by_position(sd_run)
+    assert sum(kept) == sum(r.origin == "draft_accepted" for r in sd_run.records)
+    assert judged[0] == sum(bool(b.drafted) for b in sd_run.blocks)  # every block judges its first draft
+    assert all(a <= j for a, j in zip(kept, judged)) and judged == sorted(judged, reverse=True)
+    for i in range(1, len(judged)):  # a block reaches position i + 1 only if it accepted position i
+        assert judged[i] <= kept[i - 1]
+
+
+def test_the_breakdown_reads_the_runs_own_passes(sd_run):
+    speed = Speed.of_trace(sd_run)
+    stats = sd_run.stats
+    assert speed.c == pytest.approx(stats.draft_seconds / stats.draft_calls / sd_run.info[ONE_PASS])
+    assert speed.r == pytest.approx(stats.target_seconds / stats.target_calls / sd_run.info[ONE_PASS])
+    assert speed.tokens_per_pass == pytest.approx(len(sd_run.records) / stats.target_calls)
+    assert speed.predicted == pytest.approx(predicted_speedup(speed.alpha, speed.k, speed.c, speed.r))
+    assert 0 < stats.target_seconds + stats.draft_seconds <= stats.seconds  # passes are part of the run's time
+
+
+def test_pass_times_survive_a_trace_file(sd_run, tmp_path):
+    trace_io.save([sd_run], tmp_path / "t.json")
+    [loaded] = trace_io.load(tmp_path / "t.json")
+    assert loaded.stats == sd_run.stats and Speed.of_trace(loaded) == Speed.of_trace(sd_run)
+
+
+@pytest.mark.parametrize("one_pass", [None, "0.05", True, 0.0, -1.0, math.nan, math.inf])
+def test_no_breakdown_without_a_measured_pass(sd_run, one_pass):
+    trace = dataclasses.replace(sd_run, info={**sd_run.info, ONE_PASS: one_pass})
+    assert Speed.of_trace(trace) is None and speed_html(trace) == ""
+
+
+def test_no_breakdown_for_a_single_model_run(hf_tiny_pair, sd_run):
+    target = Generation(hf_tiny_pair, "Tom has 3 apples.", DecodeSettings(method="target", max_new_tokens=10)).run()
+    target.info[ONE_PASS] = sd_run.info[ONE_PASS]
+    assert Speed.of_trace(target) is None
+
+
+def test_the_panel_and_the_map_show_the_runs_figures(sd_run):
+    speed = Speed.of_trace(sd_run)
+    panel = str(speed_html(sd_run))
+    assert "Speed, explained" in panel and f"c = {speed.c:.2f}" in panel and f"{speed.measured:.2f}×" in panel
+    figure = speed_map(sd_run)
+    [contour, point] = figure.data
+    assert (point.x[0], point.y[0]) == (speed.k, pytest.approx(speed.alpha))
+    k_column = list(contour.x).index(speed.k)
+    nearest = min(range(len(contour.y)), key=lambda i: abs(contour.y[i] - speed.alpha))
+    assert contour.z[nearest][k_column] == pytest.approx(
+        predicted_speedup(contour.y[nearest], speed.k, speed.c, speed.r), rel=1e-6
+    )  # the map passes through the run's own cost at its own k
