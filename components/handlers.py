@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from functools import partial
 
 import gradio as gr
 
@@ -30,7 +31,7 @@ from .html import Html, join, tag
 from .inspector import inspector_html
 from .lanes import lane_html, lane_title
 from .page import Page
-from .rooms import ROOM_EVERY_S
+from .rooms import ROOM_EVERY_S, Room
 from .session import Session, Sessions
 from .stats import comparison_html, speed_html, stats_html
 from .stepper import block_views, stepper_html
@@ -304,14 +305,30 @@ async def watch(page: Page, host: ModelHost, values: dict, request: gr.Request):
                 if stream.version != seen:
                     seen = stream.version
                     session.show(stream)
-                    yield render_lanes(page, session, view)
+                    yield _for_viewer(room, (shown, seen, "lanes"), stream, session, partial(render_lanes, page, session, view))
             session.running = False
             session.show(stream)
-            yield render_all(page, session, view, f"👀 Room {room.code}: the presenter's run {shown}, as it ended.")
+            ended = {page.message: say(f"👀 Room {room.code}: the presenter's run {shown}, as it ended."), page.state: session}
+            done = (shown, stream.version, stream.cancelled)
+            lanes = _for_viewer(room, (*done, "lanes"), stream, session, partial(render_lanes, page, session, view))
+            panels = _for_viewer(
+                room,
+                (*done, "panels", session.step_lane, session.step),
+                stream,
+                session,
+                partial(render_panels, page, session, view),
+            )
+            yield lanes | panels | render_files(page, session) | ended
         yield {page.message: say(f"Room {room.code} has ended: its presenter left.")}
     finally:
         room.leave()
         session.watching = None
+
+
+def _for_viewer(room: Room, key: tuple, stream: Stream, session: Session, render) -> dict:
+    """A viewer's update: shared by the room's viewers while they show the same, rendered alone once they select a
+    token or stop their view (their own page, their own selection, the traces they kept)."""
+    return room.shared(key, render) if session.selected is None and stream.left is None else render()
 
 
 def stop(page: Page, values: dict) -> dict:

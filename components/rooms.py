@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from easd.core.settings import DecodeSettings
@@ -23,6 +24,7 @@ CODE_LETTERS = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O or 1/I: a code is re
 CODE_LENGTH = 5  # 32^5, about 33 million codes
 MAX_VIEWERS = 250  # per room: a large lecture; each viewer's page costs a render a second, not a model pass
 ROOM_EVERY_S = 1.0  # a viewer's page updates at most once a second: a room of 100 costs the machine little
+SHARED_UPDATES = 8  # renders a room keeps for its viewers: the latest few versions of the run it shows
 
 
 @dataclass(frozen=True)
@@ -44,11 +46,25 @@ class Room:
         self.ended = False
         self.viewers = 0
         self._lock = threading.Lock()
+        self._rendered: dict[object, dict] = {}  # the latest updates every viewer shares, by what they show
 
     def show(self, ticket: Ticket, prompt: str, settings: DecodeSettings) -> None:
         with self._lock:
             number = self.showing.number + 1 if self.showing else 1
             self.showing = Showing(number, ticket, prompt, settings)
+
+    def shared(self, key: object, render: Callable[[], dict]) -> dict:
+        """The update for `key` (a run, its version, a part of the page), rendered once for every viewer who shows
+        the same (one who selected a token renders their own): a room of 100 costs about one page's rendering."""
+        with self._lock:
+            if key in self._rendered:
+                return self._rendered[key]
+        update = render()
+        with self._lock:
+            if len(self._rendered) >= SHARED_UPDATES:
+                self._rendered.clear()
+            self._rendered[key] = update
+        return update
 
     def enter(self) -> None:
         """A viewer comes in; EasdError, in one line, when the room is full."""

@@ -60,3 +60,20 @@ def test_a_full_room_says_so_in_one_line():
         room.enter()
     room.leave()
     room.enter()
+
+
+def test_viewers_showing_the_same_share_one_render():
+    room, renders = Rooms().open("presenter"), []
+
+    def render(version):
+        renders.append(version)
+        return {"lanes": f"version {version}"}
+
+    for _ in range(30):  # thirty viewers at version 1
+        assert room.shared((1, 1, "lanes"), lambda: render(1)) == {"lanes": "version 1"}
+    assert room.shared((1, 2, "lanes"), lambda: render(2)) == {"lanes": "version 2"}
+    assert renders == [1, 2]
+    for version in range(3, 40):  # a long run: the room keeps only its latest renders
+        room.shared((1, version, "lanes"), lambda v=version: render(v))
+    room.shared((1, 3, "lanes"), lambda: render(3))
+    assert renders.count(3) == 2  # long gone, so rendered again

@@ -10,30 +10,46 @@ taken to cost what they cost now: a full batch's step time changes little as req
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
 
-SMOOTHING = 0.3  # weight of the newest measurement in each running mean
+SMOOTHING = 0.3  # weight of the newest finished generation in the running mean of the budget used
+RECENT = 16  # steps the pace is read from: enough to smooth a step's noise, few enough to follow a changing batch
 
 
 @dataclass
 class Pace:
-    """The batch's measured speed, as running means (first guesses until something is measured)."""
+    """The batch's measured speed over its last RECENT steps (first guesses until something is measured).
 
-    step_s: float = 0.5  # seconds one step of the batch takes (with chunks: one round of steps, one call)
-    tokens_per_step: float = 1.0  # tokens one generation emits per step (more for SD and EASD; with chunks, per round)
+    Medians, not means: the step in which a request joins also computes its prompt (2 s or more for
+    a long one on a CPU, against 0.3 s for a step), and a mean would carry that into every estimate.
+    """
+
     budget_used: float = 1.0  # of a generation's max_new_tokens, the share it emits before it ends
     steps: int = 0  # steps measured so far: estimates are guesses until this is > 0
+    recent: deque = field(default_factory=lambda: deque(maxlen=RECENT))  # (seconds, tokens per generation) per step
+
+    @property
+    def step_s(self) -> float:
+        """Seconds one step of the batch takes (with chunks: one round of steps, one call)."""
+        return statistics.median(s for s, _ in self.recent) if self.recent else 0.5
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Tokens one generation emits per step (more for SD and EASD; with chunks, per round)."""
+        return statistics.median(t for _, t in self.recent) if self.recent else 1.0
 
     def step(self, seconds: float, generations: int, tokens: int) -> None:
         """One step of the batch took `seconds`, and its `generations` emitted `tokens` in all."""
-        self.step_s = _mean(self.step_s, seconds, self.steps)
         if generations:
-            self.tokens_per_step = _mean(self.tokens_per_step, tokens / generations, self.steps)
-        self.steps += 1
+            self.recent.append((seconds, tokens / generations))
+            self.steps += 1
 
     def finished(self, emitted: int, budget: int, count: int) -> None:
         """A generation ended after `emitted` of its `budget` tokens; `count` is how many ended before it."""
-        self.budget_used = _mean(self.budget_used, min(1.0, emitted / max(1, budget)), count)
+        share = min(1.0, emitted / max(1, budget))
+        self.budget_used = share if count == 0 else (1 - SMOOTHING) * self.budget_used + SMOOTHING * share
 
     def tokens_left(self, emitted: int, budget: int) -> float:
         """Tokens a generation that emitted `emitted` of `budget` is expected to emit still."""
@@ -66,7 +82,3 @@ def schedule(running: list[Job], line: list[Job], max_rows: int) -> tuple[list[f
         busy = sorted([*busy, (end, job.rows)])
         waiting.append((start, end))
     return ends, waiting
-
-
-def _mean(old: float, new: float, count: int) -> float:
-    return new if count == 0 else (1 - SMOOTHING) * old + SMOOTHING * new
