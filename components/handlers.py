@@ -298,7 +298,9 @@ async def watch(page: Page, host: ModelHost, values: dict, request: gr.Request):
             session.running = True
             view = RuleView.of(showing.settings)
             context = page.controls.show(showing.settings, host.max_new_tokens_cap) | {page.prompt: showing.prompt}
-            yield render_all(page, session, view, f"👀 Room {room.code}: the presenter's run {shown}.") | context
+            context |= {page.message: say(f"👀 Room {room.code}: the presenter's run {shown}."), page.state: session}
+            empty = _for_viewer(room, (shown, "start"), stream, session, partial(_lanes_and_panels, page, session, view))
+            yield empty | render_files(page, session) | context  # the figures, once for the room, not once a viewer
             seen = -1
             while not stream.done and not room.ended and room.showing is showing:
                 await asyncio.sleep(ROOM_EVERY_S)
@@ -309,20 +311,17 @@ async def watch(page: Page, host: ModelHost, values: dict, request: gr.Request):
             session.running = False
             session.show(stream)
             ended = {page.message: say(f"👀 Room {room.code}: the presenter's run {shown}, as it ended."), page.state: session}
-            done = (shown, stream.version, stream.cancelled)
-            lanes = _for_viewer(room, (*done, "lanes"), stream, session, partial(render_lanes, page, session, view))
-            panels = _for_viewer(
-                room,
-                (*done, "panels", session.step_lane, session.step),
-                stream,
-                session,
-                partial(render_panels, page, session, view),
-            )
-            yield lanes | panels | render_files(page, session) | ended
+            done = (shown, stream.version, stream.cancelled, session.step_lane, session.step)
+            final = _for_viewer(room, done, stream, session, partial(_lanes_and_panels, page, session, view))
+            yield final | render_files(page, session) | ended
         yield {page.message: say(f"Room {room.code} has ended: its presenter left.")}
     finally:
         room.leave()
         session.watching = None
+
+
+def _lanes_and_panels(page: Page, session: Session, view: RuleView) -> dict:
+    return render_lanes(page, session, view) | render_panels(page, session, view)
 
 
 def _for_viewer(room: Room, key: tuple, stream: Stream, session: Session, render) -> dict:

@@ -172,23 +172,34 @@ def measure(pair, name: str, counts: list[int], args: argparse.Namespace) -> Non
 def measure_room(pair, name: str, viewers: int, max_new_tokens: int) -> None:
     """The presenter's run of the first example, alone and with `viewers` pages watching its room."""
     demo, url, host = start_app(pair, name, None, max_new_tokens, 2)
+    results = host.states[name].worker.results
     page = Page(url, name)
     presenter = page.session()
     code = re.search(r"room ([A-Z0-9]{5})", json.dumps(page.call(presenter, "present", [None]))).group(1)
     alone = page.generate(presenter, seed=1, max_new_tokens=max_new_tokens)
+    alone_decoding = decoding_seconds(results)
     watchers = [Viewer(page, code) for _ in range(viewers)]
     time.sleep(2)  # every viewer's page is in the room
     watched = page.generate(presenter, seed=2, max_new_tokens=max_new_tokens)  # another seed: not replayed
-    result = next(reversed(host.states[name].worker.results.kept.values()))[1]  # the run's trace JSON, in bytes
+    watched_decoding = decoding_seconds(results)
+    result = next(reversed(results.kept.values()))[1]  # the run's trace JSON, in bytes
     time.sleep(3 * ROOM_EVERY_S)  # the viewers' last update, after the run ended
     received = sorted(w.received for w in watchers)
     demo.close()
     print(
-        f"room of {viewers} viewers: the presenter's run took {watched:.1f} s (alone: {alone:.1f} s, {watched / alone:.2f}×); "
-        f"each viewer received {received[0] / 1e3:,.0f}–{received[-1] / 1e3:,.0f} kB, "
-        f"{received[-1] / result:.2f}× the result ({result / 1e3:,.0f} kB of trace JSON)",
+        f"room of {viewers} viewers: the presenter's run decoded in {watched_decoding:.1f} s "
+        f"(alone: {alone_decoding:.1f} s, {watched_decoding / alone_decoding:.2f}×), and their page had it after "
+        f"{watched:.1f} s (alone: {alone:.1f} s, {watched / alone:.2f}×); each viewer received "
+        f"{received[0] / 1e3:,.0f}–{received[-1] / 1e3:,.0f} kB, {received[-1] / result:.2f}× the result "
+        f"({result / 1e3:,.0f} kB of trace JSON)",
         flush=True,
     )
+
+
+def decoding_seconds(results: Results) -> float:
+    """How long the latest finished run's generations took in the batch (the longer lane's time)."""
+    traces, _ = next(reversed(results.kept.values()))
+    return max(trace.stats.seconds for trace in traces)
 
 
 class Page:

@@ -23,7 +23,7 @@ from easd.errors import EasdError
 CODE_LETTERS = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O or 1/I: a code is read aloud and typed
 CODE_LENGTH = 5  # 32^5, about 33 million codes
 MAX_VIEWERS = 250  # per room: a large lecture; each viewer's page costs a render a second, not a model pass
-ROOM_EVERY_S = 1.0  # a viewer's page updates at most once a second: a room of 100 costs the machine little
+ROOM_EVERY_S = 1.0  # a viewer's page updates at most once a second
 SHARED_UPDATES = 8  # renders a room keeps for its viewers: the latest few versions of the run it shows
 
 
