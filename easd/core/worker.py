@@ -10,9 +10,9 @@ Users who ask for exactly the same thing share one ticket, each through a Stream
 request that finished a moment ago is replayed from `Results` (easd.core.sharing). Each user reads
 only their own stream. After every block of a ticket's generation, the worker puts a
 snapshot of that generation's trace in the ticket, so the user's thread never reads a trace the worker
-is writing. With `abandon_after_s`, a running ticket whose reader has taken nothing at all for
+is writing. With `abandon_after_s`, a running ticket whose readers have taken nothing at all for
 that long is cancelled with stop reason "unread", so a vanished user cannot hold rows to the end;
-a reader that takes anything, however slowly, keeps its run. The worker asks each ticket's
+a reader that takes anything, however slowly, keeps its run. The worker asks each stream's
 `reader` (the app's look at what its client took, `components.gradio_internals`) at every block
 boundary, so the answer does not wait on the thread that streams to the user.
 
