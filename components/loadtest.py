@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import re
 import resource
 import threading
@@ -178,13 +179,20 @@ def measure_room(pair, name: str, viewers: int, max_new_tokens: int) -> None:
     code = re.search(r"room ([A-Z0-9]{5})", json.dumps(page.call(presenter, "present", [None]))).group(1)
     alone = page.generate(presenter, seed=1, max_new_tokens=max_new_tokens)
     alone_decoding = decoding_seconds(results)
-    watchers = [Viewer(page, code) for _ in range(viewers)]
+    # the viewers' pages are another process, as browsers are: their reading does not share the server's GIL
+    spawn = multiprocessing.get_context("spawn")
+    ready, done, counts = spawn.Event(), spawn.Event(), spawn.Queue()
+    audience = spawn.Process(target=watch_room, args=(page.url, page.watch_index, code, viewers, ready, done, counts))
+    audience.start()
+    ready.wait(120)
     time.sleep(2)  # every viewer's page is in the room
     watched = page.generate(presenter, seed=2, max_new_tokens=max_new_tokens)  # another seed: not replayed
     watched_decoding = decoding_seconds(results)
     result = next(reversed(results.kept.values()))[1]  # the run's trace JSON, in bytes
     time.sleep(3 * ROOM_EVERY_S)  # the viewers' last update, after the run ended
-    received = sorted(w.received for w in watchers)
+    done.set()
+    received = sorted(counts.get(timeout=60))
+    audience.join(30)
     demo.close()
     print(
         f"room of {viewers} viewers: the presenter's run decoded in {watched_decoding:.1f} s "
@@ -240,14 +248,22 @@ class Page:
         return time.monotonic() - began
 
 
+def watch_room(url: str, watch_index: int, code: str, viewers: int, ready, done, counts) -> None:
+    """`viewers` pages in room `code` (in a process of their own), until `done`; -> the bytes each received."""
+    watchers = [Viewer(url, watch_index, code) for _ in range(viewers)]
+    ready.set()
+    done.wait()
+    counts.put([w.received for w in watchers])
+
+
 class Viewer:
     """A page opened with ?room=CODE: joins the room and counts the bytes its stream brings."""
 
-    def __init__(self, page: Page, code: str):
-        self.received, session = 0, page.session()
-        body = {"data": [None], "fn_index": page.watch_index, "session_hash": session}
-        httpx.post(f"{page.url}gradio_api/queue/join?room={code}", json=body).raise_for_status()
-        self.thread = threading.Thread(target=self._read, args=(page.url, session), daemon=True)
+    def __init__(self, url: str, watch_index: int, code: str):
+        self.received, session = 0, uuid.uuid4().hex
+        body = {"data": [None], "fn_index": watch_index, "session_hash": session}
+        httpx.post(f"{url}gradio_api/queue/join?room={code}", json=body).raise_for_status()
+        self.thread = threading.Thread(target=self._read, args=(url, session), daemon=True)
         self.thread.start()
 
     def _read(self, url: str, session: str) -> None:
