@@ -131,12 +131,19 @@ class Results:
             self.kept.move_to_end(key)
             return self.kept[key][0]
 
-    def put(self, key: Hashable, traces: list[Trace]) -> None:
-        """Keep a result whose every generation ran to its end; a stopped or failed one would replay a fragment."""
+    def measure(self, traces: list[Trace]) -> int | None:
+        """The bytes `traces` take as trace JSON, or None for a result not to keep: one not run to its end (a stopped
+        or failed one would replay a fragment), or one larger than the whole cache. Takes no lock: a megabyte of
+        JSON is tens of milliseconds."""
         if not all(trace.stats.stop_reason in FINISHED for trace in traces):
-            return
+            return None
         size = len(json.dumps(to_json_dict(traces)))
-        if size > self.max_bytes:
+        return size if size <= self.max_bytes else None
+
+    def put(self, key: Hashable, traces: list[Trace], size: int | None = None) -> None:
+        """Keep a result (of `size` bytes, as `measure` gave it, measured here when not given)."""
+        size = self.measure(traces) if size is None else size
+        if size is None:
             return
         with self._lock:
             if key in self.kept:

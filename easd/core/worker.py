@@ -344,11 +344,13 @@ class Worker:
     def _settle(self, ticket: Ticket, error: EasdError | None = None) -> None:
         """The ticket is over: a result that ran to its end is kept for the same request, then its users are told
         (so that one who asks again at once is replayed, not computed again)."""
+        traces = [g.trace for g in ticket.generations]
+        size = self.results.measure(traces) if error is None and ticket.failure is None else None  # outside the lock
         with self._lock:  # no request can find the ticket gone and its result not kept yet
             if self.computing.get(ticket.key) is ticket:
                 del self.computing[ticket.key]
-            if error is None and ticket.failure is None:
-                self.results.put(ticket.key, [g.trace for g in ticket.generations])
+            if size is not None:
+                self.results.put(ticket.key, traces, size)
         ticket.settle(error)
 
     def _admit_into(self, batch: Batch) -> None:
