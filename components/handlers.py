@@ -257,8 +257,9 @@ def present(page: Page, values: dict, request: gr.Request) -> dict:
     session: Session = values[page.state]
     if session.watching is not None:
         raise EasdError(f"this page watches room {session.watching.code}; a viewer cannot present")
-    page.sessions.track(client_of(request).session, session)
-    room = session.room = page.rooms.open(client_of(request).session)
+    presenter = client_of(request).session
+    page.sessions.track(presenter, session)
+    room = session.room = page.rooms.open(presenter)
     link = tag("a", f"?room={room.code}", href=f"?room={room.code}", target="_blank")
     line = tag(
         "p",
