@@ -39,6 +39,10 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
         (["--prompt", "apples " * 600], "--prompt", "context is 512 tokens"),
         (["--prompt", "x", "--k", "abc"], "--k", "invalid int value"),
         (["--prompt", "x", "--method", "beam"], "--method", "invalid choice"),
+        (["--prompt", "x", "--method", "mti", "--mti-tau", "-1"], "--mti-tau", "≥ 0"),
+        (["--prompt", "x", "--method", "mti", "--mti-omega", "0.5"], "--mti-omega", "from 1 to 10"),
+        (["--prompt", "x", "--method", "mti", "--mti-negative", " "], "--mti-negative", "1 to 1,000 characters"),
+        (["--prompt", "apples " * 200, "--method", "mti", "--mti-negative", "ERROR " * 60], "--mti-negative", "no room left"),
     ],
 )
 def test_bad_input_is_one_line_with_exit_2(capsys, args, flag, allowed):

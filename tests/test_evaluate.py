@@ -302,3 +302,40 @@ def test_result_rows_take_their_counts_from_the_trace_summary(tiny_pair, data):
         assert row["accepted"] == trace.summary()["accepted"] == sum(r.origin == "draft_accepted" for r in records)
         assert row["examined"] == trace.summary()["examined"] == sum(r.draft_token_id is not None for r in records) > 0
         assert row["penalized"] == sum(r.origin == "easd_penalty" for r in records)
+
+
+def test_eval_compares_mti_with_target_only_and_writes_the_papers_table(data, tmp_path, capsys):
+    out = tmp_path / "eval"
+    arguments = f"eval --pair tiny-random --data {data} --limit 3 --max-new-tokens 16 --methods target,easd,mti --mti-tau 0"
+    assert main([*arguments.split(), "--out", str(out)]) == 0
+    results = load_results(out / "results.csv")
+    mti = results[results["method"] == "mti"]
+    assert (mti["interventions"] == mti["new_tokens"]).all()  # τ = 0 guides every token
+    assert (mti["target_calls"] == 2 * mti["new_tokens"]).all()  # one extra target pass per guided token
+    paired = pd.read_csv(out / "paired.csv")
+    assert {("mti", "target"), ("easd", "target")} <= set(zip(paired["a"], paired["b"]))
+    table = (out / "paper.md").read_text().splitlines()
+    assert table[0] == "| method | problems | average | tokens/s | interventions / 1k tokens |"
+    assert [line.split("|")[1].strip() for line in table[2:]] == ["target", "easd", "mti"]
+    assert table[4].split("|")[-2].strip() == "1000.0" and table[2].split("|")[-2].strip() == "0.0"
+    assert "| mti |" in capsys.readouterr().out
+    second = tmp_path / "second"
+    assert main([*arguments.split(), "--offset", "3", "--out", str(second)]) == 0
+    capsys.readouterr()
+    assert main(["table", str(out), str(second)]) == 0
+    header, _, *rows = capsys.readouterr().out.splitlines()
+    assert header.count("|") == 7 and len(rows) == 3  # two benchmarks, their average, tokens/s, interventions
+
+
+def test_sweep_over_mtis_tau(data, tmp_path, capsys):
+    arguments = f"sweep --grid mti --pair tiny-random --data {data} --limit 2 --max-new-tokens 12 --mti-taus 0,2,100"
+    assert main([*arguments.split(), "--out", str(tmp_path)]) == 0
+    sweep = pd.read_csv(tmp_path / "sweep.csv")
+    assert sweep["mti_tau"].tolist() == [0, 2, 100]
+    rates = sweep["interventions_per_1k"].tolist()
+    assert rates[0] == 1000 and rates[-1] == 0 and (tmp_path / "sweep.html").exists()
+    results = load_results(tmp_path / "results.csv")
+    assert set(results["method"]) == {"target", "mti@0", "mti@2", "mti@100"}
+    capsys.readouterr()
+    assert main([*arguments.split()[:-1], "0,-1", "--out", str(tmp_path / "bad")]) == 2
+    assert "--mti-taus: must be a number of nats ≥ 0 (got -1.0)" in capsys.readouterr().err

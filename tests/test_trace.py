@@ -124,11 +124,13 @@ def test_csv_column_order_follows_the_design():
         "target_top1_text",
         "target_top1_prob",
     ]
-    settings = ["tau_h", "tau_o", "top_n", "k", "temperature", "top_p", "seed", "signals", "draft_model", "target_model"]
-    assert names[-10:] == settings
+    assert names[22:25] == ["guided_top1_id", "guided_top1_text", "guided_top1_prob"]
+    settings = ["tau_h", "tau_o", "top_n", "k", "temperature", "top_p", "seed", "signals", "mti_tau", "mti_omega"]
+    settings += ["mti_negative", "draft_model", "target_model"]
+    assert names[-13:] == settings
     margins = ["h_draft_margin", "h_target_margin", "draft_gap", "target_gap", "overlap_swap"]
     margins += ["h_draft_tol", "h_target_tol", "overlap_low", "overlap_high", "fragile"]
-    assert names[-20:-10] == margins
+    assert names[-23:-13] == margins
 
 
 @pytest.mark.parametrize(
@@ -354,7 +356,7 @@ def test_formula_cells_are_neutralised_in_the_csv(tmp_path):
     text_columns = [
         i
         for i, name in enumerate(header)
-        if name.endswith(("_text", "_model")) or name in ("method", "rule", "origin", "signals")
+        if name.endswith(("_text", "_model")) or name in ("method", "rule", "origin", "signals", "mti_negative")
     ]
     for line in lines:
         for i, cell in enumerate(line):
@@ -396,4 +398,5 @@ def test_the_margin_columns_are_the_fields_of_margins_named_alike_in_the_record(
     from easd.core.trace import MARGIN_COLUMNS, TokenRecord
 
     assert MARGIN_COLUMNS == [f.name for f in fields(Margins)]
-    assert [f.name for f in fields(TokenRecord)][-len(MARGIN_COLUMNS) :] == MARGIN_COLUMNS
+    names = [f.name for f in fields(TokenRecord)]
+    assert names[names.index(MARGIN_COLUMNS[0]) :][: len(MARGIN_COLUMNS)] == MARGIN_COLUMNS

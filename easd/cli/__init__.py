@@ -1,5 +1,5 @@
 """`python -m easd`: the command line, one module per command (generate, bench, pairs, eval, calibrate,
-sweep, lm-eval), each with its flags and its runner side by side; the flags several share are in `flags`.
+sweep, table, lm-eval), each with its flags and its runner side by side; the flags several share are in `flags`.
 
 Errors a user can fix print one line naming the flag and exit with status 2, before any model loads
 where possible, so a typo never costs a model load.
@@ -11,10 +11,10 @@ import argparse
 import sys
 
 from ..errors import EasdError
-from . import bench, calibrate, evaluate, generate, lm_eval, pairs, sweep
+from . import bench, calibrate, evaluate, generate, lm_eval, pairs, sweep, table
 from .flags import add_weight_flags, check_model_flags, runtime_of
 
-COMMANDS = (generate, bench, pairs, evaluate, calibrate, sweep, lm_eval)  # in --help's order
+COMMANDS = (generate, bench, pairs, evaluate, table, calibrate, sweep, lm_eval)  # in --help's order
 __all__ = ["add_weight_flags", "build_parser", "check_model_flags", "main", "runtime_of"]
 
 

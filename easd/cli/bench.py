@@ -10,7 +10,7 @@ from ..core.settings import DecodeSettings
 from ..errors import SettingsError
 from .flags import add_model_flags, load_models, numbers, runtime_of, whole_numbers
 
-HELP = "tokens/s of target-only, SD and EASD on the same prompts, against each backend's own generation"
+HELP = "tokens/s of target-only, SD, EASD and MTI on the same prompts, against each backend's own generation"
 
 
 def add(parser: argparse.ArgumentParser) -> None:
@@ -19,6 +19,7 @@ def add(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128, help="new tokens per prompt (≥ 1)")
     parser.add_argument("--k", default="4", help="draft tokens per block; several (comma-separated) give an SD row each")
     parser.add_argument("--tau-h", default="1.0", help="EASD's τ_H; several (comma-separated) give an EASD row each")
+    parser.add_argument("--mti-tau", default="1.0", help="MTI's τ; several (comma-separated) give an MTI row each")
     parser.add_argument("--repeats", type=int, default=1, help="passes over the prompts; all of them count")
     parser.add_argument("--batch-sizes", help="instead: total tokens/s at each B rows per pass, e.g. 1,4,16")
     suite = parser.add_argument_group("Spec-Bench (docs/evaluation.md)")
@@ -38,9 +39,12 @@ def run(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise SettingsError("--repeats", f"must be ≥ 1 (got {args.repeats})")
     tau_hs, ks = numbers("--tau-h", args.tau_h), whole_numbers("--k", args.k)
-    for settings in [DecodeSettings(k=k) for k in ks] + [
-        DecodeSettings(tau_h=t, max_new_tokens=args.max_new_tokens) for t in tau_hs
-    ]:
+    mti_taus = numbers("--mti-tau", args.mti_tau)
+    for settings in (
+        [DecodeSettings(k=k) for k in ks]
+        + [DecodeSettings(tau_h=t, max_new_tokens=args.max_new_tokens) for t in tau_hs]
+        + [DecodeSettings(method="mti", mti_tau=t) for t in mti_taus]
+    ):
         settings.validate()
     backends = [b.strip() for b in args.backend.split(",") if b.strip()]
     transformers_only = {"dtype": "auto", "int8": "none"}  # --dtype and --int8 are transformers' own
@@ -56,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
             run_batched_benchmark(load_models(each), sizes, args.max_new_tokens, ks[0], tau_hs[0]) for each in each_backend
         )
     pairs = [load_models(each) for each in each_backend]
-    return run_benchmark(pairs, Plan(PROMPTS[: args.prompts], args.max_new_tokens, ks, tau_hs, args.repeats))
+    return run_benchmark(pairs, Plan(PROMPTS[: args.prompts], args.max_new_tokens, ks, tau_hs, args.repeats, tuple(mti_taus)))
 
 
 def run_suite(args: argparse.Namespace) -> int:

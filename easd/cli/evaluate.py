@@ -25,6 +25,7 @@ from .flags import (
     settings_from_args,
 )
 
+MTI_FLAGS = ("mti_tau", "mti_omega", "mti_negative")
 HELP = "accuracy, speed and intervention rate of methods on reasoning problems"
 NAME = "eval"
 INT8_BATCH_NOTE = (
@@ -37,12 +38,12 @@ INT8_BATCH_NOTE = (
 def add(parser: argparse.ArgumentParser) -> None:
     add_model_flags(parser)
     add_data_flags(parser, limit=None)
-    decoding = ("k", "tau_h", "tau_o", "top_n", "temperature", "top_p", "max_new_tokens", "seed", "signals")
+    decoding = ("k", "tau_h", "tau_o", "top_n", "temperature", "top_p", "max_new_tokens", "seed", "signals", *MTI_FLAGS)
     add_decode_flags(parser, max_new_tokens=512, include=decoding)
-    parser.add_argument("--methods", default="sd,easd", help="comma-separated: target, draft, sd, easd, easd:RULE")
+    parser.add_argument("--methods", default="sd,easd", help="comma-separated: target, draft, sd, easd, mti, easd:RULE")
     parser.add_argument("--samples", type=int, default=1, help="runs per problem, with seeds seed, seed+1, …")
     parser.add_argument(
-        "--out", type=Path, required=True, help="output folder: results.csv, summary.csv, paired.csv, report.html"
+        "--out", type=Path, required=True, help="output folder: results.csv, summary.csv, paired.csv, paper.md, report.html"
     )
     parser.add_argument("--resume", action="store_true", help="continue the results in --out")
     parser.add_argument("--traces", action="store_true", help="also save every run's trace as JSON under --out/traces")
@@ -79,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         return 130
     summary, paired = write_reports(args.out, args.format)
     print_tables(summary, paired)
+    print((args.out / "paper.md").read_text(encoding="utf-8"))
     if checked:
         reproducibility.to_csv(args.out / "reproducibility.csv", index=False)
         print_tables(reproducibility)

@@ -88,7 +88,7 @@ def add_decode_flags(parser: argparse.ArgumentParser, max_new_tokens: int | None
     """The DecodeSettings flags (those in `include`, or all), with the settings' defaults."""
     d = DecodeSettings()
     group = _Only(parser.add_argument_group("decoding"), include)
-    group.add_argument("--method", default=d.method, choices=METHODS, help="target-only, draft-only, SD or EASD")
+    group.add_argument("--method", default=d.method, choices=METHODS, help="target-only, draft-only, SD, EASD or MTI")
     group.add_argument("--rule", default=d.rule, choices=RULES, help="EASD's trigger rule: full, or one of the paper's ablations")
     group.add_argument("--k", type=int, default=d.k, help="draft tokens per block (1 to 64)")
     group.add_argument("--tau-h", type=float, default=d.tau_h, help="entropy threshold τ_H in nats (≥ 0)")
@@ -101,6 +101,11 @@ def add_decode_flags(parser: argparse.ArgumentParser, max_new_tokens: int | None
     group.add_argument(
         "--signals", default=d.signals, choices=SIGNALS, help="logits the rule reads: float32, or the model's dtype"
     )
+    group.add_argument(
+        "--mti-tau", type=float, default=d.mti_tau, help="MTI: guide where the target's entropy exceeds this (nats)"
+    )
+    group.add_argument("--mti-omega", type=float, default=d.mti_omega, help="MTI: guidance strength ω (1 to 10; 1 = none)")
+    group.add_argument("--mti-negative", default=d.mti_negative, help="MTI: the negative prompt put after the context")
 
 
 class _Only:

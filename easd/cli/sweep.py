@@ -1,4 +1,5 @@
-"""`python -m easd sweep`: EASD over a τ_H × τ_O grid, with SD (and target-only) as reference lines."""
+"""`python -m easd sweep`: EASD over a τ_H × τ_O grid, with SD (and target-only) as reference lines; or MTI over τ
+(`--grid mti`), with target-only as the reference."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from ..errors import SettingsError
 from .evaluate import folder_config, runner
 from .flags import (
     add_batch_flag,
@@ -21,18 +23,22 @@ from .flags import (
     settings_from_args,
 )
 
-HELP = "EASD accuracy and penalty frequency over a τ_H × τ_O grid"
+HELP = "EASD accuracy and penalty frequency over a τ_H × τ_O grid, or MTI's over τ"
 
 
 def add(parser: argparse.ArgumentParser) -> None:
     add_model_flags(parser)
     add_data_flags(parser, limit=40)
     add_decode_flags(
-        parser, max_new_tokens=512, include=("k", "top_n", "temperature", "top_p", "max_new_tokens", "seed", "signals")
+        parser,
+        max_new_tokens=512,
+        include=("k", "top_n", "temperature", "top_p", "max_new_tokens", "seed", "signals", "mti_omega", "mti_negative"),
     )
+    parser.add_argument("--grid", default="easd", choices=("easd", "mti"), help="whose thresholds to sweep")
     parser.add_argument("--tau-hs", default="1,1.5,2", help="τ_H values of the grid, comma-separated")
     parser.add_argument("--tau-os", default="0.2,0.4,0.6,0.8,1.0", help="τ_O values of the grid, comma-separated")
-    parser.add_argument("--with-target", action="store_true", help="also run target-only as a reference")
+    parser.add_argument("--mti-taus", default="0.1,0.5,1,1.5,2", help="MTI's τ values (--grid mti): its authors' grid")
+    parser.add_argument("--with-target", action="store_true", help="also run target-only as a reference (--grid easd)")
     parser.add_argument("--out", type=Path, required=True, help="output folder: results.csv, sweep.csv, sweep.html")
     parser.add_argument("--resume", action="store_true", help="continue the results in --out")
     add_batch_flag(parser)
@@ -40,15 +46,23 @@ def add(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..lab.evaluate import Variant, grid_variants, run_evaluation
+    from ..lab.evaluate import Variant, grid_variants, mti_variants, run_evaluation
     from ..lab.report import write_sweep
 
     base = settings_from_args(args)
-    variants = grid_variants(base, numbers("--tau-hs", args.tau_hs), numbers("--tau-os", args.tau_os))
-    if args.with_target:
+    if args.grid == "mti":
+        variants = mti_variants(base, numbers("--mti-taus", args.mti_taus))
+    else:
+        variants = grid_variants(base, numbers("--tau-hs", args.tau_hs), numbers("--tau-os", args.tau_os))
+    if args.with_target and args.grid == "easd":
         variants.append(Variant("target", replace(base, method="target")))
     for variant in variants:
-        variant.settings.validate()
+        try:
+            variant.settings.validate()
+        except SettingsError as err:  # a grid value out of range: name the grid's flag
+            raise SettingsError(
+                "--mti-taus" if err.setting == "mti_tau" else f"--{err.setting.replace('_', '-')}s", err.message
+            ) from None
     check_batch_size(args)
     chosen = problems(args)
     try:

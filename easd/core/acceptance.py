@@ -326,3 +326,25 @@ def draw(probs: torch.Tensor, generator: torch.Generator | None, greedy: bool = 
     if greedy:
         return probs.argmax(dim=-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+# --- MTI: guidance away from a negative prompt at uncertain positions -----------------------------
+
+
+def mti_intervenes(h_target: torch.Tensor, tau: float) -> torch.Tensor:
+    """Where MTI guides a token: the target's entropy (nats, temperature 1) exceeds τ.  [B] -> [B] bool"""
+    return h_target > tau
+
+
+def guided_logits(conditional: torch.Tensor, negative: torch.Tensor, omega: float) -> torch.Tensor:
+    """MTI's guided distribution, as logits: log p̃ = log p_u + ω (log p_c − log p_u), up to a constant.  [B, V] -> [B, V]
+
+    p_c is the target's distribution after the context (`conditional`), p_u after the context and the
+    negative prompt (`negative`). Written as log p_c + (ω − 1)(log p_c − log p_u) and shifted by
+    log-sum-exp (softmax ignores a constant), so that ω = 1 gives back `conditional` bit for bit. A token
+    that either model rules out (−inf) gets no push either way.
+    """
+    conditional = conditional.float()
+    push = torch.log_softmax(conditional, dim=-1) - torch.log_softmax(negative.float(), dim=-1)
+    push = torch.where(torch.isfinite(push), push, torch.zeros_like(push))
+    return conditional + (omega - 1) * push

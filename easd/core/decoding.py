@@ -1,4 +1,4 @@
-"""The decoding loop: target-only, draft-only, SD and EASD for B ≥ 1 rows at once, streamed block by block.
+"""The decoding loop: target-only, draft-only, SD, EASD and MTI for B ≥ 1 rows at once, streamed block by block.
 
 Layers, bottom-up (as in gpt-fast's generate.py):
   Caches.logits    one forward pass over the tokens each row's cache has not seen (easd/core/seam.py)
@@ -6,6 +6,7 @@ Layers, bottom-up (as in gpt-fast's generate.py):
   Batch._step      plan, draft, verify, judge, commit: a block for every row
     _draft         every drafting row proposes c_1..c_k: one draft pass per drafted position, all rows in it
     _verify        ONE target pass for all rows
+    _guide         MTI rows whose target is unsure: ONE more target pass, after the negative prompt
     _judge         each row's verdict, alone: a row whose numbers fail ends, the others go on
   Batch            generations join and leave at block boundaries; blocks are streamed, each naming its generation
   Generation       one generation: prompt checks, its own random numbers, stop handling, its trace
@@ -21,7 +22,8 @@ A generation is decoded exactly as if it ran alone: it has its own random genera
 same order as a solo run, its own settings (method, rule, thresholds, k, sampling, length), and the
 batch only shares the forward passes. A Generation iterated on its own is a batch of one.
 SD and EASD share every line but one: in `judge_block`, EASD also ends the block where the rule
-fires on a token the standard test accepted.
+fires on a token the standard test accepted. MTI is target-only but for `_guide` (docs/method.md, "The
+paper's baselines").
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from .trace import MARGIN_COLUMNS, BlockInfo, RunStats, TokenRecord, Trace, soft
 
 MAX_PROMPT_CHARS_PER_TOKEN = 32  # a prompt longer than this × context cannot fit; refuse before tokenizing
 SPECULATIVE = ("sd", "easd")
+DRAFTING = ("draft", *SPECULATIVE)  # the methods that use the draft model
 # A joining row's prompt is computed this many tokens a pass, so that Stop is heard between two: in one pass, a
 # 2,375-token prompt held the embedded pair for 75 s on 2 cores (llama.cpp, exact kernels), and Stop with it.
 PREFILL_CHUNK = 256
@@ -185,13 +188,19 @@ class Recorder:
                 setattr(record, name, margins[name][i])
         return records
 
-    def single_record(self, block: int, position: int, token: int, logits: torch.Tensor) -> TokenRecord:
-        method = self.settings.method
-        record = TokenRecord(position, block, token, self.text(token), method)
-        # a target run fills the target's columns (h_target, target_top), a draft run the draft's
+    def single_record(
+        self, block: int, position: int, token: int, logits: torch.Tensor, guided: torch.Tensor | None = None
+    ) -> TokenRecord:
+        """The record of a one-model token; `guided` are MTI's guided logits where it intervened.  logits: [1, V]"""
+        model = "draft" if self.settings.method == "draft" else "target"
+        record = TokenRecord(position, block, token, self.text(token), "target" if model == "target" else "draft")
+        # a draft run fills the draft's columns (h_draft, draft_top), the others the target's
         probs = acc.raw_probs(logits)
-        setattr(record, f"h_{method}", float(acc.entropy_of_probs(probs)[0]))
-        setattr(record, f"{method}_top", self.top(probs)[0])
+        setattr(record, f"h_{model}", float(acc.entropy_of_probs(probs)[0]))
+        setattr(record, f"{model}_top", self.top(probs)[0])
+        if guided is not None:
+            record.origin = "mti_guided"
+            record.guided_top = self.top(acc.raw_probs(guided))[0]
         return record
 
 
@@ -252,6 +261,7 @@ class Generation:
         self.settings.validate()
         self.prompt_ids = encode_prompt(self.pair, self.prompt, self.chat)
         self.prompt_length = len(self.prompt_ids)
+        self.negative_ids = negative_prompt(self.pair, self.settings, self.prompt_length)  # MTI's; [] for other methods
         self.tokens = list(self.prompt_ids)
         self.recorder = Recorder(self.pair, self.settings)
         self.trace = Trace(
@@ -288,7 +298,7 @@ class Generation:
 
     @property
     def uses_draft(self) -> bool:
-        return self.settings.method != "target"
+        return self.settings.method in DRAFTING
 
     @property
     def uses_target(self) -> bool:
@@ -310,13 +320,19 @@ class Generation:
 
     @property
     def capacity(self) -> int:
-        """The most tokens its row of the caches may hold: its prompt, its new tokens (within the context) and a block's drafts."""
-        return min(self.prompt_length + self.settings.max_new_tokens, self.pair.context_length) + self.settings.k + 1
+        """The most tokens its row of the caches may hold: its prompt, its new tokens (within the context) and a block's
+        drafts, or MTI's negative prompt."""
+        return (
+            min(self.prompt_length + self.settings.max_new_tokens, self.pair.context_length)
+            + self.settings.k
+            + 1
+            + len(self.negative_ids)
+        )
 
     def room(self) -> int:
-        """How many more tokens it may emit (max_new_tokens and the context both count)."""
+        """How many more tokens it may emit (max_new_tokens and the context both count; MTI keeps room for its negative prompt)."""
         generated = len(self.tokens) - self.prompt_length
-        return min(self.settings.max_new_tokens - generated, self.pair.context_length - len(self.tokens))
+        return min(self.settings.max_new_tokens - generated, self.pair.context_length - len(self.tokens) - len(self.negative_ids))
 
     def __iter__(self) -> Iterator[Block]:
         return iter(Batch(self.pair, [self], use_cache=self.use_cache))
@@ -534,6 +550,7 @@ class Batch:
         precise = {plan.row for plan in plans if plan.generation.settings.signals == "float32"}  # float32 lm_head rows
         self._draft(plans, precise)
         self._verify(plans, precise)
+        self._guide(plans, precise)
         blocks = [block for block in map(self._judge, plans) if block is not None]
         self._commit(blocks, seconds=time.perf_counter() - started)  # every generation waited for the whole step
         return blocks
@@ -593,6 +610,28 @@ class Batch:
             with self._alone(plan):
                 plan.p_logits = _finite(out[plan.row], "target", plan)
 
+    def _guide(self, plans: list[RowPlan], precise: set[int]) -> None:
+        """MTI rows whose target entropy exceeds τ: ONE more target pass for all of them, over each row's context with
+        the negative prompt after it; the logits at its last token are p_u. The row's cache then forgets the negative
+        prompt (as it forgets rejected drafts), so it holds exactly what it held before."""
+        asking = [plan for plan in plans if plan.generation.settings.method == "mti" and not plan.generation.done]
+        for plan in asking:
+            plan.h_target = acc.entropy_of_probs(acc.raw_probs(plan.p_logits))  # [1]
+        asking = [plan for plan in asking if bool(acc.mti_intervenes(plan.h_target, plan.generation.settings.mti_tau))]
+        if not asking:
+            return
+        sequences = {plan.row: plan.generation.tokens + plan.generation.negative_ids for plan in asking}
+        started = time.perf_counter()
+        out = self.target.logits(sequences, dict.fromkeys(sequences, 1), precise)  # {row: [1, V]}
+        seconds = time.perf_counter() - started
+        for plan in asking:
+            self.target.truncate(plan.row, len(plan.generation.tokens))
+            stats = plan.generation.trace.stats
+            stats.target_seconds += seconds
+            stats.target_calls += 1
+            with self._alone(plan):
+                plan.u_logits = _finite(out[plan.row], "target (after MTI's negative prompt)", plan)
+
     def _judge(self, plan: RowPlan) -> Block | None:
         """The row's block: judge_block's verdict, or one sampled token for a single-model row (None if the row failed)."""
         generation = plan.generation
@@ -607,9 +646,10 @@ class Batch:
                 records = recorder.block_records(plan.block, plan.position, plan.drafted, verdict)
                 return Block(plan.block, plan.drafted, records, verdict.origin, generation)
             logits = plan.p_logits if generation.uses_target else plan.q_logits[0]  # [1, V]
-            probs = acc.sampling_probs(logits, settings.temperature, settings.top_p)
+            guided = None if plan.u_logits is None else acc.guided_logits(logits, plan.u_logits, settings.mti_omega)  # [1, V]
+            probs = acc.sampling_probs(logits if guided is None else guided, settings.temperature, settings.top_p)
             token = int(acc.draw(probs, generation.generator, settings.greedy))
-            record = recorder.single_record(plan.block, plan.position, token, logits)
+            record = recorder.single_record(plan.block, plan.position, token, logits, guided)
             return Block(plan.block, [], [record], record.origin, generation)
         return None
 
@@ -714,6 +754,8 @@ class RowPlan:
     drafted: list[int] = field(default_factory=list)  # c_1..c_k
     q_logits: list[torch.Tensor] = field(default_factory=list)  # [1, V] per draft pass: q_1..q_k (draft-only: its step)
     p_logits: torch.Tensor | None = None  # [k+1, V] p_1..p_{k+1} from the one target pass
+    h_target: torch.Tensor | None = None  # [1] an MTI row's target entropy, which decides whether it is guided
+    u_logits: torch.Tensor | None = None  # [1, V] p_u, an MTI row's target logits after the negative prompt (when guided)
 
     @property
     def draft_passes(self) -> int:
@@ -735,6 +777,21 @@ def _cut_at_eos(records: list[TokenRecord], eos_ids: frozenset[int]) -> list[Tok
         if record.token_id in eos_ids:
             return records[: i + 1]
     return records
+
+
+def negative_prompt(pair: ModelPair, settings: DecodeSettings, prompt_length: int) -> list[int]:
+    """MTI's negative prompt as token ids (no special tokens added), or [] for the other methods;
+    SettingsError if it leaves the prompt no room in the context."""
+    if settings.method != "mti":
+        return []
+    ids = pair.tokenizer.encode(settings.mti_negative)
+    if prompt_length + len(ids) >= pair.context_length:
+        raise SettingsError(
+            "mti_negative",
+            f"is {len(ids):,} tokens; after the prompt's {prompt_length:,} the model's context of {pair.context_length:,} "
+            "tokens has no room left for it and a new token: shorten one of them",
+        )
+    return ids
 
 
 def encode_prompt(pair: ModelPair, prompt: str, chat: bool) -> list[int]:

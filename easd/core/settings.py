@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, fields
 
 from ..errors import SettingsError
 
-METHODS = ("target", "draft", "sd", "easd")
+METHODS = ("target", "draft", "sd", "easd", "mti")
 SIGNALS = ("float32", "model")
 RULES = ("full", "no_overlap", "no_draft_entropy", "target_entropy_only")
 MAX_K = 64  # more drafted tokens than this only wastes draft passes: acceptance decays geometrically
@@ -21,11 +21,12 @@ MAX_TOP_N = 100  # top-n lists are stored per token in the trace; 100 columns is
 # top_p = 5e-324 rounds to 0 in float32 and keeps no token: both would make NaN probabilities.
 MIN_TEMPERATURE = 1e-3  # a temperature > 0 is at least this; 0 means greedy
 MIN_TOP_P = 1e-3
+MAX_MTI_NEGATIVE_CHARS = 1_000  # the negative prompt is a short instruction; its tokens take cache room at every guided position
 
 
 @dataclass(frozen=True)
 class DecodeSettings:
-    method: str = "easd"  # target | draft | sd | easd
+    method: str = "easd"  # target | draft | sd | easd | mti
     rule: str = "full"  # which EASD trigger rule (docs/method.md, "The method"); SD runs still record it
     k: int = 4  # draft tokens per block: the paper's default and a good fit for a 3x size gap
     tau_h: float = 1.0  # entropy threshold in nats, applied to draft and target alike
@@ -39,6 +40,12 @@ class DecodeSettings:
     # The lm_head in float32 even for bfloat16 weights, so that rounding of the logits does not
     # decide the rule (docs/method.md, "Fragile decisions"); "model" uses the model's own logits, in its dtype.
     signals: str = "float32"
+    # MTI (docs/method.md, "The paper's baselines"): where the target's entropy exceeds mti_tau, the next token comes from
+    # log p_u + ω (log p_c − log p_u), p_u being the target's distribution after the negative prompt. Its authors fix
+    # ω = 1.5 and tune τ in {0.1, 0.5, 1.0, 1.5, 2.0}; ω = 1 is plain target-only.
+    mti_tau: float = 1.0
+    mti_omega: float = 1.5
+    mti_negative: str = "OUTPUT ERROR"
 
     @property
     def greedy(self) -> bool:
@@ -110,6 +117,15 @@ def _check_thresholds(s: DecodeSettings) -> None:
         s.temperature,
     )
     _require(_is_real(s.top_p) and MIN_TOP_P <= s.top_p <= 1, "top_p", f"a number from {MIN_TOP_P:g} to 1", s.top_p)
+    _require(_is_real(s.mti_tau) and s.mti_tau >= 0, "mti_tau", "a number of nats ≥ 0", s.mti_tau)
+    # ω < 1 would pull towards the negative prompt; past 10 the guidance swamps the model's own distribution
+    _require(_is_real(s.mti_omega) and 1 <= s.mti_omega <= 10, "mti_omega", "a number from 1 to 10", s.mti_omega)
+    _require(
+        isinstance(s.mti_negative, str) and s.mti_negative.strip() != "" and len(s.mti_negative) <= MAX_MTI_NEGATIVE_CHARS,
+        "mti_negative",
+        f"a text of 1 to {MAX_MTI_NEGATIVE_CHARS:,} characters",
+        s.mti_negative if not isinstance(s.mti_negative, str) else s.mti_negative[:40],
+    )
 
 
 def _is_int(value) -> bool:

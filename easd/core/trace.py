@@ -21,6 +21,7 @@ from .settings import DecodeSettings
 from .trace_schema import MAX_CELLS, MAX_ROWS, MAX_RUNS, MAX_TRACE_BYTES, SchemaError
 from .trace_schema import ORIGINS as ORIGINS  # re-exported: easd.core.trace.ORIGINS
 
+INTERVENTIONS = ("easd_penalty", "mti_guided")  # the origins of tokens a method chose against the plain target's test
 FORMAT = "easd-trace"
 DELTA_FORMAT = "easd-trace-update"  # a streamed run's new rows (see to_json_delta)
 FORMAT_VERSION = 2
@@ -61,6 +62,7 @@ class TokenRecord:
     overlap_low: float | None = None  # the lowest overlap (/ n) swaps within rounding can reach
     overlap_high: float | None = None  # the highest
     fragile: bool | None = None  # a perturbation at the models' precision could flip the decision
+    guided_top: list[Candidate] = field(default_factory=list)  # MTI's guided p̃ where it guided (target_top: without)
 
 
 @dataclass
@@ -137,6 +139,7 @@ def summarize(trace: Trace) -> dict:
     examined = sum(r.draft_token_id is not None for r in records)
     accepted = sum(r.origin == "draft_accepted" for r in records)
     penalized = [r.position for r in records if r.origin == "easd_penalty"]
+    interventions = sum(r.origin in INTERVENTIONS for r in records)
     fired = sum(bool(r.triggered) for r in records if r.draft_token_id is not None)
     fragile = sum(bool(r.fragile) for r in records if r.draft_token_id is not None)
     fragile_penalties = sum(bool(r.fragile) for r in records if r.origin == "easd_penalty")
@@ -155,6 +158,7 @@ def summarize(trace: Trace) -> dict:
         "mean_accepted_length": accepted / blocks if blocks and examined else None,
         "penalized": len(penalized),
         "penalized_rate": len(penalized) / len(records) if records else None,
+        "interventions": interventions,  # tokens a method changed on purpose: EASD's penalties, MTI's guided tokens
         "first_penalty_position": penalized[0] if penalized else None,
         "fired": fired,  # drafted positions where the rule fired (in SD runs too)
         "fragile": fragile,  # drafted positions whose decision (fired or not) could flip by rounding
@@ -165,17 +169,20 @@ def summarize(trace: Trace) -> dict:
 
 # --- flat rows (CSV columns) --------------------------------------------------------------------
 
-_RECORD_SCALARS = [f.name for f in fields(TokenRecord) if f.name not in ("draft_top", "target_top")]
-_SETTING_COLUMNS = ["tau_h", "tau_o", "top_n", "k", "temperature", "top_p", "seed", "signals"]
+_TOP_LISTS = [f"{side}_top" for side in schema.SIDES]
+_RECORD_SCALARS = [f.name for f in fields(TokenRecord) if f.name not in _TOP_LISTS]
+_MTI_COLUMNS = ["mti_tau", "mti_omega", "mti_negative"]
+_SETTING_COLUMNS = ["tau_h", "tau_o", "top_n", "k", "temperature", "top_p", "seed", "signals", *_MTI_COLUMNS]
 MARGIN_COLUMNS = [f.name for f in fields(Margins)]  # the margin columns are the fields of acceptance.Margins
-# Columns added after files were first written: a file without them still reads (they are empty, signals "float32")
-OPTIONAL_COLUMNS = (*MARGIN_COLUMNS, "signals")
+# Columns added after files were first written: a file without them still reads (they are empty, settings their defaults)
+OPTIONAL_COLUMNS = (*MARGIN_COLUMNS, "signals", *_MTI_COLUMNS)
+OPTIONAL_SIDES = ("guided",)  # candidate lists added later: a file may lack their columns
 _RUN_COLUMNS = ["method", "rule", *_SETTING_COLUMNS, "draft_model", "target_model"]  # the same on every row of a run
 
 
 def columns(top: int) -> list[str]:
     """CSV column names for traces keeping `top` candidates per token, in the README's order."""
-    tops = [f"{side}_top{j}_{part}" for j in range(1, top + 1) for side in ("draft", "target") for part in ("id", "text", "prob")]
+    tops = [f"{side}_top{j}_{part}" for j in range(1, top + 1) for side in schema.SIDES for part in ("id", "text", "prob")]
     decisions = [name for name in _RECORD_SCALARS if name not in MARGIN_COLUMNS]
     return ["method", "rule", *decisions, *tops, *MARGIN_COLUMNS, *_SETTING_COLUMNS, "draft_model", "target_model"]
 
@@ -190,7 +197,7 @@ def to_rows(trace: Trace) -> list[dict]:
 
 def _flatten(record: TokenRecord) -> dict:
     row = {name: getattr(record, name) for name in _RECORD_SCALARS}
-    for side in ("draft", "target"):
+    for side in schema.SIDES:
         for j, (token_id, text, prob) in enumerate(getattr(record, f"{side}_top"), start=1):
             row.update({f"{side}_top{j}_id": token_id, f"{side}_top{j}_text": text, f"{side}_top{j}_prob": prob})
     return row
@@ -198,7 +205,7 @@ def _flatten(record: TokenRecord) -> dict:
 
 def _record_from_row(row: dict) -> TokenRecord:
     scalars = {name: row.get(name) for name in _RECORD_SCALARS}
-    tops = {f"{side}_top": _candidates(row, side) for side in ("draft", "target")}
+    tops = {f"{side}_top": _candidates(row, side) for side in schema.SIDES}
     return TokenRecord(**scalars, **tops)
 
 
@@ -237,7 +244,7 @@ def _append_record(trace: Trace, row: dict, top: int) -> None:
         raise SchemaError("block", f"is {row['block']}, but the token before is in block {trace.records[-1].block}")
     record = _record_from_row(row)
     trace.records.append(record)
-    kept = max(len(record.draft_top), len(record.target_top))
+    kept = max(len(getattr(record, name)) for name in _TOP_LISTS)
     if kept > trace.settings.trace_top:  # the run kept more candidates than its settings say: remember how many
         trace.settings = replace(trace.settings, record_top=kept)
 
@@ -343,7 +350,11 @@ def _check_header(header: list[str]) -> list[tuple[str, schema.Field]]:
     top = schema.candidate_count(header)
     if top > schema.MAX_CANDIDATES:
         raise SchemaError("header", f"{top} candidates per token is more than the {schema.MAX_CANDIDATES} a trace may hold")
-    missing = [name for name in columns(top) if name not in header and name not in OPTIONAL_COLUMNS]
+    missing = [
+        name
+        for name in columns(top)
+        if name not in header and name not in OPTIONAL_COLUMNS and not name.startswith(tuple(f"{s}_top" for s in OPTIONAL_SIDES))
+    ]
     if missing:
         raise SchemaError("header", f"not an EASD trace; missing columns: {', '.join(missing[:6])}")
     if len(header) != len(set(header)):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from .settings import MAX_TOP_N, METHODS, RULES, SIGNALS
 
-ORIGINS = ("draft_accepted", "target_resample", "easd_penalty", "bonus", "target", "draft")
+ORIGINS = ("draft_accepted", "target_resample", "easd_penalty", "bonus", "target", "draft", "mti_guided")
 BLOCK_ENDS = ("target_resample", "easd_penalty", "bonus")  # a speculative block's end: the origin of its last token
 STOP_REASONS = ("eos", "max_new_tokens", "context", "stopped", "unread", "error")
 
@@ -45,13 +45,17 @@ ORIGIN_NEEDS = {
     "bonus": ("h_target",),
     "target": ("h_target",),
     "draft": ("h_draft",),
+    "mti_guided": ("h_target",),
 }
 METHOD_ORIGINS = {
     "target": ("target",),
     "draft": ("draft",),
     "sd": ("draft_accepted", "target_resample", "bonus"),
     "easd": ("draft_accepted", "target_resample", "easd_penalty", "bonus"),
+    "mti": ("target", "mti_guided"),
 }
+# Each token's top candidates, per distribution: the draft's q, the target's p, and MTI's guided p̃ where it guided
+SIDES = ("draft", "target", "guided")
 
 
 class SchemaError(Exception):
@@ -201,6 +205,9 @@ SETTINGS_FIELDS = {
     "seed": COUNT,
     "record_top": COUNT,
     "signals": Field("text", choices=SIGNALS),
+    "mti_tau": REAL,
+    "mti_omega": REAL,
+    "mti_negative": NAME,
 }
 MODEL_FIELDS = {"draft_model": NAME, "target_model": NAME}
 STATS_FIELDS = {
@@ -216,9 +223,9 @@ CANDIDATE_PARTS = {"id": TOKEN_ID, "text": TEXT, "prob": PROBABILITY}
 # (id, text, prob) column names of candidates 1..MAX_CANDIDATES, per side, built once
 CANDIDATE_NAMES = {
     side: [(f"{side}_top{j}_id", f"{side}_top{j}_text", f"{side}_top{j}_prob") for j in range(1, MAX_CANDIDATES + 1)]
-    for side in ("draft", "target")
+    for side in SIDES
 }
-_CANDIDATE = re.compile(r"(draft|target)_top([1-9][0-9]{0,5})_(id|text|prob)")
+_CANDIDATE = re.compile(rf"({'|'.join(SIDES)})_top([1-9][0-9]{{0,5}})_(id|text|prob)")
 
 
 def candidate_field(name: str) -> Field | None:
@@ -264,7 +271,7 @@ def check_row(row: dict, method: str, top: int) -> None:
         if row.get(name) is None:
             raise SchemaError(name, f"is empty, but a {origin} row needs it")
     _check_paired(row, "draft_token_id", "draft_token_text")
-    for side in ("draft", "target"):
+    for side in SIDES:
         check_candidates(row, side, top)
 
 

@@ -71,12 +71,17 @@ class Row:
 
 
 def rates(traces: list[Trace]) -> str:
-    """Acceptance, kept drafts per target pass and penalized-token rate over runs, from each trace's summary."""
+    """Acceptance, kept drafts per target pass and penalized-token rate over runs, from each trace's summary (for MTI:
+    the share of guided tokens and target passes per token)."""
     summaries = [t.summary() for t in traces]
     examined = sum(s["examined"] for s in summaries)
+    tokens = sum(s["new_tokens"] for s in summaries)
+    if any(t.settings.method == "mti" for t in traces) and tokens:  # MTI's cost: its extra target passes
+        guided, passes = sum(s["interventions"] for s in summaries), sum(s["target_calls"] for s in summaries)
+        return f"guided {guided / tokens:.3f}  target passes/token {passes / tokens:.3f}"
     if not examined:
         return ""
-    accepted, tokens = sum(s["accepted"] for s in summaries), sum(s["new_tokens"] for s in summaries)
+    accepted = sum(s["accepted"] for s in summaries)
     blocks, penalized = sum(s["blocks"] for s in summaries), sum(s["penalized"] for s in summaries)
     return f"acceptance {accepted / examined:.3f}  accepted/block {accepted / blocks:.2f}  penalized {penalized / tokens:.3f}"
 
@@ -90,6 +95,7 @@ class Plan:
     ks: list[int]
     tau_hs: list[float]
     repeats: int = 1
+    mti_taus: tuple[float, ...] = ()  # MTI's τ values: an MTI row each, timed against target-only
 
 
 def run_benchmark(pairs: list[ModelPair], plan: Plan) -> int:
@@ -143,6 +149,8 @@ def methods_of(pair: ModelPair, plan: Plan) -> dict:
         methods[f"{b} EASD (k={k}, τ_H={tau_h:g})"] = lambda p, tau_h=tau_h: _ours(
             pair, p, replace(sd, method="easd", tau_h=tau_h)
         )
+    for tau in plan.mti_taus:
+        methods[f"{b} MTI (τ={tau:g})"] = lambda p, tau=tau: _ours(pair, p, replace(sd, method="mti", mti_tau=tau))
     if b == "transformers" and head_copy_bytes(pair) > 0:  # what float32 signals cost: the same runs with the model's logits
         model_sd = replace(sd, signals="model")
         methods[f"transformers SD (k={k}, {MODEL_LOGITS})"] = lambda p: _ours(pair, p, model_sd)
@@ -156,6 +164,7 @@ def ratios_of(pairs: list[ModelPair], plan: Plan, rows: dict) -> list[tuple[str,
         target, sd = rows[f"{b} target-only"], rows[f"{b} SD (k={k})"]
         ratios += [(f"{b} SD (k={each_k}) ÷ target-only", rows[f"{b} SD (k={each_k})"], target) for each_k in plan.ks]
         ratios += [(f"{name} ÷ SD", rows[name], sd) for name in rows if name.startswith(f"{b} EASD")]
+        ratios += [(f"{name} ÷ target-only", rows[name], target) for name in rows if name.startswith(f"{b} MTI")]
         if b == "transformers":
             ratios.append((f"transformers SD ÷ assisted (k={k})", sd, rows[f"transformers assisted (k={k})"]))
             if f"transformers SD (k={k}, {MODEL_LOGITS})" in rows:

@@ -21,7 +21,7 @@ from ..core.decoding import Batch, Generation, encode_prompt
 from ..core.pair import ModelPair
 from ..core.prefix import easd_start
 from ..core.seam import free_memory, row_bytes
-from ..core.settings import RULES, DecodeSettings
+from ..core.settings import METHODS, RULES, DecodeSettings
 from ..core.trace import Trace
 from ..errors import EasdError, SettingsError
 from .problems import Problem, extract_answer, is_correct
@@ -35,12 +35,12 @@ class Variant:
 
 
 def parse_methods(text: str, base: DecodeSettings) -> list[Variant]:
-    """`target,draft,sd,easd,easd:no_overlap` → variants; SD first, so EASD variants can reuse it."""
+    """`target,draft,sd,easd,mti,easd:no_overlap` → variants; SD first, so EASD variants can reuse it."""
     variants = []
     for label in [part.strip() for part in text.split(",") if part.strip()]:
         method, _, rule = label.partition(":")
-        if method not in ("target", "draft", "sd", "easd") or (rule and (method != "easd" or rule not in RULES)):
-            raise EasdError(f"--methods: {label!r} is not one of target, draft, sd, easd, easd:RULE (RULE: {', '.join(RULES)})")
+        if method not in METHODS or (rule and (method != "easd" or rule not in RULES)):
+            raise EasdError(f"--methods: {label!r} is not one of {', '.join(METHODS)}, easd:RULE (RULE: {', '.join(RULES)})")
         variants.append(Variant(label, replace(base, method=method, rule=rule or base.rule)))
     if not variants:
         raise EasdError("--methods: give at least one method, e.g. sd,easd")
@@ -51,6 +51,12 @@ def grid_variants(base: DecodeSettings, tau_hs: list[float], tau_os: list[float]
     """SD plus EASD at every (τ_H, τ_O), for `sweep`."""
     grid = [Variant(f"easd@{h:g}/{o:g}", replace(base, method="easd", tau_h=h, tau_o=o)) for h in tau_hs for o in tau_os]
     return [Variant("sd", replace(base, method="sd")), *grid]
+
+
+def mti_variants(base: DecodeSettings, taus: list[float]) -> list[Variant]:
+    """Target-only plus MTI at every τ, for `sweep --grid mti` (MTI guides the target: target-only is its reference)."""
+    grid = [Variant(f"mti@{tau:g}", replace(base, method="mti", mti_tau=tau)) for tau in taus]
+    return [Variant("target", replace(base, method="target")), *grid]
 
 
 # --- the work -----------------------------------------------------------------------------------
@@ -197,6 +203,7 @@ def result_row(problem: Problem, label: str, sample: int, trace: Trace, saved_se
         "accepted": summary["accepted"],
         "examined": summary["examined"],
         "penalized": summary["penalized"],
+        "interventions": summary["interventions"],
         "fragile_penalties": summary["fragile_penalties"],
         "first_penalty_position": summary["first_penalty_position"],
         "target_calls": summary["target_calls"],

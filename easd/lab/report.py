@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,7 @@ SUMMARY_COLUMNS = [
     "tokens_per_s",
     "acceptance_rate",
     "penalized_token_rate",
+    "interventions_per_1k",
     "penalties",
     "fragile_share",
     "robust_runs",
@@ -61,6 +63,10 @@ def _summary_row(method: str, group: pd.DataFrame, format: str) -> dict:
         "tokens_per_s": tokens / seconds if seconds else np.nan,
         "acceptance_rate": group["accepted"].sum() / examined if examined else np.nan,
         "penalized_token_rate": group["penalized"].sum() / tokens if tokens else np.nan,
+        # EASD's penalties or MTI's guided tokens per 1,000 new tokens (unknown for results written without the column)
+        "interventions_per_1k": 1000 * group["interventions"].sum() / tokens
+        if tokens and group["interventions"].notna().all()
+        else np.nan,
         **_fragility(group),
         "target_calls_per_token": group["target_calls"].sum() / tokens if tokens else np.nan,
         "cut_off": float((group["stop_reason"] != "eos").mean()),
@@ -114,10 +120,10 @@ def _canonical(answer: str, format: str) -> str | None:
 
 
 def paired_table(results: pd.DataFrame) -> pd.DataFrame:
-    """Each EASD variant against SD and against target-only, on the (problem, sample) pairs both ran."""
+    """Each EASD or MTI variant against SD and against target-only, on the (problem, sample) pairs both ran."""
     methods = list(dict.fromkeys(results["method"]))
     rows = []
-    for a in [m for m in methods if m.startswith("easd")]:
+    for a in [m for m in methods if m.startswith(("easd", "mti"))]:
         for b in [m for m in ("sd", "target") if m in methods]:
             rows.append(_paired_row(results, a, b))
     return pd.DataFrame(
@@ -172,10 +178,39 @@ def write_reports(out: Path, format: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     results = load_results(out / "results.csv")
     summary, paired = summary_table(results, format), paired_table(results)
     summary.to_csv(out / "summary.csv", index=False, float_format="%.4f")
+    (out / "paper.md").write_text(paper_table({benchmark_name(out): summary}) + "\n", encoding="utf-8")
     paired.to_csv(out / "paired.csv", index=False, float_format="%.4f")
     figures = [accuracy_figure(summary), speed_figure(summary), fragility_figure(summary), paired_figure(paired)]
     write_html(out / "report.html", "EASD evaluation", figures)
     return summary, paired
+
+
+def benchmark_name(out: Path) -> str:
+    """An eval folder's benchmark, as a column of the paper's table: its data file's name (run.json), else the folder's."""
+    config = out / "run.json"
+    data = json.loads(config.read_text(encoding="utf-8")).get("data") if config.exists() else None
+    return Path(data).stem if data else out.name
+
+
+def paper_table(summaries: dict[str, pd.DataFrame]) -> str:
+    """The paper's main table as markdown: one row per method; accuracy per benchmark and their average, tokens/s and
+    interventions per 1,000 tokens over all of them (each benchmark's summary.csv, by benchmark name)."""
+    methods = list(dict.fromkeys(m for summary in summaries.values() for m in summary["method"]))
+    header = ["method", *summaries, "average", "tokens/s", "interventions / 1k tokens"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for method in methods:
+        rows = {name: s[s["method"] == method] for name, s in summaries.items()}
+        accuracy = {name: float(r["accuracy"].iloc[0]) for name, r in rows.items() if len(r)}
+        found = [r.iloc[0] for r in rows.values() if len(r)]
+        tokens = sum(r["mean_tokens"] * r["runs"] for r in found)
+        seconds = sum(r["mean_tokens"] * r["runs"] / r["tokens_per_s"] for r in found if r["tokens_per_s"] > 0)
+        interventions = sum(r["interventions_per_1k"] * r["mean_tokens"] * r["runs"] / 1000 for r in found)
+        cells = [f"{100 * accuracy[name]:.2f}" if name in accuracy else "—" for name in summaries]
+        average = f"{100 * np.mean(list(accuracy.values())):.2f}" if len(accuracy) == len(summaries) else "—"
+        speed = f"{tokens / seconds:.2f}" if seconds else "—"
+        rate = "—" if np.isnan(interventions) or not tokens else f"{1000 * interventions / tokens:.1f}"
+        lines.append("| " + " | ".join([method, *cells, average, speed, rate]) + " |")
+    return "\n".join(lines)
 
 
 def write_html(path: Path, title: str, figures: list[go.Figure]) -> None:
@@ -243,9 +278,12 @@ def paired_figure(paired: pd.DataFrame) -> go.Figure:
 
 
 def write_sweep(out: Path, format: str) -> pd.DataFrame:
-    """sweep.csv (one row per τ_H × τ_O cell) and sweep.html: two heatmaps, SD and target-only as references."""
+    """sweep.csv (one row per τ_H × τ_O cell) and sweep.html: two heatmaps, SD and target-only as references.
+    For MTI's grid (methods mti@τ), one row per τ and a line of accuracy over τ instead."""
     results = load_results(out / "results.csv")
     summary = summary_table(results, format)
+    if summary["method"].str.startswith("mti@").any():
+        return _write_mti_sweep(out, summary)
     taus = results.groupby("method", sort=False)[["tau_h", "tau_o"]].first()  # each variant ran at one (τ_H, τ_O)
     cells = summary[summary["method"].str.startswith("easd@")].merge(taus, left_on="method", right_index=True)
     cells = cells[["tau_h", "tau_o", "runs", "accuracy", "ci95_low", "ci95_high", "penalized_token_rate", "tokens_per_s"]]
@@ -254,6 +292,23 @@ def write_sweep(out: Path, format: str) -> pd.DataFrame:
         m: summary.loc[summary["method"] == m, "accuracy"].iloc[0] for m in ("sd", "target") if m in set(summary["method"])
     }
     write_html(out / "sweep.html", "EASD threshold sweep", _sweep_figures(cells, references))
+    return cells
+
+
+def _write_mti_sweep(out: Path, summary: pd.DataFrame) -> pd.DataFrame:
+    cells = summary[summary["method"].str.startswith("mti@")].copy()
+    cells.insert(0, "mti_tau", cells["method"].str.removeprefix("mti@").astype(float))
+    cells = cells[["mti_tau", "runs", "accuracy", "ci95_low", "ci95_high", "interventions_per_1k", "tokens_per_s"]]
+    cells = cells.sort_values("mti_tau")
+    cells.to_csv(out / "sweep.csv", index=False, float_format="%.4f")
+    figure = go.Figure(go.Scatter(x=cells["mti_tau"], y=cells["accuracy"], mode="lines+markers", name="MTI"))
+    target = summary.loc[summary["method"] == "target", "accuracy"]
+    if len(target):
+        figure.add_hline(y=target.iloc[0], line_dash="dash", annotation_text=f"target {target.iloc[0]:.1%}")
+    figure.update_layout(
+        title="MTI's accuracy by τ, target-only as the reference line", xaxis_title="τ (nats)", yaxis_tickformat=".0%"
+    )
+    write_html(out / "sweep.html", "MTI threshold sweep", [figure])
     return cells
 
 

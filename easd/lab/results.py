@@ -32,6 +32,7 @@ RESULT_COLUMNS = [
     "accepted",
     "examined",
     "penalized",
+    "interventions",
     "fragile_penalties",
     "first_penalty_position",
     "target_calls",
@@ -49,7 +50,7 @@ RESUME_KEYS = ("pair", "data", "format", "shuffle", "samples", "settings")
 TEXT_COLUMNS = {"problem_id", "method", "prediction", "extraction", "gold", "correct", "stop_reason", "text"}
 NUMERIC = [column for column in RESULT_COLUMNS if column not in TEXT_COLUMNS]
 OPTIONAL = {"acceptance_rate", "first_penalty_position"}  # empty where they do not exist (no drafts, no penalty)
-ADDED_LATER = {"fragile_penalties"}  # results.csv files written before it read as "unknown" (empty)
+ADDED_LATER = {"fragile_penalties", "interventions"}  # results.csv files written before it read as "unknown" (empty)
 
 
 def load_results(path: str | Path) -> pd.DataFrame:
