@@ -18,6 +18,8 @@ from easd.core.acceptance import rule_fires
 from easd.core.settings import RULES, DecodeSettings, overlap_needed
 from easd.errors import SettingsError
 
+from .lanes import TITLES
+
 DEFAULTS = DecodeSettings()
 WHATIF_TOP = 20  # candidates kept per token, so the what-if covers every n the slider offers
 MAX_SEED = 2**63 - 1  # torch seeds are 64-bit signed
@@ -49,7 +51,15 @@ FIELDS: dict[str, Field] = {
     "max_new_tokens": Field("max new tokens", "per run", 1, DEFAULTS.max_new_tokens, 1, integer=True),  # high: the cap
     "seed": Field("seed", "same for both runs", 0, MAX_SEED, 1, integer=True),
 }
-OTHER_LABELS = {"rule": "EASD rule", "prompt": "Prompt", "pair": "Model pair", "chat": "chat template"}
+OTHER_LABELS = {
+    "rule": "EASD rule",
+    "prompt": "Prompt",
+    "pair": "Model pair",
+    "chat": "chat template",
+    "left": "left lane",
+    "right": "right lane",
+}
+
 WHATIF_FIELDS = ("rule", "tau_h", "tau_o", "top_n")  # the settings a finished trace can be re-read under
 
 
@@ -99,6 +109,13 @@ def check_prompt(value) -> str:
         raise SettingsError(
             "prompt", "holds characters that are not valid text (lone surrogates); retype or paste it again"
         ) from None
+    return value
+
+
+def check_method(lane: str, value) -> str:
+    """A lane's method (`lane` is "left" or "right", as the API's parameters are named)."""
+    if not (isinstance(value, str) and value in TITLES):
+        raise SettingsError(lane, f"must be one of {', '.join(TITLES)} (got {_shown(value)})")
     return value
 
 

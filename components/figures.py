@@ -174,21 +174,23 @@ def whatif_map(sd_trace: Trace | None, view: RuleView) -> go.Figure:
 
 @dataclass(frozen=True)
 class Focus:
-    """What the figures show: the focused lane's trace, the SD trace (None while running), the rule
-    view, and the selected row's index."""
+    """What the figures show: the focused lane's trace, the SD trace the what-if re-reads (None while running), the
+    speculative run whose speed is explained (SD or EASD, whichever lane comes first), the rule view, and the selected
+    row's index."""
 
     trace: Trace | None
     sd: Trace | None
+    speculative: Trace | None
     view: RuleView
     selected: int | None
 
 
-def speed_map(sd: Trace | None) -> go.Figure:
+def speed_map(speculative: Trace | None) -> go.Figure:
     """SD's predicted speed-up over target-only against k and the acceptance rate, with this machine's measured
     costs (easd.core.speed), the break-even line, and the run's own point."""
-    speed = Speed.of_trace(sd)
+    speed = Speed.of_trace(speculative)
     if speed is None:
-        return empty_figure("the speed map needs a finished SD run, with its passes timed by this app")
+        return empty_figure("the speed map needs a finished SD or EASD run, with its passes timed by this app")
     per_token = (speed.r - 1) / speed.k  # a verify pass's cost grows about linearly with its width on a CPU
     alphas = np.round(np.arange(0, 0.96, 0.05), 2)
     predicted = [[predicted_speedup(a, k, speed.c, 1 + per_token * k) for k in SPEED_KS] for a in alphas]
@@ -232,5 +234,5 @@ FIGURES = {
     "timeline": ("Signal timeline", lambda f: signal_timeline(f.trace, f.view, f.selected)),
     "heatmap": ("Top-5 heatmap", lambda f: topk_heatmap(f.trace, f.selected)),
     "whatif": ("What-if map", lambda f: whatif_map(f.sd, f.view)),
-    "speed": ("Speed", lambda f: speed_map(f.sd)),
+    "speed": ("Speed", lambda f: speed_map(f.speculative)),
 }

@@ -17,13 +17,14 @@ from functools import partial
 import gradio as gr
 
 from easd.core import trace as trace_io
-from easd.core.compare import LANES, Comparison
+from easd.core.compare import DEFAULT_METHODS, LANES, Comparison
 from easd.core.sharing import Stream
+from easd.core.trace import Trace
 from easd.core.whatif import would_penalize
 from easd.errors import EasdError, SettingsError
 
 from . import figures
-from .controls import DEFAULTS, RuleView, api_words, check_flag, check_prompt, page_words, read_settings
+from .controls import DEFAULTS, RuleView, api_words, check_flag, check_method, check_prompt, page_words, read_settings
 from .gallery import Gallery
 from .gradio_internals import Outbox, event_data
 from .host import Client, ModelHost
@@ -51,12 +52,12 @@ def say(text: str) -> Html:
 
 def render_lanes(page: Page, session: Session, view: RuleView) -> dict:
     traces, fork = session.traces, session.fork
-    marks = _whatif_marks(session, view)
-    finished = join([comparison_html(traces["sd"], traces["easd"], fork), speed_html(traces["sd"])])
+    marks, sd_lane = _whatif_marks(session, view), session.lane_running("sd")
+    finished = join([comparison_html(traces["left"], traces["right"], fork), speed_html(session.speculative())])
     out = {page.comparison: finished if not session.running else Html("")}
     for lane in LANES:
         selected = session.selected[1] if session.selected and session.selected[0] == lane else None
-        whatif = marks if lane == "sd" else None
+        whatif = marks if lane == sd_lane else None
         out[page.titles[lane]] = tag("h3", lane_title(lane, traces[lane]))
         out[page.lanes[lane]] = lane_html(
             lane, traces[lane], selected=selected, fork=fork, whatif=whatif, running=session.running
@@ -66,23 +67,27 @@ def render_lanes(page: Page, session: Session, view: RuleView) -> dict:
 
 
 def _whatif_marks(session: Session, view: RuleView):
-    sd = session.traces["sd"]
-    if sd is None or session.running or sd.settings.method != "sd" or len(sd.records) > MAX_WHATIF_ROWS:
-        return None
-    return would_penalize(sd, **view.as_kwargs())
+    """Where EASD would refuse a token of the SD lane's run under the sliders' rule (None without a finished SD run)."""
+    sd = _whatif_trace(session)
+    return None if sd is None else would_penalize(sd, **view.as_kwargs())
+
+
+def _whatif_trace(session: Session) -> Trace | None:
+    """The SD run the what-if re-reads: a finished one, in either lane, not too long to re-read per slider move."""
+    lane = session.lane_running("sd")
+    sd = session.traces[lane] if lane is not None and not session.running else None
+    return sd if sd is not None and len(sd.records) <= MAX_WHATIF_ROWS else None
 
 
 def render_panels(page: Page, session: Session, view: RuleView) -> dict:
     lane, record = session.selected_record()
-    trace = session.traces.get(lane or "easd") or session.traces["sd"]
+    trace = session.traces.get(lane or "right") or session.traces["left"]
     selected = session.selected[1] if record is not None else None
-    sd = session.traces["sd"] if not session.running else None
-    if sd is not None and len(sd.records) > MAX_WHATIF_ROWS:
-        sd = None
-    focus = figures.Focus(trace=trace, sd=sd, view=view, selected=selected)
+    sd = _whatif_trace(session)
+    focus = figures.Focus(trace=trace, sd=sd, speculative=session.speculative(), view=view, selected=selected)
     views = block_views(session.traces.get(session.step_lane))
     out = {page.figures[name]: draw(focus) for name, (_, draw) in figures.FIGURES.items()}
-    out[page.inspector] = inspector_html(lane, record, view)
+    out[page.inspector] = inspector_html(lane, session.traces.get(lane), record, view)
     out[page.stepper] = stepper_html(lane_title(session.step_lane, session.traces.get(session.step_lane)), views, session.step)
     return out
 
@@ -119,7 +124,8 @@ def in_api_words(err: EasdError) -> str:
 
 
 def generate(page: Page, host: ModelHost, outbox: Outbox, values: dict, request: gr.Request):
-    """Run SD and EASD side by side in the shared batch, streaming the lanes; figures and files once it ends.
+    """Run the two lanes' methods (SD | EASD unless chosen otherwise) side by side in the shared batch, streaming the
+    lanes; figures and files once it ends.
 
     While it streams, each update is the lanes (which only grow, so Gradio sends the new spans) and
     a message line: the page's work per block stays small however long the run.
@@ -134,17 +140,18 @@ def generate(page: Page, host: ModelHost, outbox: Outbox, values: dict, request:
     settings = page.controls.read_settings(values, host.max_new_tokens_cap)
     chat = check_flag("chat", values[page.controls.chat])
     prompt = check_prompt(values[page.prompt])
+    methods = {lane: check_method(lane, values[page.methods[lane]]) for lane in LANES}
     name = allowed_pair(host, values[page.pair])
     for place in host.waiting_for(name):
         yield {page.message: say(waiting_for_pair(host, name, place))}
-    comparison = Comparison(host.pair(name), prompt, settings, chat=chat)
+    comparison = Comparison(host.pair(name), prompt, settings, chat=chat, methods=methods)
     client = client_of(request)
     with host.stream(name, comparison.generations.values(), client, outbox.watch(client.session).took_any) as stream:
         session.clear()
         page.sessions.track(client.session, session)
         session.stream, session.running = stream, True
         if session.room is not None:  # the room's viewers follow this run from now on
-            session.room.show(stream.ticket, prompt, comparison.generations["easd"].settings)
+            session.room.show(stream.ticket, prompt, {lane: g.settings for lane, g in comparison.generations.items()})
         try:
             for _ in _news(stream, LANES_EVERY_S):
                 if stream.position:  # still in line: say where
@@ -221,10 +228,13 @@ def compare(
     seed: int = DEFAULTS.seed,
     pair: str = "",
     chat: bool = True,
+    left: str = DEFAULT_METHODS["left"],
+    right: str = DEFAULT_METHODS["right"],
     request: gr.Request = None,
 ) -> Iterator[dict]:
-    """Run SD and EASD with the same prompt, seed and settings in the shared batch; streams them (at most every
-    API_EVERY_S) and ends with both whole traces (easd-trace JSON), sent once (`gradio_internals.say_results_once`).
+    """Run two methods (`left`, `right`: SD and EASD unless asked otherwise) with the same prompt, seed and settings in
+    the shared batch; streams them (at most every API_EVERY_S) and ends with both whole traces (easd-trace JSON), sent
+    once (`gradio_internals.say_results_once`).
 
     Updates are easd-trace-update JSON: rows without their candidates, which are most of a trace's
     bytes. Through Gradio's queue (gradio_client) each update holds every row so far, and Gradio
@@ -234,10 +244,11 @@ def compare(
     values = dict(tau_h=tau_h, tau_o=tau_o, top_n=top_n, k=k, temperature=temperature, top_p=top_p, rule=rule, seed=seed)
     settings = read_settings(values | {"max_new_tokens": max_new_tokens}, host.max_new_tokens_cap)
     prompt = check_prompt(prompt)
+    methods = {"left": check_method("left", left), "right": check_method("right", right)}
     name = allowed_pair(host, host.default if pair == "" else pair)  # "" (the default) is the app's pair
     for _ in host.waiting_for(name):
         pass  # a call that comes while the pair loads waits for it, as in line: nothing streams until its run starts
-    comparison = Comparison(host.pair(name), prompt, settings, chat=check_flag("chat", chat))
+    comparison = Comparison(host.pair(name), prompt, settings, chat=check_flag("chat", chat), methods=methods)
     client, plain = client_of(request), sends_whole_outputs(request)
     with host.stream(name, comparison.generations.values(), client, outbox.watch(client.session).took_any) as stream:
         sent = [(0, 0)] * len(comparison.generations)
@@ -297,8 +308,9 @@ async def watch(page: Page, host: ModelHost, values: dict, request: gr.Request):
             session.clear()
             stream = session.stream = showing.ticket.watch(owner=client.session, how="watched", passive=True)
             session.running = True
-            view = RuleView.of(showing.settings)
-            context = page.controls.show(showing.settings, host.max_new_tokens_cap) | {page.prompt: showing.prompt}
+            view = RuleView.of(showing.lanes["right"])
+            context = page.controls.show(showing.lanes["right"], host.max_new_tokens_cap) | {page.prompt: showing.prompt}
+            context |= {page.methods[lane]: settings.method for lane, settings in showing.lanes.items()}
             context |= {page.message: say(f"👀 Room {room.code}: the presenter's run {shown}."), page.state: session}
             empty = _for_viewer(room, (shown, "start"), stream, session, partial(_lanes_and_panels, page, session, view))
             yield empty | render_files(page, session) | context  # the figures, once for the room, not once a viewer
@@ -431,7 +443,8 @@ def show_loaded(page: Page, host: ModelHost, session: Session, message: str) -> 
     shown = page.controls.show(first.settings, host.max_new_tokens_cap)
     view = RuleView.of(first.settings)
     context = f" They ran on draft {first.draft_model or '?'} → target {first.target_model or '?'}."
-    update = render_all(page, session, view, message=message + context) | shown
+    methods = {page.methods[lane]: t.settings.method for lane, t in session.traces.items() if t is not None}
+    update = render_all(page, session, view, message=message + context) | shown | methods
     return update | ({page.prompt: first.prompt} if first.prompt else {})
 
 
@@ -487,7 +500,9 @@ def client_of(request: gr.Request | None) -> Client:
 
 def _stop_note(session: Session) -> str:
     counts = [
-        f"{lane.upper()} {len(t.records)} tokens ({t.stats.stop_reason})" for lane, t in session.traces.items() if t is not None
+        f"{lane_title(lane, t)} {len(t.records)} tokens ({t.stats.stop_reason})"
+        for lane, t in session.traces.items()
+        if t is not None
     ]
     return ", ".join(counts)
 

@@ -3,26 +3,29 @@
 from __future__ import annotations
 
 from easd.core.acceptance import RULE_CONDITIONS, rule_conditions
-from easd.core.settings import overlap_needed
-from easd.core.trace import TokenRecord
+from easd.core.settings import DecodeSettings, overlap_needed
+from easd.core.trace import TokenRecord, Trace
 from easd.core.whatif import record_overlap
 
 from .controls import RuleView
 from .html import Html, join, number, tag
-from .lanes import TITLES, origin_class, origin_label, visible_text
+from .lanes import lane_title, origin_class, origin_label, visible_text
 
 CONDITION_LABELS = {"draft_entropy": "H_draft ≥ τ_H", "target_entropy": "H_target ≥ τ_H", "overlap": "overlap ≥ τ_O"}
 
 
-def inspector_html(lane: str, record: TokenRecord | None, view: RuleView) -> Html:
-    if record is None:
+def inspector_html(lane: str, trace: Trace | None, record: TokenRecord | None, view: RuleView) -> Html:
+    """Why `record` (a token of `lane`'s run `trace`) was chosen; a hint while none is selected."""
+    if record is None or trace is None:
         return tag(
             "div",
             "Click or tap a token in either lane (or Tab to a lane and use the arrow keys) to see why it was chosen.",
             class_="inspector empty",
         )
     close = tag("button", "✕ close", class_="close", type="button", aria_label="Close the token details")
-    parts = [close, _header(lane, record), _decision(record)]
+    parts = [close, _header(lane_title(lane, trace), record), _decision(record)]
+    if trace.settings.method == "mti":
+        parts.append(_guidance(record, trace.settings))
     if record.draft_token_id is not None:
         parts.append(_signals(record, view))
     if record.h_draft_margin is not None:
@@ -35,10 +38,10 @@ def _code(text) -> Html:
     return tag("code", visible_text(text or ""))
 
 
-def _header(lane: str, record: TokenRecord) -> Html:
+def _header(title: str, record: TokenRecord) -> Html:
     return join(
         [
-            tag("h4", f"Token #{record.position} in {TITLES.get(lane, lane)}: ", _code(record.token_text)),
+            tag("h4", f"Token #{record.position} in {title}: ", _code(record.token_text)),
             tag(
                 "p",
                 tag("span", origin_label(record.origin), class_=["tok", origin_class(record.origin)]),
@@ -71,9 +74,30 @@ def _decision(record: TokenRecord) -> Html:
         ),
         "bonus": ("All drafts of the block were kept, so the target added ", chosen, " from its own next-token distribution."),
         "target": ("The target alone chose ", chosen, "."),
+        "mti_guided": (
+            "The target was unsure here, so MTI also read it after the negative prompt and pushed away from that: ",
+            chosen,
+            " came from the guided distribution.",
+        ),
         "draft": ("The draft alone chose ", chosen, "."),
     }
     return tag("p", *explanations.get(record.origin, ()) if isinstance(record.origin, str) else ())
+
+
+def _guidance(record: TokenRecord, settings: DecodeSettings) -> Html:
+    """MTI's decision at this position: the target's entropy against τ, and what the guidance was."""
+    if not _is_real(record.h_target):
+        return tag("p", "This row does not record the target's entropy.")
+    guided = record.origin == "mti_guided"
+    compared = f"H_target = {number(record.h_target)} nats {'>' if guided else '≤'} τ = {settings.mti_tau:g}"
+    if not guided:
+        return tag("p", compared, ": MTI did not intervene, so this is the target's own choice.")
+    how = (
+        ": one more target pass read the context followed by the negative prompt ",
+        _code(settings.mti_negative),
+        f" (p_u), and the token came from log p_u + ω (log p − log p_u) with ω = {settings.mti_omega:g}.",
+    )
+    return tag("p", compared, *how)
 
 
 def _signals(record: TokenRecord, view: RuleView) -> Html:
@@ -146,14 +170,19 @@ def _is_real(value) -> bool:
 
 
 def _candidates(record: TokenRecord, top_n: int) -> Html:
+    """The top candidates side by side: the draft's and the target's, or (where MTI guided) the target's without and
+    with the guidance."""
     n = max(top_n, 5)
-    draft, target = record.draft_top[:n], record.target_top[:n]
-    shared = {t for t, _, _ in draft} & {t for t, _, _ in target}
-    head = tag("tr", *(tag("th", name) for name in ("rank", "draft token", "q", "target token", "p")))
+    if record.guided_top:
+        lists = [("target token, unguided", "p", record.target_top[:n]), ("guided token", "p̃", record.guided_top[:n])]
+    else:
+        lists = [("draft token", "q", record.draft_top[:n]), ("target token", "p", record.target_top[:n])]
+    shared = {t for t, _, _ in lists[0][2]} & {t for t, _, _ in lists[1][2]}
+    head = tag("tr", tag("th", "rank"), *(tag("th", name) for token, prob, _ in lists for name in (token, prob)))
     rows = [head]
-    for rank in range(max(len(draft), len(target))):
+    for rank in range(max(len(candidates) for _, _, candidates in lists)):
         cells = [tag("td", rank + 1)]
-        for candidates in (draft, target):
+        for _, _, candidates in lists:
             cells += _candidate_cells(candidates[rank] if rank < len(candidates) else None, record, shared)
         rows.append(tag("tr", *cells))
     hint = tag("p", "bold: in both top lists · ▸ drafted · ★ emitted", class_="hint")

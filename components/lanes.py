@@ -22,9 +22,10 @@ ORIGIN_LABELS = {
     "easd_penalty": "EASD penalty",
     "target": "target only",
     "draft": "draft only",
+    "mti_guided": "MTI guided",
 }
 ORIGIN_CLASSES = {origin: f"o-{origin}" for origin in ORIGIN_LABELS}  # an origin not listed gets "o-unknown"
-TITLES = {"sd": "SD", "easd": "EASD", "target": "target only", "draft": "draft only"}
+TITLES = {"sd": "SD", "easd": "EASD", "mti": "MTI", "target": "target only", "draft": "draft only"}  # what a lane can run
 _VISIBLE = {"\n": "↵\n", "\t": "⇥", "\r": "␍"}
 MAX_LANE_TOKENS = 2000  # spans drawn per lane: a huge loaded trace is shown as a window around the selection
 
@@ -60,9 +61,9 @@ def legend_html() -> Html:
 
 
 def lane_title(lane: str, trace: Trace | None) -> str:
-    """Plain text (escaped where it is shown)."""
+    """Plain text (escaped where it is shown): the lane's run's method and rule, or the lane's name while it has none."""
     if trace is None:
-        return TITLES[lane]
+        return f"{lane} lane"
     settings = trace.settings
     method = TITLES.get(settings.method, settings.method) if isinstance(settings.method, str) else str(settings.method)
     rule = f", rule {settings.rule}" if settings.method == "easd" else ""

@@ -8,7 +8,7 @@ from pathlib import Path
 import gradio as gr
 from gradio.utils import get_upload_folder
 
-from easd.core.compare import LANES
+from easd.core.compare import DEFAULT_METHODS, LANES
 
 from . import figures
 from .controls import Controls, RuleView, build_controls
@@ -16,7 +16,7 @@ from .gallery import Gallery
 from .host import ModelHost
 from .html import tag
 from .inspector import inspector_html
-from .lanes import lane_html, lane_title, legend_html
+from .lanes import TITLES, lane_html, lane_title, legend_html
 from .rooms import Rooms
 from .session import Session, Sessions
 from .stepper import stepper_html
@@ -84,6 +84,7 @@ class Page:
     present: gr.Button  # opens this page's room (components.rooms)
     message: gr.HTML
     controls: Controls
+    methods: dict[str, gr.Dropdown]  # by lane: the method it runs
     titles: dict[str, gr.HTML]  # by lane
     lanes: dict[str, gr.HTML]
     stats: dict[str, gr.HTML]
@@ -187,21 +188,28 @@ def _ask(examples: list[str], gallery: Gallery) -> dict:
 
 
 def _lanes() -> dict:
-    """The legend, the SD and EASD lanes side by side (title, tokens, stats), and the comparison under them."""
+    """The legend, two lanes side by side (the method each runs, its title, tokens and stats), and the comparison under
+    them. SD | EASD to start with; EASD | MTI shows the two interventions on the same prompt and seed."""
     gr.HTML(legend_html(), elem_id="legend")
-    titles, lanes, stats = {}, {}, {}
+    methods, titles, lanes, stats = {}, {}, {}, {}
     with gr.Row(equal_height=False):
         for lane in LANES:
             with gr.Column(min_width=260):
+                methods[lane] = gr.Dropdown(
+                    [(label, method) for method, label in TITLES.items()],
+                    value=DEFAULT_METHODS[lane],
+                    label=f"{lane} lane runs",
+                    elem_id=f"method_{lane}",
+                )
                 titles[lane] = gr.HTML(tag("h3", lane_title(lane, None)), elem_id=f"title_{lane}")
                 lanes[lane] = gr.HTML(lane_html(lane, None), js_on_load=LANE_JS, elem_id=f"lane_{lane}", elem_classes=["lane"])
                 stats[lane] = gr.HTML(elem_id=f"stats_{lane}")
-    return dict(titles=titles, lanes=lanes, stats=stats, comparison=gr.HTML(elem_id="comparison"))
+    return dict(methods=methods, titles=titles, lanes=lanes, stats=stats, comparison=gr.HTML(elem_id="comparison"))
 
 
 def _side(host: ModelHost) -> dict:
     """The inspector, the pair and its status, and the settings."""
-    inspector = gr.HTML(inspector_html("", None, RuleView()), js_on_load=INSPECTOR_JS, elem_id="inspector")
+    inspector = gr.HTML(inspector_html("", None, None, RuleView()), js_on_load=INSPECTOR_JS, elem_id="inspector")
     names = list(host.allowed)
     pair = gr.Dropdown(
         names, value=host.default, label="Model pair (allowed by the operator)", elem_id="pair", interactive=len(names) > 1
@@ -215,7 +223,9 @@ def _steps() -> dict:
     with gr.Column():
         gr.Markdown("### Step through the blocks")
         with gr.Row():
-            step_lane = gr.Radio([("SD", "sd"), ("EASD", "easd")], value="easd", show_label=False, elem_id="step_lane")
+            step_lane = gr.Radio(
+                [("left lane", "left"), ("right lane", "right")], value="right", show_label=False, elem_id="step_lane"
+            )
             step_prev = gr.Button("◀ previous block", elem_id="step_prev", size="sm")
             step_next = gr.Button("next block ▶", elem_id="step_next", size="sm")
         stepper = gr.HTML(stepper_html("", [], 0), elem_id="stepper")

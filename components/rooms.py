@@ -34,7 +34,7 @@ class Showing:
     number: int  # 1, 2, … in the room
     ticket: Ticket
     prompt: str
-    settings: DecodeSettings  # the EASD lane's (the SD lane's differ only in the method)
+    lanes: dict[str, DecodeSettings]  # each lane's settings, by lane: they differ only in the method
 
 
 class Room:
@@ -48,10 +48,10 @@ class Room:
         self._lock = threading.Lock()
         self._rendered: dict[object, dict] = {}  # the latest updates every viewer shares, by what they show
 
-    def show(self, ticket: Ticket, prompt: str, settings: DecodeSettings) -> None:
+    def show(self, ticket: Ticket, prompt: str, lanes: dict[str, DecodeSettings]) -> None:
         with self._lock:
             number = self.showing.number + 1 if self.showing else 1
-            self.showing = Showing(number, ticket, prompt, settings)
+            self.showing = Showing(number, ticket, prompt, lanes)
 
     def shared(self, key: object, render: Callable[[], dict]) -> dict:
         """The update for `key` (a run, its version, a part of the page), rendered once for every viewer who shows

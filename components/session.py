@@ -1,4 +1,4 @@
-"""What one browser session holds: its two traces, the selected token, the step-through position,
+"""What one browser session holds: its two lanes' traces, the selected token, the step-through position,
 and the one folder its downloads are written to.
 
 Lives in `gr.State`, one copy per user; the model pair is never in here. A session ends when its
@@ -21,6 +21,7 @@ from pathlib import Path
 
 from easd.core import trace as trace_io
 from easd.core.compare import LANES
+from easd.core.decoding import SPECULATIVE
 from easd.core.sharing import Stream
 from easd.core.trace import TokenRecord, Trace
 
@@ -32,7 +33,7 @@ from .rooms import Room
 class Session:
     traces: dict[str, Trace | None] = field(default_factory=lambda: dict.fromkeys(LANES))
     selected: tuple[str, int] | None = None  # (lane, index of the record)
-    step_lane: str = "easd"
+    step_lane: str = "right"
     step: int = 0
     running: bool = False
     stream: Stream | None = None  # this page's stream of its run in the shared batch (Stop and Clear end it)
@@ -66,7 +67,17 @@ class Session:
 
     @property
     def fork(self) -> int | None:
-        return fork_position(self.traces["sd"], self.traces["easd"])
+        return fork_position(self.traces["left"], self.traces["right"])
+
+    def speculative(self) -> Trace | None:
+        """The first lane's finished run that drafts and verifies (SD or EASD): the one the Speed panel and map explain."""
+        if self.running:
+            return None
+        return next((t for t in self.traces.values() if t is not None and t.settings.method in SPECULATIVE), None)
+
+    def lane_running(self, method: str) -> str | None:
+        """The first lane whose trace is a run of `method` (the what-if reads the SD lane, wherever it is)."""
+        return next((lane for lane, t in self.traces.items() if t is not None and t.settings.method == method), None)
 
     def selected_record(self) -> tuple[str, TokenRecord | None]:
         if self.selected is None:
@@ -83,11 +94,12 @@ class Session:
             self.selected = (lane, index)
 
     def load_traces(self, traces: list[Trace], source: str) -> str:
-        """Put loaded runs into the lanes: SD and EASD by method, anything else in file order."""
+        """Put loaded runs into the lanes: SD and EASD runs in their usual lanes (SD | EASD), anything else in file order
+        (the app exports its lanes left to right)."""
         self.clear()
         by_method = {t.settings.method: t for t in traces}
-        if "sd" in by_method or "easd" in by_method:
-            self.traces = {lane: by_method.get(lane) for lane in LANES}
+        if set(by_method) <= {"sd", "easd"}:
+            self.traces = {"left": by_method.get("sd"), "right": by_method.get("easd")}
         else:
             self.traces = dict(zip(LANES, traces + [None, None]))
         shown = [t for t in self.traces.values() if t is not None]

@@ -6,9 +6,10 @@ Built with `components.html`: a loaded trace's summary (its stop reason, its cou
 from __future__ import annotations
 
 from easd.core.speed import Speed
-from easd.core.trace import Trace
+from easd.core.trace import INTERVENTIONS, Trace
 
 from .html import Html, join, number, tag
+from .lanes import TITLES
 
 
 def stats_html(trace: Trace | None) -> Html:
@@ -21,7 +22,7 @@ def stats_html(trace: Trace | None) -> Html:
         join(["acceptance ", tag("b", number(s["acceptance_rate"], ".2f"))]),
         join(["accepted/block ", tag("b", number(s["mean_accepted_length"], ".2f"))]),
         join(["target calls ", tag("b", number(s["target_calls"], "d"))]),
-        join(["penalties ", tag("b", number(s["penalized"], "d"))]),
+        join(["guided " if trace.settings.method == "mti" else "penalties ", tag("b", number(s["interventions"], "d"))]),
     ]
     if s["fragile_penalties"]:  # docs/method.md, "Fragile decisions": rounding could have flipped these
         parts.append(join(["≈ fragile ", tag("b", number(s["fragile_penalties"], "d"))]))
@@ -30,31 +31,50 @@ def stats_html(trace: Trace | None) -> Html:
     return tag("p", join(parts, " · "), class_="stats")
 
 
-def comparison_html(sd: Trace | None, easd: Trace | None, fork: int | None) -> Html:
-    """One line: where EASD changed the text, how often it intervened, and what it cost in speed."""
-    if sd is None or easd is None or not sd.records or not easd.records:
+def comparison_html(left: Trace | None, right: Trace | None, fork: int | None) -> Html:
+    """One line: where the right lane's run departs from the left's, how often each intervened, and what the right
+    one cost in speed (SD | EASD: where EASD changed SD's text; EASD | MTI: the two interventions side by side)."""
+    if left is None or right is None or not left.records or not right.records:
         return Html("")
-    a, b = sd.summary(), easd.summary()
+    a, b = left.summary(), right.summary()
+    name_a, name_b = (TITLES.get(t.settings.method, t.settings.method) for t in (left, right))
     if fork is None:
-        change = "EASD's text is identical to SD's"
+        change = f"{name_b}'s text is identical to {name_a}'s"
     else:
         change = f"the texts fork at token {fork}"
-        if b["first_penalty_position"] is not None:
-            change += f" (EASD's first penalty is at token {b['first_penalty_position']})"
-    share = b["penalized_rate"] * 100 if _is_real(b["penalized_rate"]) else None
-    rate = f"{number(b['penalized'], 'd')} penalties ({number(share, '.1f')}% of EASD's tokens)"
+        first = next((r.position for r in right.records if r.origin in INTERVENTIONS), None)
+        if first is not None:
+            change += f" ({name_b}'s first {INTERVENTION_WORDS[right.settings.method]} is at token {first})"
+    rates = [_intervention_rate(name, trace, summary) for name, trace, summary in ((name_a, left, a), (name_b, right, b))]
+    rate = "; ".join(filter(None, rates)) or "no interventions"
     speed = ""
     # The lanes share their forward passes, so identical work takes identical time: a speed figure is
-    # shown only when the work differed, in target passes per token (what EASD costs) and tokens/s.
+    # shown only when the work differed, in target passes per token and tokens/s.
     work = [(s["new_tokens"], s["target_calls"]) for s in (a, b)]
     if work[0] != work[1] and all(_is_real(v) and v for s in (a, b) for v in (s["tokens_per_s"], s["target_calls"])):
         passes = [calls / tokens for tokens, calls in work]
         speed = (
-            f"; EASD took {passes[1]:.2f} target passes per token vs SD's {passes[0]:.2f}"
-            f" ({b['tokens_per_s'] / a['tokens_per_s']:.2f}× SD's tokens/s)"
+            f"; {name_b} took {passes[1]:.2f} target passes per token vs {name_a}'s {passes[0]:.2f}"
+            f" ({b['tokens_per_s'] / a['tokens_per_s']:.2f}× {name_a}'s tokens/s)"
         )
-    acceptance = f"; acceptance {number(b['acceptance_rate'], '.2f')} vs SD's {number(a['acceptance_rate'], '.2f')}"
+    acceptance = ""
+    if a["acceptance_rate"] is not None and b["acceptance_rate"] is not None:
+        acceptance = f"; acceptance {number(b['acceptance_rate'], '.2f')} vs {name_a}'s {number(a['acceptance_rate'], '.2f')}"
     return tag("p", tag("b", "Comparison:"), f" {change}; {rate}{speed}{acceptance}.", class_="comparison")
+
+
+INTERVENTION_WORDS = {"easd": "penalty", "mti": "guided token"}  # what each intervening method calls one intervention
+
+
+def _intervention_rate(name: str, trace: Trace, summary: dict) -> str:
+    """ "EASD: 3 penalties (2.1% of its tokens)" for a method that intervenes; "" for one that does not."""
+    word = INTERVENTION_WORDS.get(trace.settings.method)
+    if word is None:
+        return ""
+    count = summary["interventions"]
+    share = 100 * count / summary["new_tokens"] if summary["new_tokens"] else None
+    plural = word if count == 1 else ("penalties" if word == "penalty" else word + "s")
+    return f"{name}: {number(count, 'd')} {plural} ({number(share, '.1f')}% of its tokens)"
 
 
 def _is_real(value) -> bool:

@@ -62,7 +62,7 @@ def _wire_compare(demo: gr.Blocks, page: Page, host: ModelHost, gallery: Gallery
 
     run = page.generate.click(
         wire(handlers.generate, page, host, outbox, show=say),
-        {page.pair, page.prompt, c.chat, *c.settings().values(), s},
+        {page.pair, page.prompt, c.chat, *c.settings().values(), *page.methods.values(), s},
         page.everything(),
         concurrency_id="generate",
         concurrency_limit=host.slots,  # the shared batch and its line decide who runs; see ModelHost.ticket
@@ -82,7 +82,7 @@ def _wire_compare(demo: gr.Blocks, page: Page, host: ModelHost, gallery: Gallery
         trigger = button.change if button is page.step_lane else button.click
         trigger(wire(handlers.step, page, delta, show=say), {page.step_lane, s}, [page.stepper, page.message], **instant)
     # a loaded run brings its prompt and settings: the controls move to them
-    loaded = [*page.everything(), page.prompt, *c.settings().values(), c.tau_o_meaning]
+    loaded = [*page.everything(), page.prompt, *c.settings().values(), c.tau_o_meaning, *page.methods.values()]
     page.upload.upload(wire(handlers.load_file, page, host, show=say), {page.upload, s}, loaded, **private)
     page.recorded.change(wire(handlers.open_recorded, page, host, gallery, show=say), {page.recorded, s}, loaded, **private)
     page.example.change(wire(handlers.pick_example, page, show=say), {page.example}, [page.prompt, page.message], **instant)

@@ -34,6 +34,16 @@ def test_compare_result_loads_as_traces(app_url, tmp_path):
     assert [t.settings.method for t in traces] == ["sd", "easd"] and all(len(t.records) == 12 for t in traces)
 
 
+def test_compare_puts_any_two_methods_side_by_side(app_url):
+    result = Client(app_url, verbose=False).predict(
+        prompt="Tom has 3 apples.", max_new_tokens=24, left="easd", right="mti", api_name="/compare"
+    )
+    easd, mti = (run for run in result["runs"])
+    assert (easd["settings"]["method"], mti["settings"]["method"]) == ("easd", "mti")
+    assert easd["settings"]["seed"] == mti["settings"]["seed"] and easd["prompt"] == mti["prompt"]
+    assert {row["origin"] for row in mti["rows"]} <= {"target", "mti_guided"} and mti["summary"]["interventions"] > 0
+
+
 BAD_INPUTS = [  # each wrong type or value, and the one line the API answers, in its parameter names
     ({"prompt": "  "}, "prompt: is empty"),
     ({"prompt": 12345}, "prompt: must be text"),
@@ -54,11 +64,13 @@ BAD_INPUTS = [  # each wrong type or value, and the one line the API answers, in
     ({"prompt": "x", "chat": "yes"}, "chat: must be true or false"),
     ({"prompt": "x", "pair": "qwen-coder"}, "pair: must be one of tiny-random"),
     ({"prompt": "x", "pair": 7}, "pair: must be one of tiny-random"),
+    ({"prompt": "x", "left": "rsd"}, "left: must be one of sd, easd, mti, target, draft"),
+    ({"prompt": "x", "right": None}, "right: must be one of sd, easd, mti, target, draft"),
 ]
 
 
 ARGUMENTS = dict(prompt="x", tau_h=1.0, tau_o=0.8, top_n=5, k=4, temperature=0.0, top_p=1.0, max_new_tokens=8)
-ARGUMENTS |= dict(rule="full", seed=0, pair="", chat=True)  # /compare's parameters, in order
+ARGUMENTS |= dict(rule="full", seed=0, pair="", chat=True, left="sd", right="easd")  # /compare's parameters, in order
 
 
 def call_raw(app_url: str, **arguments) -> str:
@@ -143,7 +155,7 @@ def test_eight_users_at_once_each_get_what_they_get_alone(app_url, hf_tiny_pair)
         )  # greedy: see docs/app-and-api.md, "A class at once"
         alone = Comparison(hf_tiny_pair, asked["prompt"], settings).run()
         for lane, trace in alone.items():
-            rows = runs[lane]["rows"]
+            rows = runs[trace.settings.method]["rows"]
             assert [r["position"] for r in rows] == list(range(len(rows)))  # none duplicated
             assert [r["token_id"] for r in rows] == trace.token_ids, (name, lane)
 

@@ -80,21 +80,21 @@ def tokens(driver, lane: str, extra: str = "") -> list:
 def test_both_lanes_stream_and_fork_at_the_first_penalty(browser):
     generate(browser, "Tom has 3 apples and buys 5 more.")
     wait(browser).until(lambda d: "Comparison" in text_of(d, "comparison"))
-    assert len(tokens(browser, "sd")) == len(tokens(browser, "easd")) == 128
-    penalized = tokens(browser, "easd", ".o-easd_penalty")
-    forks = tokens(browser, "easd", ".fork")
+    assert len(tokens(browser, "left")) == len(tokens(browser, "right")) == 128
+    penalized = tokens(browser, "right", ".o-easd_penalty")
+    forks = tokens(browser, "right", ".fork")
     assert penalized and len(forks) == 1 and forks[0].get_attribute("data-pos") == penalized[0].get_attribute("data-pos")
-    assert tokens(browser, "sd", ".o-draft_accepted") and tokens(browser, "sd", ".o-target_resample")
-    assert "tokens/s" in text_of(browser, "stats_sd") and "penalties" in text_of(browser, "stats_easd")
-    assert tokens(browser, "sd", ".whatif")  # where EASD would refuse SD's tokens at the current sliders
+    assert tokens(browser, "left", ".o-draft_accepted") and tokens(browser, "left", ".o-target_resample")
+    assert "tokens/s" in text_of(browser, "stats_left") and "penalties" in text_of(browser, "stats_right")
+    assert tokens(browser, "left", ".whatif")  # where EASD would refuse SD's tokens at the current sliders
 
 
 def test_clicking_a_token_fills_the_inspector(browser):
-    penalized = tokens(browser, "easd", ".o-easd_penalty")[0]
+    penalized = tokens(browser, "right", ".o-easd_penalty")[0]
     penalized.click()
     wait(browser).until(lambda d: "refused" in text_of(d, "inspector"))
     assert f"Token #{penalized.get_attribute('data-pos')} in EASD" in text_of(browser, "inspector")
-    assert tokens(browser, "easd", ".sel")
+    assert tokens(browser, "right", ".sel")
     tip = penalized.get_attribute("title")
     assert "EASD penalty" in tip and "H_t " in tip and "target top-5:" in tip
 
@@ -136,7 +136,7 @@ def sized(browser):
 @pytest.mark.parametrize("width, height", [(1440, 900), (1280, 720)])
 def test_the_lanes_and_their_legend_are_on_the_first_screen(browser, sized, width, height):
     sized(width, height)
-    for element_id in ("prompt", "generate", "legend", "lane_sd", "lane_easd", "inspector"):
+    for element_id in ("prompt", "generate", "legend", "lane_left", "lane_right", "inspector"):
         assert in_view(browser, element_id), f"{element_id} is below the fold at {width}×{height}"
 
 
@@ -146,7 +146,7 @@ def test_a_selected_tokens_details_are_in_view(browser, sized, width, height):
     if "Click or tap a token" not in text_of(browser, "inspector"):  # a token selected before: on a phone, its sheet
         browser.find_element(By.CSS_SELECTOR, "#inspector button.close").click()  # would cover the lane's lower half
         wait(browser).until(lambda d: "Click or tap a token" in text_of(d, "inspector"))
-    token = tokens(browser, "easd", ".o-easd_penalty")[0]
+    token = tokens(browser, "right", ".o-easd_penalty")[0]
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", token)
     token.click()
     wait(browser).until(lambda d: "refused" in text_of(d, "inspector"))
@@ -157,7 +157,7 @@ def test_a_selected_tokens_details_are_in_view(browser, sized, width, height):
 
 
 def test_tokens_are_reached_and_selected_with_the_keyboard(browser):
-    first = tokens(browser, "sd")[0]
+    first = tokens(browser, "left")[0]
     assert first.get_attribute("tabindex") == "0" and first.get_attribute("role") == "button"
     first.click()
     wait(browser).until(lambda d: "Token #0 in SD" in text_of(d, "inspector"))
@@ -168,7 +168,7 @@ def test_tokens_are_reached_and_selected_with_the_keyboard(browser):
         wait(browser).until(lambda d, p=position: f"Token #{p} in SD" in text_of(d, "inspector") and focused(d) == str(p))
     browser.switch_to.active_element.send_keys(Keys.ARROW_LEFT)
     wait(browser).until(lambda d: "Token #1 in SD" in text_of(d, "inspector") and focused(d) == "1")
-    selected = tokens(browser, "sd", ".sel")
+    selected = tokens(browser, "left", ".sel")
     assert len(selected) == 1 and selected[0].get_attribute("tabindex") == "0"
     assert selected[0].get_attribute("aria-pressed") == "true"
 
@@ -190,21 +190,45 @@ def test_the_page_passes_an_accessibility_check(browser):
 
 
 def test_moving_tau_h_remarks_sd_without_regenerating(browser):
-    before = len(tokens(browser, "sd", ".whatif"))
+    before = len(tokens(browser, "left", ".whatif"))
     field = browser.find_element(By.CSS_SELECTOR, "#tau_h input[type=number]")
     field.send_keys(Keys.CONTROL, "a")
     field.send_keys("4", Keys.ENTER)
-    wait(browser, 20).until(lambda d: len(tokens(d, "sd", ".whatif")) != before)
-    assert len(tokens(browser, "sd", ".whatif")) < before
-    assert len(tokens(browser, "sd")) == 128  # nothing was regenerated
+    wait(browser, 20).until(lambda d: len(tokens(d, "left", ".whatif")) != before)
+    assert len(tokens(browser, "left", ".whatif")) < before
+    assert len(tokens(browser, "left")) == 128  # nothing was regenerated
     field.send_keys(Keys.CONTROL, "a")
     field.send_keys("1", Keys.ENTER)
-    wait(browser, 20).until(lambda d: len(tokens(d, "sd", ".whatif")) == before)
+    wait(browser, 20).until(lambda d: len(tokens(d, "left", ".whatif")) == before)
 
 
 def test_downloads_are_offered_after_a_run(browser):
     for button in ("download_csv", "download_json"):
         assert browser.find_element(By.ID, button).is_enabled()
+
+
+def choose(driver, element_id: str, label: str) -> None:
+    """Pick `label` in a Gradio dropdown, as a user does: open its list, click the option."""
+    driver.find_element(By.CSS_SELECTOR, f"#{element_id} input").click()
+    options = f"#{element_id} li[role=option]"
+    wait(driver).until(lambda d: [o for o in d.find_elements(By.CSS_SELECTOR, options) if o.text.strip() == label])[0].click()
+
+
+def test_a_lane_runs_mti_beside_easd_and_the_inspector_explains_its_guidance(browser):
+    choose(browser, "method_left", "EASD")
+    choose(browser, "method_right", "MTI")
+    generate(browser, "Tom has 3 apples and buys 5 more.")
+    wait(browser).until(lambda d: "Comparison" in text_of(d, "comparison") and "MTI" in text_of(d, "title_right"))
+    assert text_of(browser, "title_left").startswith("EASD") and "guided" in text_of(browser, "stats_right")
+    assert "MTI: " in text_of(browser, "comparison") and not tokens(browser, "left", ".whatif")  # no SD lane: no what-if
+    guided = tokens(browser, "right", ".o-mti_guided")[0]
+    guided.click()
+    wait(browser).until(lambda d: "guided distribution" in text_of(d, "inspector"))
+    assert "target token, unguided" in text_of(browser, "inspector") and "ω = 1.5" in text_of(browser, "inspector")
+    choose(browser, "method_left", "SD")  # back to SD | EASD for the tests after this one
+    choose(browser, "method_right", "EASD")
+    generate(browser, "Tom has 3 apples and buys 5 more.")
+    wait(browser).until(lambda d: "Comparison" in text_of(d, "comparison") and "EASD" in text_of(d, "title_right"))
 
 
 def test_empty_prompt_gets_a_message(browser):
@@ -215,7 +239,7 @@ def test_empty_prompt_gets_a_message(browser):
 def test_stop_keeps_what_was_produced_and_frees_the_worker(browser):
     ask_for_tokens(browser)
     generate(browser, "A long story about apples.")
-    wait(browser).until(lambda d: len(tokens(d, "easd")) > 0)
+    wait(browser).until(lambda d: len(tokens(d, "right")) > 0)
     browser.find_element(By.ID, "stop").click()
     wait(browser).until(lambda d: text_of(d, "message").startswith("Stopped"))
     generate(browser, "Tom has 3 apples.")
@@ -249,7 +273,7 @@ def test_loading_a_trace_file_shows_it_escaped(browser, tmp_path):
     trace_io.write_json([nasty_trace()], tmp_path / "nasty.json")
     browser.find_element(By.CSS_SELECTOR, "#upload input[type=file], input[type=file]").send_keys(str(tmp_path / "nasty.json"))
     wait(browser).until(lambda d: "Loaded 1 run(s) from nasty.json" in text_of(d, "message"))
-    shown = [span.text for span in tokens(browser, "easd")]
+    shown = [span.text for span in tokens(browser, "right")]
     assert shown == NASTY
     assert browser.execute_script("return window.__xss === undefined")
 
@@ -274,7 +298,17 @@ def test_evaluation_tab_opens_an_allowed_folder_and_shows_answers(browser, eval_
     next(b for b in browser.find_elements(By.CSS_SELECTOR, "button[role=tab]") if b.text.strip() == "Compare").click()
 
 
-PANELS = ["lane_sd", "lane_easd", "title_sd", "title_easd", "stats_sd", "stats_easd", "comparison", "inspector", "stepper"]
+PANELS = [
+    "lane_left",
+    "lane_right",
+    "title_left",
+    "title_right",
+    "stats_left",
+    "stats_right",
+    "comparison",
+    "inspector",
+    "stepper",
+]
 PANELS += ["message"]
 INJECTED_JS = """
 const panels = arguments[0].map((id) => document.getElementById(id)).filter(Boolean);
@@ -304,10 +338,10 @@ def test_hostile_values_in_every_field_run_nothing(browser, trace_sources, tmp_p
         target = tmp_path / f"{fmt}_group{group}.{fmt}"
         path = hostile_csv(source, chosen, target) if fmt == "csv" else hostile_json(source, chosen, target)
         browser.find_element(By.ID, "clear").click()
-        wait(browser).until(lambda d: text_of(d, "message") == "" and "no tokens yet" in text_of(d, "lane_sd"))
+        wait(browser).until(lambda d: text_of(d, "message") == "" and "no tokens yet" in text_of(d, "lane_left"))
         browser.find_element(By.CSS_SELECTOR, "input[type=file]").send_keys(str(path))
         wait(browser).until(lambda d: text_of(d, "message") != "")
-        for lane in ("sd", "easd"):
+        for lane in ("left", "right"):
             shown = tokens(browser, lane)
             if shown:
                 shown[-1].click()
@@ -373,7 +407,7 @@ def test_a_full_batch_tells_a_user_their_place_and_starts_them_when_a_slot_frees
         generate(driver, "Tom has 3 apples.")
         wait(driver).until(lambda d: "2nd in line: starts in about" in text_of(d, "message"))
         wait(driver, 120).until(lambda d: text_of(d, "message").startswith("Done"))
-        assert len(tokens(driver, "sd")) == len(tokens(driver, "easd")) == 128
+        assert len(tokens(driver, "left")) == len(tokens(driver, "right")) == 128
     finally:
         driver.quit()
     assert all(len(job.result(timeout=60)["runs"][0]["rows"]) == 400 for job in ahead)
@@ -389,7 +423,7 @@ def test_closing_the_tab_takes_its_rows_out_of_the_batch(one_at_a_time, load, re
     if load == "busy":
         request.getfixturevalue("busy_cores")
     generate(driver, "A long story about apples.")
-    wait(driver).until(lambda d: len(tokens(d, "easd")) > 0)
+    wait(driver).until(lambda d: len(tokens(d, "right")) > 0)
     ticket = worker.running[0]
     next_user = Client(url, verbose=False).submit(prompt="next", max_new_tokens=8, api_name="/compare")
     closed = time.monotonic()
@@ -424,9 +458,9 @@ def test_the_page_streams_only_the_new_tokens(app_url):
         generate(driver, "A long story about quinces.")
         wait(driver).until(lambda d: text_of(d, "message").startswith("Done"))
         streamed = received(driver, "queue/data")
-        lanes = sum(len(driver.find_element(By.ID, f"lane_{lane}").get_attribute("innerHTML")) for lane in ("sd", "easd"))
+        lanes = sum(len(driver.find_element(By.ID, f"lane_{lane}").get_attribute("innerHTML")) for lane in ("left", "right"))
         print(f"\npage, 400 tokens per lane: {streamed:,} bytes received for {lanes:,} bytes of lane HTML (figures included)")
-        assert len(tokens(driver, "sd")) == 400 and streamed < 4 * lanes
+        assert len(tokens(driver, "left")) == 400 and streamed < 4 * lanes
     finally:
         driver.quit()
 
@@ -436,7 +470,7 @@ def test_stop_clicked_again_and_again_answers_at_once(app_url):
     try:
         ask_for_tokens(driver)
         generate(driver, "A long story about damsons.")
-        wait(driver).until(lambda d: len(tokens(d, "easd")) > 0)
+        wait(driver).until(lambda d: len(tokens(d, "right")) > 0)
         started = time.monotonic()
         driver.execute_script("const stop = document.getElementById('stop'); for (let i = 0; i < 40; i++) stop.click();")
         wait(driver, 20).until(lambda d: text_of(d, "message").startswith("Stopped"))
@@ -494,11 +528,11 @@ def test_the_first_example_on_the_embedded_pair_streams_from_its_first_block():
         example = json.loads((ASSETS / "examples.json").read_text())[0]
         started = time.monotonic()
         generate(driver, example)
-        wait(driver, 120).until(lambda d: tokens(d, "sd") and tokens(d, "easd"))
+        wait(driver, 120).until(lambda d: tokens(d, "left") and tokens(d, "right"))
         first = time.monotonic() - started
         wait(driver, 600).until(lambda d: text_of(d, "message").startswith("Done"))
         done = time.monotonic() - started
-        assert len(tokens(driver, "sd")) == 128 and tokens(driver, "easd", ".o-easd_penalty")  # it forks (the example's point)
+        assert len(tokens(driver, "left")) == 128 and tokens(driver, "right", ".o-easd_penalty")  # it forks (the example's point)
         print(f"\nfirst example on {pair.backend}: first token after {first:.2f} s, both lanes done after {done:.1f} s")
     finally:
         driver.quit()
@@ -536,7 +570,7 @@ def test_a_viewer_watches_the_presenters_run_live_and_cannot_stop_it(lecture):
             wait(viewer).until(lambda d: f"Watching room {code}" in text_of(d, "message"))
             ask_for_tokens(presenter, "2000")
             generate(presenter, "A long lecture about pears.")
-            wait(viewer).until(lambda d: len(tokens(d, "sd")) > 0)  # the presenter's tokens, while they stream
+            wait(viewer).until(lambda d: len(tokens(d, "left")) > 0)  # the presenter's tokens, while they stream
             assert not text_of(presenter, "message").startswith(("Done", "Stopped"))
             assert (
                 viewer.find_element(By.CSS_SELECTOR, "#prompt textarea").get_attribute("value") == "A long lecture about pears."
@@ -544,8 +578,8 @@ def test_a_viewer_watches_the_presenters_run_live_and_cannot_stop_it(lecture):
             [ticket] = host.states["tiny-random"].worker.running
             viewer.find_element(By.ID, "stop").click()  # stops the viewer's view only
             wait(viewer).until(lambda d: "as it ended" in text_of(d, "message"))
-            seen = len(tokens(presenter, "sd"))
-            wait(presenter).until(lambda d: len(tokens(d, "sd")) > seen + 20)  # the presenter's run goes on
+            seen = len(tokens(presenter, "left"))
+            wait(presenter).until(lambda d: len(tokens(d, "left")) > seen + 20)  # the presenter's run goes on
             assert not ticket.cancelled
             generate(viewer, "Let me run my own.")
             wait(viewer).until(lambda d: "watches room" in text_of(d, "message"))  # a viewer starts nothing

@@ -35,7 +35,7 @@ from easd.errors import EasdError
 from easd.pairs.tiny import load_tiny_pair
 
 ARGUMENTS = dict(prompt="x", tau_h=1.0, tau_o=0.8, top_n=5, k=4, temperature=0.0, top_p=1.0, max_new_tokens=8)
-ARGUMENTS |= dict(rule="full", seed=0, pair="", chat=True)  # /compare's parameters, in order
+ARGUMENTS |= dict(rule="full", seed=0, pair="", chat=True, left="sd", right="easd")  # /compare's parameters, in order
 
 
 def post_raw(url: str, data, route: str = "compare") -> str:
@@ -54,7 +54,7 @@ def read_stream(url: str, event_id: str, route: str = "compare") -> bytes:
 
 def solo(pair, prompt: str, **settings) -> dict[str, list[int]]:
     traces = Comparison(pair, prompt, DecodeSettings(record_top=20, **settings)).run()
-    return {lane: trace.token_ids for lane, trace in traces.items()}
+    return {trace.settings.method: trace.token_ids for trace in traces.values()}
 
 
 def tokens_by_lane(result: dict) -> dict[str, list[int]]:
@@ -92,7 +92,7 @@ def test_too_few_values_get_one_line_naming_them(app_url, data):
         post_raw(app_url, {"data": data})
     assert caught.value.code == 422
     detail = json.loads(caught.value.read())["detail"]
-    assert detail.startswith("compare takes 12 values in this order: prompt, tau_h") and f"(got {len(data)})" in detail
+    assert detail.startswith("compare takes 14 values in this order: prompt, tau_h") and f"(got {len(data)})" in detail
     assert api_parameters(compare) == list(ARGUMENTS)
 
 

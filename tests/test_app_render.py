@@ -37,7 +37,7 @@ def test_token_text_is_escaped_in_lanes_and_tooltips():
 def test_inspector_and_stepper_escape_too():
     trace = nasty_trace()
     for record in trace.records:
-        html = inspector_html("easd", record, RuleView())
+        html = inspector_html("right", trace, record, RuleView())
         assert "<img" not in html and "<script" not in html
     stepper = stepper_html("EASD", block_views(trace), 0)
     assert "<img" not in stepper and "<script" not in stepper
@@ -52,7 +52,7 @@ def test_invisible_characters_are_shown():
 
 def test_lanes_mark_selection_fork_penalties_and_what_if(run):
     sd, easd = run(method="sd", max_new_tokens=40, record_top=20), run(method="easd", max_new_tokens=40, record_top=20)
-    session = Session(traces={"sd": sd, "easd": easd})
+    session = Session(traces={"left": sd, "right": easd})
     fork = session.fork
     assert fork is not None and fork == easd.summary()["first_penalty_position"]
     html = lane_html("easd", easd, selected=3, fork=fork)
@@ -62,11 +62,9 @@ def test_lanes_mark_selection_fork_penalties_and_what_if(run):
 
 @pytest.mark.parametrize("origin", ["draft_accepted", "target_resample", "easd_penalty", "bonus"])
 def test_inspector_explains_every_origin(run, origin):
-    records = [
-        r for seed in range(3) for r in run(method="easd", seed=seed, max_new_tokens=48, temperature=1.0, record_top=20).records
-    ]
-    record = next(r for r in records if r.origin == origin)
-    html = inspector_html("easd", record, RuleView())
+    runs = [run(method="easd", seed=seed, max_new_tokens=48, temperature=1.0, record_top=20) for seed in range(3)]
+    trace, record = next((t, r) for t in runs for r in t.records if r.origin == origin)
+    html = inspector_html("right", trace, record, RuleView())
     assert f"Token #{record.position}" in html and "rank" in html
     if origin == "easd_penalty":
         assert "refused" in html and "Rule <code>full</code> at these settings: <b>fires</b>" in html
@@ -105,10 +103,10 @@ def test_session_places_loaded_runs_in_their_lanes(run):
     session = Session()
     easd, sd = run(method="easd", max_new_tokens=5), run(method="sd", max_new_tokens=5)
     note = session.load_traces([easd, sd], "both.json")
-    assert session.traces == {"sd": sd, "easd": easd} and "Loaded 2 run(s)" in note
+    assert session.traces == {"left": sd, "right": easd} and "Loaded 2 run(s)" in note
     target = run(method="target", max_new_tokens=5)
     session.load_traces([target], "t.csv")
-    assert session.traces["sd"] is target and session.traces["easd"] is None
+    assert session.traces["left"] is target and session.traces["right"] is None
 
 
 def test_the_comparison_line_shows_a_speed_only_when_the_work_differed(run):
@@ -120,3 +118,22 @@ def test_the_comparison_line_shows_a_speed_only_when_the_work_differed(run):
     assert "identical" in identical and "tokens/s" not in identical and "passes per token" not in identical
     forked = unescape(str(comparison_html(sd, easd, easd.summary()["first_penalty_position"])))
     assert "target passes per token" in forked and "SD's tokens/s" in forked
+
+
+def test_inspector_explains_mtis_guidance_with_both_candidate_lists(run):
+    trace = run(method="mti", mti_tau=2.0, mti_negative="<b>WRONG</b>", max_new_tokens=32)
+    guided = next(r for r in trace.records if r.origin == "mti_guided")
+    html = unescape(str(inspector_html("right", trace, guided, RuleView())))
+    assert "Token #" in html and "in MTI" in html and "> τ = 2" in html and "ω = 1.5" in html
+    assert "target token, unguided" in html and "guided token" in html and "p̃" in html
+    assert "&lt;b&gt;WRONG&lt;/b&gt;" in str(inspector_html("right", trace, guided, RuleView()))  # the negative prompt, escaped
+    plain = next(r for r in trace.records if r.origin == "target")
+    html = unescape(str(inspector_html("right", trace, plain, RuleView())))
+    assert "≤ τ = 2" in html and "did not intervene" in html and "guided token" not in html
+
+
+def test_the_comparison_line_names_each_lanes_interventions(run):
+    easd, mti = run(method="easd", max_new_tokens=40), run(method="mti", mti_tau=1.0, max_new_tokens=40)
+    line = unescape(str(comparison_html(easd, mti, 0)))
+    assert "EASD: " in line and " penalt" in line and "MTI: " in line and "guided token" in line
+    assert "MTI's first guided token is at token" in line

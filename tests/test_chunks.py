@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from easd.core.chunks import GenerationSnapshot, decode_chunk
-from easd.core.compare import LANES
+from easd.core.compare import DEFAULT_METHODS
 from easd.core.decoding import Generation
 from easd.core.settings import DecodeSettings
 from easd.core.worker import Worker
@@ -42,7 +42,9 @@ def assert_same_run(chunked, alone, exact: bool):
 def test_rows_decoded_in_chunks_through_the_worker_equal_their_continuous_runs(tiny_pair, steps):
     worker = Worker(tiny_pair, max_rows=8, row_tokens=400, chunks=lambda rows: decode_chunk(tiny_pair, rows, max_steps=steps))
     tickets = {
-        prompt: worker.submit([Generation(tiny_pair, prompt, replace(s, method=m)) for m in LANES], owner=prompt)
+        prompt: worker.submit(
+            [Generation(tiny_pair, prompt, replace(s, method=m)) for m in DEFAULT_METHODS.values()], owner=prompt
+        )
         for prompt, s in USERS.items()
     }
     for ticket in tickets.values():  # no deadline of its own: a busy machine takes longer; pytest-timeout catches a hang
@@ -51,8 +53,8 @@ def test_rows_decoded_in_chunks_through_the_worker_equal_their_continuous_runs(t
     assert not any("generator" in vars(g) for t in tickets.values() for g in t.generations)
     exact = tiny_pair.backend == "llama.cpp"
     for prompt, ticket in tickets.items():
-        for lane, trace in zip(LANES, ticket.traces()):
-            assert_same_run(trace, continuous(tiny_pair, prompt, replace(USERS[prompt], method=lane)), exact)
+        for method, trace in zip(DEFAULT_METHODS.values(), ticket.traces()):
+            assert_same_run(trace, continuous(tiny_pair, prompt, replace(USERS[prompt], method=method)), exact)
 
 
 def test_a_chunk_stops_at_its_budget_and_leaves_the_rows_unended(tiny_pair):
@@ -77,7 +79,9 @@ def test_a_round_runs_in_the_context_of_the_ticket_that_waited_longest(tiny_pair
 
     def submit(name):
         user.set(name)  # as Gradio sets its request's context in the handler's thread
-        ticket = worker.submit([Generation(tiny_pair, name, DecodeSettings(method=m, max_new_tokens=12)) for m in LANES])
+        ticket = worker.submit(
+            [Generation(tiny_pair, name, DecodeSettings(method=m, max_new_tokens=12)) for m in DEFAULT_METHODS.values()]
+        )
         assert ticket.join(60)
 
     thread = threading.Thread(target=submit, args=("ada",))

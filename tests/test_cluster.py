@@ -28,7 +28,7 @@ else:
 
 from easd.lab.cluster import RUNTIME_ENV, ClusterSettings, plan, ray_runner  # noqa: E402
 
-METHODS = "sd,easd,easd:no_overlap"
+METHODS = "sd,easd,easd:no_overlap,mti"
 ROOT = Path(__file__).resolve().parent.parent
 TIMINGS = {"seconds", "tokens_per_s", "saved_seconds"}  # the only columns a Ray run may change
 

@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from easd.core.compare import LANES
+from easd.core.compare import DEFAULT_METHODS
 from easd.core.decoding import Generation
 from easd.core.estimates import Job, Pace, schedule
 from easd.core.settings import DecodeSettings
@@ -42,7 +42,10 @@ def test_the_pace_learns_from_steps_and_finished_generations():
 def test_users_in_line_see_their_start_and_end_grow_with_their_place(hf_tiny_pair):
     settings = DecodeSettings(max_new_tokens=300)
     worker = Worker(hf_tiny_pair, max_rows=2, row_tokens=400)
-    requests = [[Generation(hf_tiny_pair, f"question {i}", replace(settings, method=m)) for m in LANES] for i in range(4)]
+    requests = [
+        [Generation(hf_tiny_pair, f"question {i}", replace(settings, method=m)) for m in DEFAULT_METHODS.values()]
+        for i in range(4)
+    ]
     first = worker.submit(requests[0])
     while worker.pace.steps < 3:  # the pace is measured
         first.wait(-1, 0.05)

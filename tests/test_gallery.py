@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from components.gallery import Gallery
-from easd.core.compare import LANES
+from easd.core.compare import DEFAULT_METHODS
 from easd.errors import SettingsError
 from easd.lab.problems import extract_answer
 
@@ -20,7 +20,7 @@ def opened():
 def test_every_recording_opens_as_an_sd_and_an_easd_run_with_its_prompt_and_settings(opened):
     assert len(opened) >= 4
     for key, (recording, traces) in opened.items():
-        assert [t.settings.method for t in traces] == list(LANES), key
+        assert [t.settings.method for t in traces] == list(DEFAULT_METHODS.values()), key
         wanted = recording.decode_settings()
         for trace in traces:
             assert trace.prompt == recording.prompt and "Qwen2.5-Coder" in trace.target_model, key
@@ -65,7 +65,7 @@ def test_the_viewer_opens_a_recording_with_no_model_and_refuses_other_keys():
     opened = wire(handlers.open_recorded, page, viewer, gallery, show=lambda text: {page.message: handlers.say(text)})
     key, recording = next(iter(gallery.recordings.items()))
     shown = opened({page.recorded: key, page.state: session})
-    assert session.traces["sd"] is not None and session.traces["easd"].prompt == recording.prompt
+    assert session.traces["left"] is not None and session.traces["right"].prompt == recording.prompt
     assert shown[page.prompt] == recording.prompt and html.escape(recording.shows) in str(shown[page.message])
     refused = opened({page.recorded: "../secrets.json", page.state: Session()})
     assert "recorded run: must be one of the gallery&#x27;s runs" in str(refused[page.message])

@@ -99,6 +99,9 @@ def test_greedy_sd_and_easd_give_target_only_answers_through_lm_eval(task_folder
     assert accuracy == pytest.approx(1 / 3)
     sd_accuracy, sd = evaluate(task_folder, tiny_pair.backend, method="sd", k=3)
     assert sd == target and sd_accuracy == accuracy  # lossless: per sample, not just on average
+    _, unguided = evaluate(task_folder, tiny_pair.backend, method="mti", mti_tau=100.0)
+    _, guided = evaluate(task_folder, tiny_pair.backend, method="mti", mti_tau=0.0, mti_omega=4.0)
+    assert unguided == target and guided != target  # MTI through lm-eval: target-only above every entropy, else guided
 
 
 def test_the_cli_registers_the_model_and_hands_over_to_lm_eval(task_folder, tmp_path, capsys):
@@ -115,7 +118,7 @@ def test_the_cli_registers_the_model_and_hands_over_to_lm_eval(task_folder, tmp_
     "model_args, message",
     [
         ("pair=tiny-random,tau_h=-1", "--model_args tau_h: must be a number of nats ≥ 0"),
-        ("pair=tiny-random,method=beam", "--model_args method: must be one of target, draft, sd, easd"),
+        ("pair=tiny-random,method=beam", "--model_args method: must be one of target, draft, sd, easd, mti"),
         ("pair=tiny-random,temprature=1", "--model_args: unknown temprature; the easd model takes pair, dtype"),
         ("pair=no-such-pair", "--model_args pair: unknown pair 'no-such-pair'"),
     ],

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from easd.core import acceptance as acc
-from easd.core.compare import LANES
+from easd.core.compare import DEFAULT_METHODS
 from easd.core.decoding import Batch, Generation
 from easd.core.settings import MIN_TEMPERATURE, MIN_TOP_P, DecodeSettings
 from easd.core.worker import Worker
@@ -81,16 +81,18 @@ def test_non_finite_logits_are_caught_before_sampling():
 def test_the_attacker_in_a_shared_batch_gets_one_line_and_the_other_user_their_solo_result(tiny_pair):
     worker = Worker(tiny_pair, max_rows=4, row_tokens=400)
     honest_settings = DecodeSettings(temperature=0.9, top_p=0.95, seed=7, max_new_tokens=60)
-    honest = worker.submit([Generation(tiny_pair, "honest", replace(honest_settings, method=m)) for m in LANES], owner="a")
-    bad = worker.submit([attacker(tiny_pair, m) for m in LANES], owner="b")
+    honest = worker.submit(
+        [Generation(tiny_pair, "honest", replace(honest_settings, method=m)) for m in DEFAULT_METHODS.values()], owner="a"
+    )
+    bad = worker.submit([attacker(tiny_pair, m) for m in DEFAULT_METHODS.values()], owner="b")
     for ticket in (honest, bad):  # no deadline of its own: a busy machine takes longer; pytest-timeout catches a hang
         assert ticket.join()
     assert bad.error is not None and "\n" not in str(bad.error) and "NaN or infinite" in str(bad.error)
     assert honest.error is None
     assert [t.token_ids for t in honest.traces()] == [
-        solo_ids(tiny_pair, "honest", replace(honest_settings, method=m)) for m in LANES
+        solo_ids(tiny_pair, "honest", replace(honest_settings, method=m)) for m in DEFAULT_METHODS.values()
     ]
-    later = worker.submit([Generation(tiny_pair, "later", replace(honest_settings, method=m)) for m in LANES])
+    later = worker.submit([Generation(tiny_pair, "later", replace(honest_settings, method=m)) for m in DEFAULT_METHODS.values()])
     assert later.join() and later.error is None  # the worker serves on
 
 
@@ -119,7 +121,7 @@ def test_an_address_holding_half_the_batch_waits_behind_other_addresses(tiny_pai
     long = DecodeSettings(max_new_tokens=400, k=12)
 
     def rows(prompt):
-        return [Generation(tiny_pair, prompt, replace(long, method=m)) for m in LANES]
+        return [Generation(tiny_pair, prompt, replace(long, method=m)) for m in DEFAULT_METHODS.values()]
 
     def wait_until(condition, ticket):
         seen = -1

@@ -6,7 +6,7 @@ import pytest
 
 from components.rooms import CODE_LENGTH, CODE_LETTERS, MAX_VIEWERS, Rooms
 from components.session import Session
-from easd.core.compare import LANES
+from easd.core.compare import DEFAULT_METHODS
 from easd.core.decoding import Generation
 from easd.core.settings import DecodeSettings
 from easd.core.worker import Worker
@@ -16,7 +16,7 @@ LONG = DecodeSettings(max_new_tokens=300, temperature=0.8)
 
 
 def comparison(pair, prompt: str = "A lecture on pears.") -> list[Generation]:
-    return [Generation(pair, prompt, replace(LONG, method=lane)) for lane in LANES]
+    return [Generation(pair, prompt, replace(LONG, method=method)) for method in DEFAULT_METHODS.values()]
 
 
 def test_a_viewer_leaving_never_stops_the_presenters_run(hf_tiny_pair):

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from easd.core.compare import LANES
+from easd.core.compare import DEFAULT_METHODS
 from easd.core.decoding import Generation
 from easd.core.settings import DecodeSettings
 from easd.core.worker import MAX_DEFAULT_ROWS, Worker, default_max_rows
@@ -20,7 +20,7 @@ SAMPLING = DecodeSettings(temperature=0.9, top_p=0.95, max_new_tokens=40)
 
 
 def comparison_rows(pair, prompt: str, settings: DecodeSettings) -> list[Generation]:
-    return [Generation(pair, prompt, replace(settings, method=lane)) for lane in LANES]
+    return [Generation(pair, prompt, replace(settings, method=method)) for method in DEFAULT_METHODS.values()]
 
 
 def read_to_the_end(ticket, timeout: float = 120) -> None:
@@ -53,7 +53,7 @@ def test_eight_users_submitted_at_once_each_get_exactly_their_solo_result(tiny_p
     assert all(t is not None and t.done and t.error is None for t in tickets)  # none lost
     for (prompt, settings), ticket in zip(requests, tickets):
         traces = ticket.traces()
-        assert [t.settings.method for t in traces] == list(LANES)
+        assert [t.settings.method for t in traces] == list(DEFAULT_METHODS.values())
         assert all(t.prompt == prompt and t.settings.seed == settings.seed for t in traces)  # no cross-talk
         assert all([r.position for r in t.records] == list(range(len(t.records))) for t in traces)  # none duplicated
         assert [t.token_ids for t in traces] == solo(tiny_pair, prompt, settings)

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from easd import _version
-from easd.core.compare import LANES
+from easd.core.compare import DEFAULT_METHODS
 from easd.core.decoding import Generation
 from easd.core.settings import DecodeSettings
 from easd.core.sharing import Results, request_key
@@ -22,7 +22,7 @@ PROMPT = "Tom has 3 apples and buys 5 more."
 
 
 def comparison(pair, prompt: str = PROMPT, settings: DecodeSettings = SETTINGS) -> list[Generation]:
-    return [Generation(pair, prompt, replace(settings, method=lane)) for lane in LANES]
+    return [Generation(pair, prompt, replace(settings, method=method)) for method in DEFAULT_METHODS.values()]
 
 
 def shape(traces) -> list:

@@ -119,7 +119,7 @@ def every_fragment(page, path) -> list:
             continue
         session.selected = (lane, 0)
         fragments += handlers.render_lanes(page, session, RuleView()).values()
-        fragments += [inspector_html(lane, record, RuleView()) for record in trace.records]
+        fragments += [inspector_html(lane, trace, record, RuleView()) for record in trace.records]
         views = block_views(trace)
         fragments += [stepper_html(lane, views, step) for step in range(len(views))]
     return fragments
@@ -159,7 +159,7 @@ def test_fields_driven_through_the_handlers(page, trace_sources, tmp_path, fmt):
 
 def test_payloads_reach_the_page_only_escaped(page, trace_sources):
     shown = poke(page, hostile_csv(trace_sources / "t.csv", ["token_text"], trace_sources / "token_text.csv"))
-    lanes = "".join(str(o.get(page.lanes["sd"], "")) for o in shown)
+    lanes = "".join(str(o.get(page.lanes["left"], "")) for o in shown)
     assert "&lt;input autofocus" in lanes and "&quot; onmouseover=&quot;" in lanes
     assert_nothing_injected(shown, plain_text={page.prompt})
 

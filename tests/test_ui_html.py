@@ -75,7 +75,10 @@ def test_generate_answers_bad_input_in_the_page_words(page, hf_tiny_pair):
     values = {c: getattr(RuleView(), n, None) for n, c in page.controls.settings().items()}
     values |= {c: v for c, v in zip(page.controls.settings().values(), [1.0, 0.8, 5, 4, 0.0, 1.0, 16, 0, "full"])}
     values |= {page.pair: None, page.prompt: "x", page.controls.chat: True, page.state: Session()}
+    values |= {page.methods["left"]: "sd", page.methods["right"]: "mti"}
     run = wire(handlers.generate, page, host, handlers.Outbox(None), show=lambda t: {page.message: handlers.say(t)})
+    messages = [str(next(iter(u.values()))) for u in run(values | {page.methods["left"]: "<beam>"}, None)]
+    assert messages == ["<p>⚠️ left lane: must be one of sd, easd, mti, target, draft (got &#x27;&lt;beam&gt;&#x27;)</p>"]
     messages = [str(next(iter(u.values()))) for u in run(values | {page.controls.k: "abc"}, None)]
     assert messages == ["<p>⚠️ k: must be a whole number from 1 to 12 (got &#x27;abc&#x27;)</p>"]
     messages = [str(next(iter(u.values()))) for u in run(values | {page.controls.seed: float("inf")}, None)]
@@ -90,7 +93,7 @@ def test_what_if_and_step_handlers_refuse_forged_values(page):
     answer = wire(handlers.rerender, page, show=say)(values | {page.controls.top_n: 10**9})
     assert list(answer) == [page.message] and "n: must be a whole number from 1 to 20" in answer[page.message]
     assert wire(handlers.step, page, 1, show=say)({page.step_lane: "<img>", page.state: Session()}) == gr.skip()
-    event = gr.EventData(None, {"lane": "sd", "pos": "1; alert(1)"})
+    event = gr.EventData(None, {"lane": "left", "pos": "1; alert(1)"})
     assert page.inspector in wire(handlers.select_token, page, show=say)(values, event)  # ignored, page redrawn
 
 
@@ -136,12 +139,12 @@ def test_session_folder_is_removed_on_clear_and_close(run, tmp_path):
     folder = session.folder
     assert folder.is_dir() and folder.parent == tmp_path and session.export(tmp_path)[0] == csv  # replaces, not adds
     session.clear()
-    assert not folder.exists() and session.traces == {"sd": None, "easd": None}
+    assert not folder.exists() and session.traces == {"left": None, "right": None}
     session.load_traces([run(method="easd", max_new_tokens=4)], "t.json")
     session.export(tmp_path)
     folder = session.folder
     session.close()
-    assert not folder.exists() and session.traces == {"sd": None, "easd": None}  # closed: the traces are dropped too
+    assert not folder.exists() and session.traces == {"left": None, "right": None}  # closed: the traces are dropped too
 
 
 def test_fields_match_the_settings():

@@ -1,4 +1,5 @@
-"""SD and EASD side by side: two generations with the same prompt, seed and settings, streamed together.
+"""Two methods side by side (SD | EASD unless asked otherwise): two generations with the same prompt, seed and
+settings, streamed together.
 
 The two are the two rows of one batch: every draft and target pass serves both lanes, so a
 comparison costs about one lane's passes, and both lanes grow together in a UI. Events come one
@@ -16,22 +17,27 @@ from .pair import ModelPair
 from .settings import DecodeSettings
 from .trace import TokenRecord, Trace
 
-LANES = ("sd", "easd")
+LANES = ("left", "right")
+DEFAULT_METHODS = {"left": "sd", "right": "easd"}  # the comparison the app opens with: EASD's one line against SD
 
 
 @dataclass
 class TokenEvent:
-    lane: str  # sd | easd
+    lane: str  # left | right
     record: TokenRecord
     block: Block  # the block it came from (drafts, end reason)
 
 
 class Comparison:
-    """Iterate for TokenEvents; `traces` maps each lane to its trace so far."""
+    """Iterate for TokenEvents; `traces` maps each lane to its trace so far. `methods` says which method each lane
+    runs (DEFAULT_METHODS: SD | EASD); everything else is the same `settings`."""
 
-    def __init__(self, pair: ModelPair, prompt: str, settings: DecodeSettings, chat: bool = True):
+    def __init__(
+        self, pair: ModelPair, prompt: str, settings: DecodeSettings, chat: bool = True, methods: dict[str, str] | None = None
+    ):
         self.pair = pair
-        self.generations = {lane: Generation(pair, prompt, replace(settings, method=lane), chat=chat) for lane in LANES}
+        methods = methods or DEFAULT_METHODS
+        self.generations = {lane: Generation(pair, prompt, replace(settings, method=methods[lane]), chat=chat) for lane in LANES}
 
     @property
     def traces(self) -> dict[str, Trace]:
@@ -43,10 +49,11 @@ class Comparison:
 
     def __iter__(self) -> Iterator[TokenEvent]:
         """Decode both as a batch of their own (the app instead hands `generations` to its shared batch)."""
+        lanes = {id(generation): lane for lane, generation in self.generations.items()}
         blocks = iter(Batch(self.pair, self.generations.values()))
         try:
             for block in blocks:
-                lane = block.generation.settings.method
+                lane = lanes[id(block.generation)]
                 for record in block.records:
                     yield TokenEvent(lane, record, block)
         finally:

@@ -26,7 +26,7 @@ from ..errors import EasdError, SettingsError
 from .evaluate import DEFAULT_BATCH_SIZE
 
 MODEL_NAME = "easd"
-SETTING_ARGS = ("method", "rule", "k", "tau_h", "tau_o", "top_n", "seed", "signals")  # model_args that become DecodeSettings
+SETTING_ARGS = ("method", "rule", "k", "tau_h", "tau_o", "top_n", "seed", "signals", "mti_tau", "mti_omega", "mti_negative")  # model_args that become DecodeSettings
 DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's own default when a task names none
 SAMPLING_ARGS = ("until", "max_gen_toks", "do_sample", "temperature", "top_p")  # the generation kwargs we honour
 
@@ -35,7 +35,8 @@ log = logging.getLogger(__name__)
 
 @register_model(MODEL_NAME)
 class EasdLM(LM):
-    """model_args: pair, backend, method (target|draft|sd|easd), rule, k, tau_h, tau_o, top_n, seed, dtype, int8."""
+    """model_args: pair, backend, method (target|draft|sd|easd|mti), rule, k, tau_h, tau_o, top_n, seed, mti_tau, mti_omega,
+    mti_negative, dtype, int8."""
 
     def __init__(
         self,
