@@ -26,7 +26,19 @@ from ..errors import EasdError, SettingsError
 from .evaluate import DEFAULT_BATCH_SIZE
 
 MODEL_NAME = "easd"
-SETTING_ARGS = ("method", "rule", "k", "tau_h", "tau_o", "top_n", "seed", "signals", "mti_tau", "mti_omega", "mti_negative")  # model_args that become DecodeSettings
+SETTING_ARGS = (
+    "method",
+    "rule",
+    "k",
+    "tau_h",
+    "tau_o",
+    "top_n",
+    "seed",
+    "signals",
+    "mti_tau",
+    "mti_omega",
+    "mti_negative",
+)  # model_args that become DecodeSettings
 DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's own default when a task names none
 SAMPLING_ARGS = ("until", "max_gen_toks", "do_sample", "temperature", "top_p")  # the generation kwargs we honour
 
