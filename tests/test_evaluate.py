@@ -339,3 +339,16 @@ def test_sweep_over_mtis_tau(data, tmp_path, capsys):
     capsys.readouterr()
     assert main([*arguments.split()[:-1], "0,-1", "--out", str(tmp_path / "bad")]) == 2
     assert "--mti-taus: must be a number of nats ≥ 0 (got -1.0)" in capsys.readouterr().err
+
+
+def test_eval_runs_beam_search_on_the_draft_beside_the_batch(data, tmp_path, capsys):
+    arguments = f"eval --pair tiny-random --data {data} --limit 3 --max-new-tokens 12 --methods draft,beam:1,beam:3,sd"
+    assert main([*arguments.split(), "--out", str(tmp_path / "beams")]) == 0
+    results = load_results(tmp_path / "beams" / "results.csv")
+    text = {m: results[results["method"] == m]["text"].tolist() for m in ("draft", "beam:1", "beam:3")}
+    assert text["beam:1"] == text["draft"] and text["beam:3"] != text["draft"]  # one beam is greedy; three search
+    assert (results[results["method"] == "beam:3"]["draft_calls"] > 0).all() and len(results) == 12
+    for label, message in (("beam:x", "must be beam:N"), ("beam:0", "from 1 to 64")):
+        capsys.readouterr()
+        assert main([*arguments.split()[:-1], label, "--out", str(tmp_path / "bad")]) == 2
+        assert message in capsys.readouterr().err

@@ -19,20 +19,39 @@ def add(parser: argparse.ArgumentParser) -> None:
     prompt.add_argument("--prompt", help="the prompt text (sent through the chat template unless --no-chat)")
     prompt.add_argument("--prompt-file", type=Path, help="read the prompt from this UTF-8 file")
     parser.add_argument("--no-chat", action="store_true", help="send the prompt as raw text, without the chat template")
+    parser.add_argument("--beams", type=int, default=1, help="beam search on the draft with this many beams (--method draft)")
     parser.add_argument("--trace", type=Path, metavar="FILE.csv", help="write the per-token trace as CSV")
     parser.add_argument("--json", type=Path, metavar="FILE.json", help="write the trace as JSON, with settings and summary")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..core.decoding import Generation
+    from ..core.beam import beam_search, check_beams
 
     settings = settings_from_args(args)
+    check_beams(args.beams, settings)
     prompt = _read_prompt(args)
     for option, path in (("--trace", args.trace), ("--json", args.json)):
         if path is not None and not path.parent.resolve().is_dir():
             raise SettingsError(option, f"the folder {path.parent} does not exist")
     pair = load_models(args)
-    generation = Generation(pair, prompt, settings, chat=not args.no_chat)
+    if args.beams > 1:  # the search ends before any beam is known to be the answer: printed whole
+        trace = beam_search(pair, prompt, settings, args.beams, chat=not args.no_chat)
+        print(trace.text)
+    else:
+        trace = _stream(pair, prompt, settings, chat=not args.no_chat)
+    if args.trace:
+        trace_io.write_csv([trace], args.trace)
+    if args.json:
+        trace_io.write_json([trace], args.json)
+    print(summary_line(trace.summary()))
+    return 0
+
+
+def _stream(pair, prompt: str, settings, chat: bool):
+    """Decode, printing each token as it comes; Ctrl-C stops and keeps what was emitted.  -> the trace"""
+    from ..core.decoding import Generation
+
+    generation = Generation(pair, prompt, settings, chat=chat)
     try:
         for block in generation:
             for record in block.records:
@@ -40,13 +59,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("\n[stopped]", end="")
     print()
-    trace = generation.trace
-    if args.trace:
-        trace_io.write_csv([trace], args.trace)
-    if args.json:
-        trace_io.write_json([trace], args.json)
-    print(summary_line(trace.summary()))
-    return 0
+    return generation.trace
 
 
 def _read_prompt(args: argparse.Namespace) -> str:

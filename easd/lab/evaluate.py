@@ -17,6 +17,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ..core import trace as trace_io
+from ..core.beam import beam_search, check_beams
 from ..core.decoding import Batch, Generation, encode_prompt
 from ..core.pair import ModelPair
 from ..core.prefix import easd_start
@@ -30,21 +31,39 @@ from .results import prepare_folder
 
 @dataclass(frozen=True)
 class Variant:
-    label: str  # how results name it: sd, easd, easd:no_overlap, easd@1.5/0.6 …
+    label: str  # how results name it: sd, easd, easd:no_overlap, easd@1.5/0.6, beam:4 …
     settings: DecodeSettings
+    beams: int = 1  # more than 1: beam search on the draft (easd.core.beam), decoded outside the batch
 
 
 def parse_methods(text: str, base: DecodeSettings) -> list[Variant]:
-    """`target,draft,sd,easd,mti,easd:no_overlap` → variants; SD first, so EASD variants can reuse it."""
+    """`target,draft,sd,easd,mti,easd:no_overlap,beam:4` → variants; SD first, so EASD variants can reuse it."""
     variants = []
     for label in [part.strip() for part in text.split(",") if part.strip()]:
         method, _, rule = label.partition(":")
+        if method == "beam":
+            variants.append(_beam_variant(label, rule, base))
+            continue
         if method not in METHODS or (rule and (method != "easd" or rule not in RULES)):
-            raise EasdError(f"--methods: {label!r} is not one of {', '.join(METHODS)}, easd:RULE (RULE: {', '.join(RULES)})")
+            raise EasdError(
+                f"--methods: {label!r} is not one of {', '.join(METHODS)}, easd:RULE (RULE: {', '.join(RULES)}) or beam:N"
+            )
         variants.append(Variant(label, replace(base, method=method, rule=rule or base.rule)))
     if not variants:
         raise EasdError("--methods: give at least one method, e.g. sd,easd")
     return sorted(variants, key=lambda v: v.settings.method != "sd")
+
+
+def _beam_variant(label: str, beams: str, base: DecodeSettings) -> Variant:
+    """beam:N, beam search on the draft with N beams."""
+    settings = replace(base, method="draft")
+    if not beams.isdigit():
+        raise EasdError(f"--methods: {label!r} must be beam:N, N the number of beams (e.g. beam:4)")
+    try:
+        check_beams(int(beams), settings)
+    except SettingsError as err:
+        raise EasdError(f"--methods: {label}: {err.message}") from None
+    return Variant(label, settings, beams=int(beams))
 
 
 def grid_variants(base: DecodeSettings, tau_hs: list[float], tau_os: list[float]) -> list[Variant]:
@@ -113,7 +132,10 @@ def decode_items(
         sd = next((v for v in item.variants if v.settings.method == "sd"), None)
         followers = [v for v in item.variants if v.settings.method == "easd"] if sd else []
         for variant in item.variants:
-            if variant not in followers:
+            if variant.beams > 1:  # its beams are rows of their own caches: decoded now, outside the batch
+                trace = beam_search(pair, item.problem.prompt, _seeded(variant, item), variant.beams)
+                ready.extend(finish(item, variant, trace, 0.0))
+            elif variant not in followers:
                 generation = Generation(
                     pair, item.problem.prompt, _seeded(variant, item), keep_kv=variant is sd and bool(followers)
                 )
@@ -129,8 +151,11 @@ def decode_items(
         while line and batch.load < batch_size:
             start(line.popleft())
 
-    while line or batch.load:
+    ready: deque = deque()  # items finished outside the batch (beam search), yielded as soon as the loop can
+    while line or batch.load or ready:
         fill()
+        while ready:
+            yield ready.popleft()
         for block in batch:
             generation = block.generation
             if not generation.done:
@@ -146,6 +171,8 @@ def decode_items(
                 generation.final = None  # the followers hold what they need
             yield from finish(item, variant, generation.trace, saved)
             fill()
+            while ready:
+                yield ready.popleft()
 
 
 def _seeded(variant: Variant, item: WorkItem) -> DecodeSettings:
