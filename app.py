@@ -25,7 +25,7 @@ from easd.cli import add_weight_flags, check_model_flags, runtime_of
 from easd.core.sharing import RESULTS_BYTES
 from easd.core.worker import check_max_rows
 from easd.errors import EasdError
-from easd.pairs.loading import load_pair
+from easd.pairs.loading import load_pair, with_prm
 from easd.pairs.registry import PAIRS, default_pair_name, load_named_pair
 
 # Every flag can come from the environment, which is how a Space sets them: --max-batch is EASD_MAX_BATCH, and so on.
@@ -153,6 +153,8 @@ def make_host(args: argparse.Namespace) -> ModelHost:
     if unknown:
         sys.exit(f"error: unknown pair(s) {', '.join(unknown)}; choose from {', '.join(PAIRS)} or 'none'")
     loaders = {name: loader or (lambda name=name: load_named_pair(name, runtime)) for name, loader in allowed.items()}
+    if args.prm is not None:  # RSD's process reward model, loaded with every pair the app serves
+        loaders = {name: (lambda load=load: with_prm(load(), args.prm, runtime)) for name, load in loaders.items()}
     default = next(iter(loaders), None)
     return ModelHost(
         loaders,

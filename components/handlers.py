@@ -144,6 +144,7 @@ def generate(page: Page, host: ModelHost, outbox: Outbox, values: dict, request:
     name = allowed_pair(host, values[page.pair])
     for place in host.waiting_for(name):
         yield {page.message: say(waiting_for_pair(host, name, place))}
+    check_prm(host.pair(name), methods)
     comparison = Comparison(host.pair(name), prompt, settings, chat=chat, methods=methods)
     client = client_of(request)
     with host.stream(name, comparison.generations.values(), client, outbox.watch(client.session).took_any) as stream:
@@ -248,6 +249,7 @@ def compare(
     name = allowed_pair(host, host.default if pair == "" else pair)  # "" (the default) is the app's pair
     for _ in host.waiting_for(name):
         pass  # a call that comes while the pair loads waits for it, as in line: nothing streams until its run starts
+    check_prm(host.pair(name), methods)
     comparison = Comparison(host.pair(name), prompt, settings, chat=check_flag("chat", chat), methods=methods)
     client, plain = client_of(request), sends_whole_outputs(request)
     with host.stream(name, comparison.generations.values(), client, outbox.watch(client.session).took_any) as stream:
@@ -477,6 +479,16 @@ def allowed_pair(host: ModelHost, name) -> str:
     if not (isinstance(name, str) and name in host.allowed):
         raise SettingsError("pair", f"must be one of {', '.join(host.allowed)} (got {repr(name)[:40]})")
     return name
+
+
+def check_prm(pair, methods: dict[str, str]) -> None:
+    """An RSD lane needs the process reward model the operator may load with the pair; one line saying so if not."""
+    lanes = [lane for lane, method in methods.items() if method == "rsd"]
+    if lanes and pair.prm is None:
+        raise EasdError(
+            f"the {lanes[0]} lane's RSD asks a process reward model to score each step, and this app was started "
+            "without one; its operator can add one with python app.py --prm FOLDER"
+        )
 
 
 def is_result(value) -> bool:

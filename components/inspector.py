@@ -26,6 +26,8 @@ def inspector_html(lane: str, trace: Trace | None, record: TokenRecord | None, v
     parts = [close, _header(lane_title(lane, trace), record), _decision(record)]
     if trace.settings.method == "mti":
         parts.append(_guidance(record, trace.settings))
+    if trace.settings.method == "rsd":
+        parts.append(_step(record, trace.settings))
     if record.draft_token_id is not None:
         parts.append(_signals(record, view))
     if record.h_draft_margin is not None:
@@ -98,6 +100,18 @@ def _guidance(record: TokenRecord, settings: DecodeSettings) -> Html:
         f" (p_u), and the token came from log p_u + ω (log p − log p_u) with ω = {settings.mti_omega:g}.",
     )
     return tag("p", compared, *how)
+
+
+def _step(record: TokenRecord, settings: DecodeSettings) -> Html:
+    """RSD's decision on this token's step: the PRM's reward for the draft's version against δ, and who wrote it."""
+    if not (_is_real(record.rsd_reward) and isinstance(record.rsd_step, int)):
+        return tag("p", "This row does not record its reasoning step's reward.")
+    reward = f"the process reward model gave the draft's version {number(record.rsd_reward)}"
+    if record.origin == "draft":
+        verdict = f"{reward} ≥ δ = {settings.rsd_delta:g}, so the draft's step was kept."
+    else:
+        verdict = f"{reward} < δ = {settings.rsd_delta:g}, so the target wrote the step again from the same prefix."
+    return tag("p", tag("b", f"Step {record.rsd_step}"), f" (text up to {settings.rsd_delimiter!r}): {verdict}")
 
 
 def _signals(record: TokenRecord, view: RuleView) -> Html:

@@ -25,7 +25,14 @@ ORIGIN_LABELS = {
     "mti_guided": "MTI guided",
 }
 ORIGIN_CLASSES = {origin: f"o-{origin}" for origin in ORIGIN_LABELS}  # an origin not listed gets "o-unknown"
-TITLES = {"sd": "SD", "easd": "EASD", "mti": "MTI", "target": "target only", "draft": "draft only"}  # what a lane can run
+TITLES = {
+    "sd": "SD",
+    "easd": "EASD",
+    "mti": "MTI",
+    "rsd": "RSD",
+    "target": "target only",
+    "draft": "draft only",
+}  # what a lane can run
 _VISIBLE = {"\n": "↵\n", "\t": "⇥", "\r": "␍"}
 MAX_LANE_TOKENS = 2000  # spans drawn per lane: a huge loaded trace is shown as a window around the selection
 

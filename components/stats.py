@@ -6,10 +6,12 @@ Built with `components.html`: a loaded trace's summary (its stop reason, its cou
 from __future__ import annotations
 
 from easd.core.speed import Speed
-from easd.core.trace import INTERVENTIONS, Trace
+from easd.core.trace import Trace, intervened
 
 from .html import Html, join, number, tag
 from .lanes import TITLES
+
+STATS_WORDS = {"mti": "guided ", "rsd": "rewritten "}  # what the stats line calls a run's interventions (else penalties)
 
 
 def stats_html(trace: Trace | None) -> Html:
@@ -22,7 +24,7 @@ def stats_html(trace: Trace | None) -> Html:
         join(["acceptance ", tag("b", number(s["acceptance_rate"], ".2f"))]),
         join(["accepted/block ", tag("b", number(s["mean_accepted_length"], ".2f"))]),
         join(["target calls ", tag("b", number(s["target_calls"], "d"))]),
-        join(["guided " if trace.settings.method == "mti" else "penalties ", tag("b", number(s["interventions"], "d"))]),
+        join([STATS_WORDS.get(trace.settings.method, "penalties "), tag("b", number(s["interventions"], "d"))]),
     ]
     if s["fragile_penalties"]:  # docs/method.md, "Fragile decisions": rounding could have flipped these
         parts.append(join(["≈ fragile ", tag("b", number(s["fragile_penalties"], "d"))]))
@@ -42,7 +44,7 @@ def comparison_html(left: Trace | None, right: Trace | None, fork: int | None) -
         change = f"{name_b}'s text is identical to {name_a}'s"
     else:
         change = f"the texts fork at token {fork}"
-        first = next((r.position for r in right.records if r.origin in INTERVENTIONS), None)
+        first = next((r.position for r in right.records if intervened(r.origin, right.settings.method)), None)
         if first is not None:
             change += f" ({name_b}'s first {INTERVENTION_WORDS[right.settings.method]} is at token {first})"
     rates = [_intervention_rate(name, trace, summary) for name, trace, summary in ((name_a, left, a), (name_b, right, b))]
@@ -63,7 +65,11 @@ def comparison_html(left: Trace | None, right: Trace | None, fork: int | None) -
     return tag("p", tag("b", "Comparison:"), f" {change}; {rate}{speed}{acceptance}.", class_="comparison")
 
 
-INTERVENTION_WORDS = {"easd": "penalty", "mti": "guided token"}  # what each intervening method calls one intervention
+INTERVENTION_WORDS = {
+    "easd": "penalty",
+    "mti": "guided token",
+    "rsd": "rewritten token",
+}  # what each intervening method calls one intervention
 
 
 def _intervention_rate(name: str, trace: Trace, summary: dict) -> str:

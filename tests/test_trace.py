@@ -116,7 +116,7 @@ def test_csv_reads_with_plain_pandas(tmp_path):
 
 def test_csv_column_order_follows_the_design():
     names = trace_io.columns(5)
-    assert names[16:22] == [
+    assert names[18:24] == [
         "draft_top1_id",
         "draft_top1_text",
         "draft_top1_prob",
@@ -124,13 +124,14 @@ def test_csv_column_order_follows_the_design():
         "target_top1_text",
         "target_top1_prob",
     ]
-    assert names[22:25] == ["guided_top1_id", "guided_top1_text", "guided_top1_prob"]
+    assert names[16:18] == ["rsd_step", "rsd_reward"]
+    assert names[24:27] == ["guided_top1_id", "guided_top1_text", "guided_top1_prob"]
     settings = ["tau_h", "tau_o", "top_n", "k", "temperature", "top_p", "seed", "signals", "mti_tau", "mti_omega"]
-    settings += ["mti_negative", "draft_model", "target_model"]
-    assert names[-13:] == settings
+    settings += ["mti_negative", "rsd_delta", "rsd_delimiter", "draft_model", "target_model"]
+    assert names[-15:] == settings
     margins = ["h_draft_margin", "h_target_margin", "draft_gap", "target_gap", "overlap_swap"]
     margins += ["h_draft_tol", "h_target_tol", "overlap_low", "overlap_high", "fragile"]
-    assert names[-23:-13] == margins
+    assert names[-25:-15] == margins
 
 
 @pytest.mark.parametrize(
@@ -356,7 +357,7 @@ def test_formula_cells_are_neutralised_in_the_csv(tmp_path):
     text_columns = [
         i
         for i, name in enumerate(header)
-        if name.endswith(("_text", "_model")) or name in ("method", "rule", "origin", "signals", "mti_negative")
+        if name.endswith(("_text", "_model")) or name in ("method", "rule", "origin", "signals", "mti_negative", "rsd_delimiter")
     ]
     for line in lines:
         for i, cell in enumerate(line):

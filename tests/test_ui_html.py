@@ -78,7 +78,7 @@ def test_generate_answers_bad_input_in_the_page_words(page, hf_tiny_pair):
     values |= {page.methods["left"]: "sd", page.methods["right"]: "mti"}
     run = wire(handlers.generate, page, host, handlers.Outbox(None), show=lambda t: {page.message: handlers.say(t)})
     messages = [str(next(iter(u.values()))) for u in run(values | {page.methods["left"]: "<beam>"}, None)]
-    assert messages == ["<p>⚠️ left lane: must be one of sd, easd, mti, target, draft (got &#x27;&lt;beam&gt;&#x27;)</p>"]
+    assert messages == ["<p>⚠️ left lane: must be one of sd, easd, mti, rsd, target, draft (got &#x27;&lt;beam&gt;&#x27;)</p>"]
     messages = [str(next(iter(u.values()))) for u in run(values | {page.controls.k: "abc"}, None)]
     assert messages == ["<p>⚠️ k: must be a whole number from 1 to 12 (got &#x27;abc&#x27;)</p>"]
     messages = [str(next(iter(u.values()))) for u in run(values | {page.controls.seed: float("inf")}, None)]
@@ -149,3 +149,16 @@ def test_session_folder_is_removed_on_clear_and_close(run, tmp_path):
 
 def test_fields_match_the_settings():
     assert set(FIELDS) <= set(read_settings({}, 64).as_dict())
+
+
+def test_an_rsd_lane_without_a_prm_says_why_in_one_line(page, hf_tiny_pair):
+    host = ModelHost({"tiny": lambda: hf_tiny_pair}, "tiny")
+    host.ensure_loading("tiny")
+    while host.pair("tiny") is None:
+        time.sleep(0.05)
+    values = {c: v for c, v in zip(page.controls.settings().values(), [1.0, 0.8, 5, 4, 0.0, 1.0, 16, 0, "full"])}
+    values |= {page.pair: "tiny", page.prompt: "x", page.controls.chat: True, page.state: Session()}
+    values |= {page.methods["left"]: "easd", page.methods["right"]: "rsd"}
+    run = wire(handlers.generate, page, host, handlers.Outbox(None), show=lambda t: {page.message: handlers.say(t)})
+    [message] = [str(u[page.message]) for u in run(values, None) if page.message in u]
+    assert "the right lane&#x27;s RSD asks a process reward model" in message and "python app.py --prm FOLDER" in message

@@ -18,6 +18,7 @@ from .flags import (
     add_model_flags,
     add_ray_flags,
     check_batch_size,
+    check_prm_flag,
     load_models,
     model_args,
     print_tables,
@@ -25,7 +26,7 @@ from .flags import (
     settings_from_args,
 )
 
-MTI_FLAGS = ("mti_tau", "mti_omega", "mti_negative")
+BASELINE_FLAGS = ("mti_tau", "mti_omega", "mti_negative", "rsd_delta", "rsd_delimiter")  # the baselines' own settings
 HELP = "accuracy, speed and intervention rate of methods on reasoning problems"
 NAME = "eval"
 INT8_BATCH_NOTE = (
@@ -38,7 +39,7 @@ INT8_BATCH_NOTE = (
 def add(parser: argparse.ArgumentParser) -> None:
     add_model_flags(parser)
     add_data_flags(parser, limit=None)
-    decoding = ("k", "tau_h", "tau_o", "top_n", "temperature", "top_p", "max_new_tokens", "seed", "signals", *MTI_FLAGS)
+    decoding = ("k", "tau_h", "tau_o", "top_n", "temperature", "top_p", "max_new_tokens", "seed", "signals", *BASELINE_FLAGS)
     add_decode_flags(parser, max_new_tokens=512, include=decoding)
     parser.add_argument("--methods", default="sd,easd", help="comma-separated: target, draft, sd, easd, mti, easd:RULE")
     parser.add_argument("--samples", type=int, default=1, help="runs per problem, with seeds seed, seed+1, …")
@@ -60,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
     base = settings_from_args(args)
     variants = parse_methods(args.methods, base)
+    check_prm_flag(args, [v.settings.method for v in variants])
     if args.samples < 1:
         raise SettingsError("--samples", f"must be ≥ 1 (got {args.samples})")
     check_batch_size(args)

@@ -37,6 +37,7 @@ def add_weight_flags(parser) -> None:
     )
     parser.add_argument("--dtype", default="auto", choices=DTYPES, help="transformers' dtype; auto = bfloat16 where native")
     parser.add_argument("--int8", default="none", choices=INT8, help="transformers on a CPU: dynamic int8 weights for these")
+    parser.add_argument("--prm", help="RSD's process reward model: a folder or hub id in Skywork's PRM layout (transformers)")
 
 
 def check_model_flags(pair: str | None, draft: str | None, target: str | None) -> None:
@@ -61,20 +62,21 @@ def model_args(args: argparse.Namespace) -> argparse.Namespace:
     """Only the flags that name the pair and how it runs, checked: what `load_models` and each Ray actor need."""
     check_model_flags(args.pair, args.draft, args.target)
     runtime_of(args).checked()
-    return argparse.Namespace(**{name: getattr(args, name) for name in ("pair", "draft", "target", "backend", "dtype", "int8")})
+    names = ("pair", "draft", "target", "backend", "dtype", "int8", "prm")
+    return argparse.Namespace(**{name: getattr(args, name) for name in names})
 
 
 def load_models(args: argparse.Namespace):
     """The pair the flags name, announced on stderr (stdout carries only the result)."""
+    from ..pairs.loading import load_pair, with_prm
     from ..pairs.registry import default_pair_name, load_named_pair
 
     args = model_args(args)
     if args.draft is not None:
-        from ..pairs.loading import load_pair
-
         pair = load_pair(args.draft, args.target, runtime_of(args))
     else:
         pair = load_named_pair(args.pair or default_pair_name(), runtime_of(args))
+    pair = with_prm(pair, args.prm, runtime_of(args))
     print(f"models: {pair.describe()}", file=sys.stderr)
     if pair.note:
         print(f"note: {pair.note}", file=sys.stderr)
@@ -88,7 +90,7 @@ def add_decode_flags(parser: argparse.ArgumentParser, max_new_tokens: int | None
     """The DecodeSettings flags (those in `include`, or all), with the settings' defaults."""
     d = DecodeSettings()
     group = _Only(parser.add_argument_group("decoding"), include)
-    group.add_argument("--method", default=d.method, choices=METHODS, help="target-only, draft-only, SD, EASD or MTI")
+    group.add_argument("--method", default=d.method, choices=METHODS, help="target-only, draft-only, SD, EASD, MTI or RSD")
     group.add_argument("--rule", default=d.rule, choices=RULES, help="EASD's trigger rule: full, or one of the paper's ablations")
     group.add_argument("--k", type=int, default=d.k, help="draft tokens per block (1 to 64)")
     group.add_argument("--tau-h", type=float, default=d.tau_h, help="entropy threshold τ_H in nats (≥ 0)")
@@ -106,6 +108,8 @@ def add_decode_flags(parser: argparse.ArgumentParser, max_new_tokens: int | None
     )
     group.add_argument("--mti-omega", type=float, default=d.mti_omega, help="MTI: guidance strength ω (1 to 10; 1 = none)")
     group.add_argument("--mti-negative", default=d.mti_negative, help="MTI: the negative prompt put after the context")
+    group.add_argument("--rsd-delta", type=float, default=d.rsd_delta, help="RSD: keep a draft step whose PRM reward ≥ δ")
+    group.add_argument("--rsd-delimiter", default=d.rsd_delimiter, help="RSD: the text that ends a reasoning step")
 
 
 class _Only:
@@ -121,7 +125,15 @@ class _Only:
 
 def settings_from_args(args: argparse.Namespace) -> DecodeSettings:
     values = {f.name: getattr(args, f.name) for f in fields(DecodeSettings) if hasattr(args, f.name)}
-    return DecodeSettings(**values).validate()
+    settings = DecodeSettings(**values).validate()
+    check_prm_flag(args, [settings.method])
+    return settings
+
+
+def check_prm_flag(args: argparse.Namespace, methods: list[str]) -> None:
+    """RSD needs --prm: refused before any model loads."""
+    if "rsd" in methods and getattr(args, "prm", None) is None:
+        raise SettingsError("--prm", "RSD asks a process reward model to score each step: give one (a folder or hub id)")
 
 
 def numbers(option: str, text: str) -> list[float]:

@@ -17,6 +17,7 @@ from .flags import (
     add_model_flags,
     add_ray_flags,
     check_batch_size,
+    check_prm_flag,
     numbers,
     print_tables,
     problems,
@@ -32,12 +33,16 @@ def add(parser: argparse.ArgumentParser) -> None:
     add_decode_flags(
         parser,
         max_new_tokens=512,
-        include=("k", "top_n", "temperature", "top_p", "max_new_tokens", "seed", "signals", "mti_omega", "mti_negative"),
+        include=(
+            *("k", "top_n", "temperature", "top_p", "max_new_tokens", "seed", "signals"),
+            *("mti_omega", "mti_negative", "rsd_delimiter"),
+        ),
     )
-    parser.add_argument("--grid", default="easd", choices=("easd", "mti"), help="whose thresholds to sweep")
+    parser.add_argument("--grid", default="easd", choices=("easd", "mti", "rsd"), help="whose thresholds to sweep")
     parser.add_argument("--tau-hs", default="1,1.5,2", help="τ_H values of the grid, comma-separated")
     parser.add_argument("--tau-os", default="0.2,0.4,0.6,0.8,1.0", help="τ_O values of the grid, comma-separated")
     parser.add_argument("--mti-taus", default="0.1,0.5,1,1.5,2", help="MTI's τ values (--grid mti): its authors' grid")
+    parser.add_argument("--rsd-deltas", default="0.5,0.6,0.7,0.8,0.9", help="RSD's δ values (--grid rsd; needs --prm)")
     parser.add_argument("--with-target", action="store_true", help="also run target-only as a reference (--grid easd)")
     parser.add_argument("--out", type=Path, required=True, help="output folder: results.csv, sweep.csv, sweep.html")
     parser.add_argument("--resume", action="store_true", help="continue the results in --out")
@@ -46,12 +51,14 @@ def add(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..lab.evaluate import Variant, grid_variants, mti_variants, run_evaluation
+    from ..lab.evaluate import Variant, baseline_variants, grid_variants, run_evaluation
     from ..lab.report import write_sweep
 
     base = settings_from_args(args)
-    if args.grid == "mti":
-        variants = mti_variants(base, numbers("--mti-taus", args.mti_taus))
+    if args.grid in ("mti", "rsd"):
+        option = {"mti": "--mti-taus", "rsd": "--rsd-deltas"}[args.grid]
+        variants = baseline_variants(base, args.grid, numbers(option, getattr(args, option[2:].replace("-", "_"))))
+        check_prm_flag(args, [args.grid])
     else:
         variants = grid_variants(base, numbers("--tau-hs", args.tau_hs), numbers("--tau-os", args.tau_os))
     if args.with_target and args.grid == "easd":
@@ -60,9 +67,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             variant.settings.validate()
         except SettingsError as err:  # a grid value out of range: name the grid's flag
-            raise SettingsError(
-                "--mti-taus" if err.setting == "mti_tau" else f"--{err.setting.replace('_', '-')}s", err.message
-            ) from None
+            raise SettingsError(f"--{err.setting.replace('_', '-')}s", err.message) from None
     check_batch_size(args)
     chosen = problems(args)
     try:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from ..errors import EasdError
-from .decoding import Batch, Block, Generation
+from .decoding import Batch, Block, Generation, Steps
 from .pair import ModelPair
 from .settings import DecodeSettings
 from .trace import RunStats
@@ -38,6 +38,7 @@ class GenerationSnapshot:
     next_block: int  # the number its next block gets
     rng_state: torch.Tensor | None  # its random generator's state (a CPU tensor); None: its seed's
     stats: RunStats  # its time and passes so far, which the next chunk goes on counting
+    steps: Steps | None = None  # an RSD generation's reasoning steps so far
 
     @classmethod
     def of(cls, generation: Generation) -> GenerationSnapshot:
@@ -49,6 +50,7 @@ class GenerationSnapshot:
             generation.first_block + len(generation.checkpoints),
             generation.rng_state(),
             replace(generation.trace.stats),
+            None if generation.steps is None else replace(generation.steps, texts=list(generation.steps.texts)),
         )
 
     def resume(self, pair: ModelPair) -> Generation:
@@ -59,6 +61,8 @@ class GenerationSnapshot:
         if self.rng_state is not None:
             generation.generator.set_state(self.rng_state)
         generation.trace.stats = replace(self.stats)
+        if self.steps is not None:
+            generation.steps = replace(self.steps, texts=list(self.steps.texts))
         return generation
 
 

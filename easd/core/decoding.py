@@ -1,4 +1,4 @@
-"""The decoding loop: target-only, draft-only, SD, EASD and MTI for B ≥ 1 rows at once, streamed block by block.
+"""The decoding loop: target-only, draft-only, SD, EASD, MTI and RSD for B ≥ 1 rows at once, streamed block by block.
 
 Layers, bottom-up (as in gpt-fast's generate.py):
   Caches.logits    one forward pass over the tokens each row's cache has not seen (easd/core/seam.py)
@@ -7,6 +7,7 @@ Layers, bottom-up (as in gpt-fast's generate.py):
     _draft         every drafting row proposes c_1..c_k: one draft pass per drafted position, all rows in it
     _verify        ONE target pass for all rows
     _guide         MTI rows whose target is unsure: ONE more target pass, after the negative prompt
+    _score         RSD rows whose draft wrote a step: the process reward model's reward for it
     _judge         each row's verdict, alone: a row whose numbers fail ends, the others go on
   Batch            generations join and leave at block boundaries; blocks are streamed, each naming its generation
   Generation       one generation: prompt checks, its own random numbers, stop handling, its trace
@@ -22,8 +23,9 @@ A generation is decoded exactly as if it ran alone: it has its own random genera
 same order as a solo run, its own settings (method, rule, thresholds, k, sampling, length), and the
 batch only shares the forward passes. A Generation iterated on its own is a batch of one.
 SD and EASD share every line but one: in `judge_block`, EASD also ends the block where the rule
-fires on a token the standard test accepted. MTI is target-only but for `_guide` (docs/method.md, "The
-paper's baselines").
+fires on a token the standard test accepted. MTI is target-only but for `_guide`; an RSD row is draft-only
+for a whole step, which `_score` keeps or hands to the target, target-only for a step written again
+(docs/method.md, "The paper's baselines").
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ from .trace import MARGIN_COLUMNS, BlockInfo, RunStats, TokenRecord, Trace, soft
 
 MAX_PROMPT_CHARS_PER_TOKEN = 32  # a prompt longer than this × context cannot fit; refuse before tokenizing
 SPECULATIVE = ("sd", "easd")
-DRAFTING = ("draft", *SPECULATIVE)  # the methods that use the draft model
+DRAFTING = ("draft", "rsd", *SPECULATIVE)  # the methods that use the draft model
+MAX_RSD_STEPS = 100  # RSD's cap on reasoning steps, as in its authors' code
 # A joining row's prompt is computed this many tokens a pass, so that Stop is heard between two: in one pass, a
 # 2,375-token prompt held the embedded pair for 75 s on 2 cores (llama.cpp, exact kernels), and Stop with it.
 PREFILL_CHUNK = 256
@@ -189,11 +192,18 @@ class Recorder:
         return records
 
     def single_record(
-        self, block: int, position: int, token: int, logits: torch.Tensor, guided: torch.Tensor | None = None
+        self,
+        block: int,
+        position: int,
+        token: int,
+        logits: torch.Tensor,
+        guided: torch.Tensor | None = None,
+        model: str | None = None,
     ) -> TokenRecord:
-        """The record of a one-model token; `guided` are MTI's guided logits where it intervened.  logits: [1, V]"""
-        model = "draft" if self.settings.method == "draft" else "target"
-        record = TokenRecord(position, block, token, self.text(token), "target" if model == "target" else "draft")
+        """The record of a one-model token (`model`'s: by default the method's one model); `guided` are MTI's guided
+        logits where it intervened.  logits: [1, V]"""
+        model = model or ("draft" if self.settings.method == "draft" else "target")
+        record = TokenRecord(position, block, token, self.text(token), model)
         # a draft run fills the draft's columns (h_draft, draft_top), the others the target's
         probs = acc.raw_probs(logits)
         setattr(record, f"h_{model}", float(acc.entropy_of_probs(probs)[0]))
@@ -282,6 +292,11 @@ class Generation:
         )
         self.start: Start | None = None  # the cache states a resumed generation joins with (see resume_at)
         self.final: tuple[RowState | None, RowState | None] | None = None  # kept when it ends, if keep_kv
+        self.steps = Steps(start=self.prompt_length) if self.settings.method == "rsd" else None  # RSD's reasoning steps
+        if self.steps is not None and self.pair.prm is None:
+            raise SettingsError(
+                "prm", "RSD asks a process reward model to score each step, and none is loaded: give one with --prm FOLDER"
+            )
         self.error: EasdError | None = None  # why it failed, when its stop reason is "error"
         self.why_stopped = "stopped"  # the stop reason a stopped generation ends with (see `stop`)
         self._stop = threading.Event()
@@ -389,7 +404,34 @@ class Generation:
         if self.room() < 1:
             generated = len(self.tokens) - self.prompt_length
             return "max_new_tokens" if generated >= self.settings.max_new_tokens else "context"
+        if self.steps is not None and len(self.steps.texts) >= MAX_RSD_STEPS:
+            return "max_steps"
         return self.why_stopped if self.stopped else None
+
+
+@dataclass
+class Steps:
+    """An RSD generation's reasoning steps: who writes the current one, where it began, and the finished ones."""
+
+    start: int  # the index in the generation's tokens where the current step begins
+    writer: str = "draft"  # "draft", or "target" once the PRM refused the draft's version of this step
+    reward: float | None = None  # the PRM's reward for the draft's version of the current step
+    texts: list[str] = field(default_factory=list)  # the finished steps, as the PRM reads them
+
+    def ends(self, generation: Generation, new: list[int]) -> bool:
+        """Whether the current step ends with the tokens `new` after the generation's: its text holds the delimiter
+        (matched on text: Qwen's tokenizer merges "\n\n" into tokens such as ".\n\n"), or an end token came."""
+        if new and new[-1] in generation.pair.eos_ids:
+            return True
+        return generation.settings.rsd_delimiter in self.text(generation, new)
+
+    def text(self, generation: Generation, new: list[int]) -> str:
+        return generation.pair.tokenizer.decode(generation.tokens[self.start :] + new)
+
+    def finish(self, text: str, next_start: int) -> None:
+        """The current step is done (kept or written again): the next one is the draft's, from `next_start`."""
+        self.texts.append(text.strip())
+        self.start, self.writer, self.reward = next_start, "draft", None
 
 
 # --- the batch ------------------------------------------------------------------------------------
@@ -551,6 +593,7 @@ class Batch:
         self._draft(plans, precise)
         self._verify(plans, precise)
         self._guide(plans, precise)
+        self._score(plans)
         blocks = [block for block in map(self._judge, plans) if block is not None]
         self._commit(blocks, seconds=time.perf_counter() - started)  # every generation waited for the whole step
         return blocks
@@ -571,6 +614,8 @@ class Batch:
             )
         )
         k = min(generation.settings.k, generation.room() - 1) if generation.speculative else 0
+        if generation.steps is not None and generation.steps.writer == "draft":
+            k = generation.room()  # the draft writes on until its step ends (the delimiter, an end token or the room)
         return RowPlan(row, generation, k, block, position)
 
     def _draft(self, plans: list[RowPlan], precise: set[int]) -> None:
@@ -579,7 +624,7 @@ class Batch:
         A draft-only row takes its one step in the first pass.
         """
         for i in range(max((plan.draft_passes for plan in plans), default=0)):
-            asking = [plan for plan in plans if plan.draft_passes > i and not plan.generation.done]
+            asking = [plan for plan in plans if plan.draft_passes > i and not plan.generation.done and not plan.step_ended]
             if not asking:
                 return
             sequences = {plan.row: plan.generation.tokens + plan.drafted for plan in asking}
@@ -587,18 +632,22 @@ class Batch:
             out = self.draft.logits(sequences, dict.fromkeys(sequences, 1), precise)  # {row: [1, V]}
             seconds = time.perf_counter() - started
             for plan in asking:
-                plan.generation.trace.stats.draft_seconds += seconds
+                generation = plan.generation
+                generation.trace.stats.draft_seconds += seconds
+                generation.trace.stats.draft_calls += 1
                 with self._alone(plan):
                     logits = _finite(out[plan.row], "draft", plan)
                     plan.q_logits.append(logits)
-                    if plan.generation.speculative:
-                        settings = plan.generation.settings
+                    if generation.speculative or generation.steps is not None:
+                        settings = generation.settings
                         probs = acc.sampling_probs(logits, settings.temperature, settings.top_p)
-                        plan.drafted.append(int(acc.draw(probs, plan.generation.generator, settings.greedy)))
+                        plan.drafted.append(int(acc.draw(probs, generation.generator, settings.greedy)))
+                    if generation.steps is not None:
+                        plan.step_ended = generation.steps.ends(generation, plan.drafted)
 
     def _verify(self, plans: list[RowPlan], precise: set[int]) -> None:
         """ONE target pass for every row that uses the target: p_1..p_{k+1} after each row's drafts."""
-        asking = [plan for plan in plans if plan.generation.uses_target and not plan.generation.done]
+        asking = [plan for plan in plans if plan.verifies and not plan.generation.done]
         if not asking:
             return
         sequences = {plan.row: plan.generation.tokens + plan.drafted for plan in asking}
@@ -607,6 +656,7 @@ class Batch:
         seconds = time.perf_counter() - started
         for plan in asking:
             plan.generation.trace.stats.target_seconds += seconds
+            plan.generation.trace.stats.target_calls += 1
             with self._alone(plan):
                 plan.p_logits = _finite(out[plan.row], "target", plan)
 
@@ -632,6 +682,17 @@ class Batch:
             with self._alone(plan):
                 plan.u_logits = _finite(out[plan.row], "target (after MTI's negative prompt)", plan)
 
+    def _score(self, plans: list[RowPlan]) -> None:
+        """RSD rows whose draft wrote a step: the process reward model's reward for it, given the question and the
+        steps before it (one PRM pass per step: the PRM is a model of its own, outside the batch's caches)."""
+        for plan in plans:
+            generation = plan.generation
+            if generation.steps is None or generation.steps.writer != "draft" or generation.done or not plan.drafted:
+                continue
+            with self._alone(plan):
+                text = generation.steps.text(generation, plan.drafted).strip()
+                plan.reward = self.pair.prm.reward(generation.prompt, [*generation.steps.texts, text])
+
     def _judge(self, plan: RowPlan) -> Block | None:
         """The row's block: judge_block's verdict, or one sampled token for a single-model row (None if the row failed)."""
         generation = plan.generation
@@ -639,6 +700,8 @@ class Batch:
             return None
         settings, recorder = generation.settings, generation.recorder
         with self._alone(plan):
+            if generation.steps is not None:
+                return self._step_block(plan)
             if generation.speculative:
                 q_logits = torch.cat(plan.q_logits) if plan.q_logits else plan.p_logits[:0]  # [k, V]; k = 0 near the end
                 drafted = torch.tensor(plan.drafted, dtype=torch.long, device=plan.p_logits.device)
@@ -653,6 +716,32 @@ class Batch:
             return Block(plan.block, [], [record], record.origin, generation)
         return None
 
+    def _step_block(self, plan: RowPlan) -> Block:
+        """An RSD row's block: the draft's step, kept whole if its reward reaches δ (else nothing yet: the target
+        writes the step again, a token a block), or one token of the target's version of the step."""
+        generation, steps = plan.generation, plan.generation.steps
+        index = len(steps.texts)
+        if steps.writer == "draft":
+            records = [
+                generation.recorder.single_record(plan.block, plan.position + i, token, plan.q_logits[i], model="draft")
+                for i, token in enumerate(plan.drafted)
+            ]
+            for record in records:
+                record.rsd_step, record.rsd_reward = index, plan.reward
+            if plan.reward >= generation.settings.rsd_delta:
+                steps.finish(steps.text(generation, plan.drafted), len(generation.tokens) + len(records))
+                return Block(plan.block, plan.drafted, records, "draft", generation)
+            steps.writer, steps.reward = "target", plan.reward
+            return Block(plan.block, plan.drafted, [], "draft", generation)  # refused: nothing emitted
+        settings = generation.settings
+        probs = acc.sampling_probs(plan.p_logits, settings.temperature, settings.top_p)
+        token = int(acc.draw(probs, generation.generator, settings.greedy))
+        record = generation.recorder.single_record(plan.block, plan.position, token, plan.p_logits, model="target")
+        record.rsd_step, record.rsd_reward = index, steps.reward
+        if steps.ends(generation, [token]):
+            steps.finish(steps.text(generation, [token]), len(generation.tokens) + 1)
+        return Block(plan.block, [], [record], "target", generation)
+
     def _commit(self, blocks: list[Block], seconds: float) -> None:
         """Emitted tokens join their generations; the caches forget rejected drafts; traces and counts grow."""
         rows = {id(generation): row for row, generation in enumerate(self.generations)}
@@ -665,7 +754,7 @@ class Batch:
         self.target.tidy()
         for block in blocks:
             generation = block.generation
-            self._record(block, seconds, generation.uses_target, len(block.drafted) + (generation.settings.method == "draft"))
+            self._record(block, seconds)
             if generation.done and generation.keep_kv:  # taken before it leaves its row: others may start from it
                 row = rows[id(generation)]
                 generation.final = (self.draft.save_row(row), self.target.save_row(row))
@@ -690,13 +779,11 @@ class Batch:
             )
             plan.generation.finish("error", failure)
 
-    def _record(self, block: Block, seconds: float, target_call: bool, draft_calls: int) -> None:
-        """Add a finished block to its generation's trace and counts, cut at EOS, and see whether it ends."""
+    def _record(self, block: Block, seconds: float) -> None:
+        """Add a finished block to its generation's trace and time (its passes were counted as they ran), cut at EOS,
+        and see whether it ends."""
         generation = block.generation
-        stats = generation.trace.stats
-        stats.seconds += seconds
-        stats.target_calls += target_call
-        stats.draft_calls += draft_calls
+        generation.trace.stats.seconds += seconds
         generation.take(block)
         reason = generation.end_reason()
         if reason is not None:
@@ -754,12 +841,23 @@ class RowPlan:
     drafted: list[int] = field(default_factory=list)  # c_1..c_k
     q_logits: list[torch.Tensor] = field(default_factory=list)  # [1, V] per draft pass: q_1..q_k (draft-only: its step)
     p_logits: torch.Tensor | None = None  # [k+1, V] p_1..p_{k+1} from the one target pass
+    step_ended: bool = False  # an RSD row's draft wrote its step to the end: it drafts no more this step
+    reward: float | None = None  # the PRM's reward for that step
     h_target: torch.Tensor | None = None  # [1] an MTI row's target entropy, which decides whether it is guided
     u_logits: torch.Tensor | None = None  # [1, V] p_u, an MTI row's target logits after the negative prompt (when guided)
 
     @property
     def draft_passes(self) -> int:
-        return self.k if self.generation.speculative else int(self.generation.settings.method == "draft")
+        """Draft passes the row takes part in at most: k for SD, EASD and an RSD row writing a step; 1 for draft-only."""
+        if self.generation.speculative or self.generation.steps is not None:
+            return self.k
+        return int(self.generation.settings.method == "draft")
+
+    @property
+    def verifies(self) -> bool:
+        """Whether the row takes part in the target's pass: not while RSD's draft writes a step."""
+        steps = self.generation.steps
+        return self.generation.uses_target and (steps is None or steps.writer == "target")
 
 
 def _finite(logits: torch.Tensor, model: str, plan: RowPlan) -> torch.Tensor:

@@ -13,7 +13,7 @@ import torch
 
 from ..errors import ModelLoadError
 from .acceptance import Rounding
-from .seam import Model, Tokenizer
+from .seam import Model, RewardModel, Tokenizer
 
 
 @dataclass
@@ -30,6 +30,7 @@ class ModelPair:
     context_length: int  # the shorter of the two models' position limits
     note: str = ""  # shown to users, e.g. that the tiny random pair writes gibberish
     info: dict = field(default_factory=dict)  # revisions, dtype, backend and precision, for trace headers
+    prm: RewardModel | None = None  # the process reward model RSD asks, where the operator loaded one (--prm)
 
     @property
     def backend(self) -> str:
@@ -48,7 +49,8 @@ class ModelPair:
 
     def describe(self) -> str:
         """What runs, in one line: "draft A → target B (llama.cpp, GGUF Q4_K_M, cpu)"."""
-        return f"draft {self.draft_name} → target {self.target_name} ({self.backend}, {self.target.dtype}, {self.device})"
+        prm = f", PRM {self.prm.name}" if self.prm is not None else ""
+        return f"draft {self.draft_name} → target {self.target_name}{prm} ({self.backend}, {self.target.dtype}, {self.device})"
 
 
 def check_same_tokenizer(draft_tokenizer: Tokenizer, target_tokenizer: Tokenizer) -> None:

@@ -75,6 +75,18 @@ class Model(Protocol):
         """Empty caches for a new batch; `use_cache=False` recomputes every row from its first token on each pass."""
 
 
+class RewardModel(Protocol):
+    """A process reward model, which RSD asks to score each reasoning step (easd.backends.prm)."""
+
+    name: str
+
+    def reward(self, question: str, steps: list[str]) -> float:
+        """The reward in (0, 1) for the newest of `steps`, given the question and the steps before it."""
+
+    def input_ids(self, question: str, steps: list[str]) -> list[int]:
+        """The token ids the reward is computed on."""
+
+
 class Tokenizer(Protocol):
     """Token ids and texts as the pair's models know them, and the chat template."""
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, fields
 
 from ..errors import SettingsError
 
-METHODS = ("target", "draft", "sd", "easd", "mti")
+METHODS = ("target", "draft", "sd", "easd", "mti", "rsd")
 SIGNALS = ("float32", "model")
 RULES = ("full", "no_overlap", "no_draft_entropy", "target_entropy_only")
 MAX_K = 64  # more drafted tokens than this only wastes draft passes: acceptance decays geometrically
@@ -21,12 +21,13 @@ MAX_TOP_N = 100  # top-n lists are stored per token in the trace; 100 columns is
 # top_p = 5e-324 rounds to 0 in float32 and keeps no token: both would make NaN probabilities.
 MIN_TEMPERATURE = 1e-3  # a temperature > 0 is at least this; 0 means greedy
 MIN_TOP_P = 1e-3
+MAX_RSD_DELIMITER_CHARS = 16  # a step delimiter is a few characters ("\n\n")
 MAX_MTI_NEGATIVE_CHARS = 1_000  # the negative prompt is a short instruction; its tokens take cache room at every guided position
 
 
 @dataclass(frozen=True)
 class DecodeSettings:
-    method: str = "easd"  # target | draft | sd | easd | mti
+    method: str = "easd"  # target | draft | sd | easd | mti | rsd
     rule: str = "full"  # which EASD trigger rule (docs/method.md, "The method"); SD runs still record it
     k: int = 4  # draft tokens per block: the paper's default and a good fit for a 3x size gap
     tau_h: float = 1.0  # entropy threshold in nats, applied to draft and target alike
@@ -46,6 +47,10 @@ class DecodeSettings:
     mti_tau: float = 1.0
     mti_omega: float = 1.5
     mti_negative: str = "OUTPUT ERROR"
+    # RSD (docs/method.md, "The paper's baselines"): the draft writes a step (text up to rsd_delimiter), a process reward
+    # model scores it, and a step scored below rsd_delta is written again by the target. δ above 1 keeps no step.
+    rsd_delta: float = 0.7
+    rsd_delimiter: str = "\n\n"
 
     @property
     def greedy(self) -> bool:
@@ -120,6 +125,13 @@ def _check_thresholds(s: DecodeSettings) -> None:
     _require(_is_real(s.mti_tau) and s.mti_tau >= 0, "mti_tau", "a number of nats ≥ 0", s.mti_tau)
     # ω < 1 would pull towards the negative prompt; past 10 the guidance swamps the model's own distribution
     _require(_is_real(s.mti_omega) and 1 <= s.mti_omega <= 10, "mti_omega", "a number from 1 to 10", s.mti_omega)
+    _require(_is_real(s.rsd_delta) and s.rsd_delta >= 0, "rsd_delta", "a reward ≥ 0 (above 1 keeps no draft step)", s.rsd_delta)
+    _require(
+        isinstance(s.rsd_delimiter, str) and 0 < len(s.rsd_delimiter) <= MAX_RSD_DELIMITER_CHARS,
+        "rsd_delimiter",
+        f"a text of 1 to {MAX_RSD_DELIMITER_CHARS} characters",
+        s.rsd_delimiter if not isinstance(s.rsd_delimiter, str) else s.rsd_delimiter[:20],
+    )
     _require(
         isinstance(s.mti_negative, str) and s.mti_negative.strip() != "" and len(s.mti_negative) <= MAX_MTI_NEGATIVE_CHARS,
         "mti_negative",

@@ -22,6 +22,14 @@ from .trace_schema import MAX_CELLS, MAX_ROWS, MAX_RUNS, MAX_TRACE_BYTES, Schema
 from .trace_schema import ORIGINS as ORIGINS  # re-exported: easd.core.trace.ORIGINS
 
 INTERVENTIONS = ("easd_penalty", "mti_guided")  # the origins of tokens a method chose against the plain target's test
+
+
+def intervened(origin: str, method: str) -> bool:
+    """Whether a token is an intervention of its run's method: EASD's penalty, MTI's guided token, or a token of a step
+    RSD's target wrote again after the PRM refused the draft's."""
+    return origin in INTERVENTIONS or (method == "rsd" and origin == "target")
+
+
 FORMAT = "easd-trace"
 DELTA_FORMAT = "easd-trace-update"  # a streamed run's new rows (see to_json_delta)
 FORMAT_VERSION = 2
@@ -63,6 +71,8 @@ class TokenRecord:
     overlap_high: float | None = None  # the highest
     fragile: bool | None = None  # a perturbation at the models' precision could flip the decision
     guided_top: list[Candidate] = field(default_factory=list)  # MTI's guided p̃ where it guided (target_top: without)
+    rsd_step: int | None = None  # RSD: the step the token belongs to (0, 1, …)
+    rsd_reward: float | None = None  # RSD: the PRM's reward for the draft's version of that step (kept if ≥ δ)
 
 
 @dataclass
@@ -139,7 +149,7 @@ def summarize(trace: Trace) -> dict:
     examined = sum(r.draft_token_id is not None for r in records)
     accepted = sum(r.origin == "draft_accepted" for r in records)
     penalized = [r.position for r in records if r.origin == "easd_penalty"]
-    interventions = sum(r.origin in INTERVENTIONS for r in records)
+    interventions = sum(intervened(r.origin, trace.settings.method) for r in records)
     fired = sum(bool(r.triggered) for r in records if r.draft_token_id is not None)
     fragile = sum(bool(r.fragile) for r in records if r.draft_token_id is not None)
     fragile_penalties = sum(bool(r.fragile) for r in records if r.origin == "easd_penalty")
@@ -158,7 +168,7 @@ def summarize(trace: Trace) -> dict:
         "mean_accepted_length": accepted / blocks if blocks and examined else None,
         "penalized": len(penalized),
         "penalized_rate": len(penalized) / len(records) if records else None,
-        "interventions": interventions,  # tokens a method changed on purpose: EASD's penalties, MTI's guided tokens
+        "interventions": interventions,  # tokens a method chose on purpose (`intervened`)
         "first_penalty_position": penalized[0] if penalized else None,
         "fired": fired,  # drafted positions where the rule fired (in SD runs too)
         "fragile": fragile,  # drafted positions whose decision (fired or not) could flip by rounding
@@ -172,10 +182,11 @@ def summarize(trace: Trace) -> dict:
 _TOP_LISTS = [f"{side}_top" for side in schema.SIDES]
 _RECORD_SCALARS = [f.name for f in fields(TokenRecord) if f.name not in _TOP_LISTS]
 _MTI_COLUMNS = ["mti_tau", "mti_omega", "mti_negative"]
-_SETTING_COLUMNS = ["tau_h", "tau_o", "top_n", "k", "temperature", "top_p", "seed", "signals", *_MTI_COLUMNS]
+_RSD_COLUMNS = ["rsd_delta", "rsd_delimiter"]
+_SETTING_COLUMNS = ["tau_h", "tau_o", "top_n", "k", "temperature", "top_p", "seed", "signals", *_MTI_COLUMNS, *_RSD_COLUMNS]
 MARGIN_COLUMNS = [f.name for f in fields(Margins)]  # the margin columns are the fields of acceptance.Margins
 # Columns added after files were first written: a file without them still reads (they are empty, settings their defaults)
-OPTIONAL_COLUMNS = (*MARGIN_COLUMNS, "signals", *_MTI_COLUMNS)
+OPTIONAL_COLUMNS = (*MARGIN_COLUMNS, "signals", *_MTI_COLUMNS, *_RSD_COLUMNS, "rsd_step", "rsd_reward")
 OPTIONAL_SIDES = ("guided",)  # candidate lists added later: a file may lack their columns
 _RUN_COLUMNS = ["method", "rule", *_SETTING_COLUMNS, "draft_model", "target_model"]  # the same on every row of a run
 

@@ -16,7 +16,7 @@ from .settings import MAX_TOP_N, METHODS, RULES, SIGNALS
 
 ORIGINS = ("draft_accepted", "target_resample", "easd_penalty", "bonus", "target", "draft", "mti_guided")
 BLOCK_ENDS = ("target_resample", "easd_penalty", "bonus")  # a speculative block's end: the origin of its last token
-STOP_REASONS = ("eos", "max_new_tokens", "context", "stopped", "unread", "error")
+STOP_REASONS = ("eos", "max_new_tokens", "context", "stopped", "unread", "error", "max_steps")
 
 # --- limits: the most work one file can cause --------------------------------------------------
 # A 4,000-token run with 20 candidates per token is about 5 MB of CSV; the app exports two runs.
@@ -53,6 +53,7 @@ METHOD_ORIGINS = {
     "sd": ("draft_accepted", "target_resample", "bonus"),
     "easd": ("draft_accepted", "target_resample", "easd_penalty", "bonus"),
     "mti": ("target", "mti_guided"),
+    "rsd": ("draft", "target"),  # a step the draft wrote and the PRM kept, or one the target wrote again
 }
 # Each token's top candidates, per distribution: the draft's q, the target's p, and MTI's guided p̃ where it guided
 SIDES = ("draft", "target", "guided")
@@ -189,6 +190,8 @@ ROW_FIELDS = {
     "overlap_low": PROBABILITY,
     "overlap_high": PROBABILITY,
     "fragile": BOOL,
+    "rsd_step": INDEX,
+    "rsd_reward": Field("float", 0.0, 1.0),
 }
 REQUIRED = ("position", "block", "token_id", "token_text", "origin")
 # Types only: DecodeSettings.validate() then checks their ranges, as it does for a run.
@@ -208,6 +211,8 @@ SETTINGS_FIELDS = {
     "mti_tau": REAL,
     "mti_omega": REAL,
     "mti_negative": NAME,
+    "rsd_delta": REAL,
+    "rsd_delimiter": NAME,
 }
 MODEL_FIELDS = {"draft_model": NAME, "target_model": NAME}
 STATS_FIELDS = {

@@ -72,9 +72,12 @@ def grid_variants(base: DecodeSettings, tau_hs: list[float], tau_os: list[float]
     return [Variant("sd", replace(base, method="sd")), *grid]
 
 
-def mti_variants(base: DecodeSettings, taus: list[float]) -> list[Variant]:
-    """Target-only plus MTI at every τ, for `sweep --grid mti` (MTI guides the target: target-only is its reference)."""
-    grid = [Variant(f"mti@{tau:g}", replace(base, method="mti", mti_tau=tau)) for tau in taus]
+GRIDS = {"mti": "mti_tau", "rsd": "rsd_delta"}  # the baseline methods `sweep --grid` runs over one threshold each
+
+
+def baseline_variants(base: DecodeSettings, method: str, values: list[float]) -> list[Variant]:
+    """Target-only plus `method` (mti or rsd) at every value of its threshold (τ, δ), for `sweep --grid METHOD`."""
+    grid = [Variant(f"{method}@{value:g}", replace(base, method=method, **{GRIDS[method]: value})) for value in values]
     return [Variant("target", replace(base, method="target")), *grid]
 
 

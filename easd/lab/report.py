@@ -10,6 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .evaluate import GRIDS
 from .problems import choice_letter, is_correct, normalize_number
 from .results import load_results
 from .stats import majority, mcnemar_exact, paired_bootstrap, wilson
@@ -282,8 +283,9 @@ def write_sweep(out: Path, format: str) -> pd.DataFrame:
     For MTI's grid (methods mti@τ), one row per τ and a line of accuracy over τ instead."""
     results = load_results(out / "results.csv")
     summary = summary_table(results, format)
-    if summary["method"].str.startswith("mti@").any():
-        return _write_mti_sweep(out, summary)
+    for method, column in GRIDS.items():
+        if summary["method"].str.startswith(f"{method}@").any():
+            return _write_baseline_sweep(out, summary, method, column)
     taus = results.groupby("method", sort=False)[["tau_h", "tau_o"]].first()  # each variant ran at one (τ_H, τ_O)
     cells = summary[summary["method"].str.startswith("easd@")].merge(taus, left_on="method", right_index=True)
     cells = cells[["tau_h", "tau_o", "runs", "accuracy", "ci95_low", "ci95_high", "penalized_token_rate", "tokens_per_s"]]
@@ -295,20 +297,22 @@ def write_sweep(out: Path, format: str) -> pd.DataFrame:
     return cells
 
 
-def _write_mti_sweep(out: Path, summary: pd.DataFrame) -> pd.DataFrame:
-    cells = summary[summary["method"].str.startswith("mti@")].copy()
-    cells.insert(0, "mti_tau", cells["method"].str.removeprefix("mti@").astype(float))
-    cells = cells[["mti_tau", "runs", "accuracy", "ci95_low", "ci95_high", "interventions_per_1k", "tokens_per_s"]]
-    cells = cells.sort_values("mti_tau")
+def _write_baseline_sweep(out: Path, summary: pd.DataFrame, method: str, column: str) -> pd.DataFrame:
+    """MTI's or RSD's grid (methods mti@τ, rsd@δ): one row per value, and accuracy over it with target-only's line."""
+    cells = summary[summary["method"].str.startswith(f"{method}@")].copy()
+    cells.insert(0, column, cells["method"].str.removeprefix(f"{method}@").astype(float))
+    cells = cells[[column, "runs", "accuracy", "ci95_low", "ci95_high", "interventions_per_1k", "tokens_per_s"]]
+    cells = cells.sort_values(column)
     cells.to_csv(out / "sweep.csv", index=False, float_format="%.4f")
-    figure = go.Figure(go.Scatter(x=cells["mti_tau"], y=cells["accuracy"], mode="lines+markers", name="MTI"))
+    name = method.upper()
+    figure = go.Figure(go.Scatter(x=cells[column], y=cells["accuracy"], mode="lines+markers", name=name))
     target = summary.loc[summary["method"] == "target", "accuracy"]
     if len(target):
         figure.add_hline(y=target.iloc[0], line_dash="dash", annotation_text=f"target {target.iloc[0]:.1%}")
     figure.update_layout(
-        title="MTI's accuracy by τ, target-only as the reference line", xaxis_title="τ (nats)", yaxis_tickformat=".0%"
+        title=f"{name}'s accuracy by {column}, target-only as the reference line", xaxis_title=column, yaxis_tickformat=".0%"
     )
-    write_html(out / "sweep.html", "MTI threshold sweep", [figure])
+    write_html(out / "sweep.html", f"{name} threshold sweep", [figure])
     return cells
 
 

@@ -15,6 +15,7 @@ half a minute. `trust_remote_code` is never enabled.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import socket
@@ -180,3 +181,42 @@ def _short_name(ref: str) -> str:
 
 def _first_line(err: Exception) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+def with_prm(pair: ModelPair, ref: str | None, runtime: Runtime = DEFAULT) -> ModelPair:
+    """The pair with the process reward model `ref` loaded for RSD (`--prm`); the pair itself when `ref` is None."""
+    return pair if ref is None else dataclasses.replace(pair, prm=load_prm(ref, runtime))
+
+
+def load_prm(ref: str, runtime: Runtime = DEFAULT):
+    """The process reward model RSD asks (`--prm`): a local folder, or a hub id from the local cache or the hub. It runs
+    on transformers whatever the pair's backend (easd.backends.prm)."""
+    from ..backends.prm import load_prm_folder
+    from ..backends.transformers import resolve_dtype
+
+    path = Path(ref).expanduser()
+    if not _looks_like_path(ref):
+        path = _hub_folder(ref)
+    elif not path.is_dir():
+        raise ModelLoadError(f"--prm: {ref} is not a folder; give a PRM's folder (config, tokenizer, safetensors) or a hub id")
+    device = runtime.device or default_device()
+    return load_prm_folder(
+        path, resolve_dtype(runtime.dtype if runtime.backend == "transformers" else "auto", device), device, _short_name(ref)
+    )
+
+
+def _hub_folder(repo_id: str) -> Path:
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except Exception:  # noqa: BLE001 (not in the local cache, in any of the ways huggingface_hub says so)
+        pass
+    if not hub_reachable():
+        raise ModelLoadError(
+            f"--prm: {repo_id} is not in the local cache and the Hugging Face hub cannot be reached (no network?)"
+        )
+    try:
+        return Path(snapshot_download(repo_id))
+    except Exception as err:  # noqa: BLE001 (a hub error, told in one line)
+        raise ModelLoadError(f"--prm: could not download {repo_id}: {_first_line(err)}") from None

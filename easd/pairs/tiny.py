@@ -208,3 +208,25 @@ def _scale_extra_layers(target: Qwen2ForCausalLM) -> None:
     for layer in target.model.layers[DRAFT_LAYERS:]:
         layer.self_attn.o_proj.weight.mul_(EXTRA_LAYER_SCALE)
         layer.mlp.down_proj.weight.mul_(EXTRA_LAYER_SCALE)
+
+
+def write_tiny_prm(folder: Path, bias: float = 0.0, bos: bool = True) -> Path:
+    """A tiny random process reward model in Skywork's layout (easd.backends.prm), for RSD's tests: the tiny target's
+    body and a value head of small random weights and this `bias` (+20: every step kept at any δ ≤ 1; −20: none;
+    0: rewards near 0.5). `bos=False` writes a tokenizer without a BOS token, which a PRM must have."""
+    from safetensors.torch import load_file, save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer()
+    _, target = build_models(len(tokenizer))
+    target.save_pretrained(folder)
+    if bos:
+        tokenizer.bos_token = "<|endoftext|>"
+    tokenizer.save_pretrained(folder)
+    weights = load_file(folder / "model.safetensors")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(SEED + 1)
+        weights["v_head.summary.weight"] = torch.randn(1, target.config.hidden_size) * 0.05
+    weights["v_head.summary.bias"] = torch.tensor([float(bias)])
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    return folder
