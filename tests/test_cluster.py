@@ -118,7 +118,7 @@ class TestTwoActors:
 
         with pytest.raises(KeyboardInterrupt):
             evaluation(data, stop_after_three_items, tmp_path)
-        assert len(rows(tmp_path)) == 3 * 3 and all(actor.calls == 0 for actor in runner.actors)
+        assert len(rows(tmp_path)) == 3 * len(METHODS.split(",")) and all(actor.calls == 0 for actor in runner.actors)
         evaluation(data, runner, tmp_path, resume=True)
         assert keys(rows(tmp_path)) == every_key(12)
 

@@ -155,4 +155,6 @@ def test_rsd_decoded_in_chunks_equals_its_continuous_run(rsd_pair):
         records += [r for block in progress.blocks for r in block.records]
         snapshot = None if progress.stop_reason else progress.snapshot
     continuous = run(rsd_pair, **dataclasses.asdict(settings))
-    assert [(r.token_id, r.origin, r.rsd_step) for r in records] == [(r.token_id, r.origin, r.rsd_step) for r in continuous.records]
+    assert [(r.token_id, r.origin, r.rsd_step) for r in records] == [
+        (r.token_id, r.origin, r.rsd_step) for r in continuous.records
+    ]
