@@ -132,6 +132,14 @@ def test_help_documents_every_flag():
     ]:
         assert option in generate_help
     assert "bench" in parser.format_help() and "generate" in parser.format_help()
+    assert "(default: \\n\\n)" in generate_help  # RSD's delimiter shown as typed, not as two blank lines
+
+
+@pytest.mark.parametrize(
+    "typed, delimiter", [([], "\n\n"), (["--rsd-delimiter", "\\n"], "\n"), (["--rsd-delimiter", "Step"], "Step")]
+)
+def test_rsd_delimiter_is_typed_with_backslash_n(typed, delimiter):
+    assert build_parser().parse_args(["generate", "--prompt", "x", *typed]).rsd_delimiter == delimiter
 
 
 def test_module_entry_point_runs():

@@ -109,7 +109,17 @@ def add_decode_flags(parser: argparse.ArgumentParser, max_new_tokens: int | None
     group.add_argument("--mti-omega", type=float, default=d.mti_omega, help="MTI: guidance strength ω (1 to 10; 1 = none)")
     group.add_argument("--mti-negative", default=d.mti_negative, help="MTI: the negative prompt put after the context")
     group.add_argument("--rsd-delta", type=float, default=d.rsd_delta, help="RSD: keep a draft step whose PRM reward ≥ δ")
-    group.add_argument("--rsd-delimiter", default=d.rsd_delimiter, help="RSD: the text that ends a reasoning step")
+    group.add_argument(
+        "--rsd-delimiter",
+        type=line_breaks,
+        default=d.rsd_delimiter.replace("\n", "\\n"),  # shown in --help as typed; argparse passes it through `type`
+        help="RSD: the text that ends a reasoning step (write \\n for a line break)",
+    )
+
+
+def line_breaks(text: str) -> str:
+    """A flag's text with `\\n` and `\\t` as typed in a shell turned into a line break and a tab."""
+    return text.replace("\\n", "\n").replace("\\t", "\t")
 
 
 class _Only:
