@@ -158,3 +158,19 @@ def test_rsd_decoded_in_chunks_equals_its_continuous_run(rsd_pair):
     assert [(r.token_id, r.origin, r.rsd_step) for r in records] == [
         (r.token_id, r.origin, r.rsd_step) for r in continuous.records
     ]
+
+
+def test_bench_times_rsd_beside_draft_only_with_its_cost_per_step(prm_folder, capsys):
+    from easd.cli import main
+
+    bench = ["bench", "--pair", "tiny-random", "--prompts", "1", "--max-new-tokens", "12", "--rsd-delta", "0,2"]
+    assert main(bench) == 2 and "--rsd-delta: RSD's rows need a process reward model" in capsys.readouterr().err
+    assert main([*bench, "--prm", str(prm_folder)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = {
+        name: next(line for line in lines if f" {name} " in line and "tokens/s" in line) for name in ("RSD (δ=0)", "RSD (δ=2)")
+    }
+    # the tiny models never write "\n\n": each answer is one step, kept whole at δ = 0, written again at δ = 2
+    assert "steps 1  kept 1.00" in rows["RSD (δ=0)"] and "target 0.0" in rows["RSD (δ=0)"]
+    assert "steps 1  kept 0.00" in rows["RSD (δ=2)"] and "target 12.0" in rows["RSD (δ=2)"]
+    assert any("RSD (δ=0) ÷ draft-only" in line for line in lines)

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import logging as transformers_logging
 
 from ..errors import ModelLoadError
 
@@ -58,7 +59,12 @@ def load_prm_folder(folder: Path, dtype: torch.dtype, device: str, name: str) ->
     head = _value_head(folder)
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder)
-        body = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, trust_remote_code=False).to(device).eval()
+        loudness = transformers_logging.get_verbosity()
+        transformers_logging.set_verbosity_error()  # the value head's weights are "unexpected" to the causal LM: by design
+        try:
+            body = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, trust_remote_code=False).to(device).eval()
+        finally:
+            transformers_logging.set_verbosity(loudness)
     except (OSError, ValueError, KeyError) as err:
         raise ModelLoadError(f"--prm: could not load {folder}: {str(err).splitlines()[0]}") from None
     if tokenizer.bos_token_id is None:

@@ -10,7 +10,7 @@ from ..core.settings import DecodeSettings
 from ..errors import SettingsError
 from .flags import add_model_flags, load_models, numbers, runtime_of, whole_numbers
 
-HELP = "tokens/s of target-only, SD, EASD and MTI on the same prompts, against each backend's own generation"
+HELP = "tokens/s of target-only, SD, EASD, MTI and RSD on the same prompts, against each backend's own generation"
 
 
 def add(parser: argparse.ArgumentParser) -> None:
@@ -20,6 +20,9 @@ def add(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k", default="4", help="draft tokens per block; several (comma-separated) give an SD row each")
     parser.add_argument("--tau-h", default="1.0", help="EASD's τ_H; several (comma-separated) give an EASD row each")
     parser.add_argument("--mti-tau", default="1.0", help="MTI's τ; several (comma-separated) give an MTI row each")
+    parser.add_argument(
+        "--rsd-delta", help="with --prm: RSD's δ; several (comma-separated) give an RSD row each, and a draft-only row"
+    )
     parser.add_argument("--repeats", type=int, default=1, help="passes over the prompts; all of them count")
     parser.add_argument("--batch-sizes", help="instead: total tokens/s at each B rows per pass, e.g. 1,4,16")
     suite = parser.add_argument_group("Spec-Bench (docs/evaluation.md)")
@@ -40,10 +43,14 @@ def run(args: argparse.Namespace) -> int:
         raise SettingsError("--repeats", f"must be ≥ 1 (got {args.repeats})")
     tau_hs, ks = numbers("--tau-h", args.tau_h), whole_numbers("--k", args.k)
     mti_taus = numbers("--mti-tau", args.mti_tau)
+    if args.rsd_delta is not None and args.prm is None:
+        raise SettingsError("--rsd-delta", "RSD's rows need a process reward model: give --prm too")
+    rsd_deltas = numbers("--rsd-delta", args.rsd_delta) if args.rsd_delta is not None else []
     for settings in (
         [DecodeSettings(k=k) for k in ks]
         + [DecodeSettings(tau_h=t, max_new_tokens=args.max_new_tokens) for t in tau_hs]
         + [DecodeSettings(method="mti", mti_tau=t) for t in mti_taus]
+        + [DecodeSettings(method="rsd", rsd_delta=d) for d in rsd_deltas]
     ):
         settings.validate()
     backends = [b.strip() for b in args.backend.split(",") if b.strip()]
@@ -60,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
             run_batched_benchmark(load_models(each), sizes, args.max_new_tokens, ks[0], tau_hs[0]) for each in each_backend
         )
     pairs = [load_models(each) for each in each_backend]
-    return run_benchmark(pairs, Plan(PROMPTS[: args.prompts], args.max_new_tokens, ks, tau_hs, args.repeats, tuple(mti_taus)))
+    plan = Plan(PROMPTS[: args.prompts], args.max_new_tokens, ks, tau_hs, args.repeats, tuple(mti_taus), tuple(rsd_deltas))
+    return run_benchmark(pairs, plan)
 
 
 def run_suite(args: argparse.Namespace) -> int:

@@ -85,7 +85,9 @@ def summary_line(summary: dict) -> str:
     parts.append(f"mean accepted length {_fmt(summary['mean_accepted_length'], '.2f')}")
     parts.append(f"{summary['penalized']} penalized ({summary['fragile_penalties']} fragile)")
     parts.append(f"rule fired {summary['fired']} ({summary['fragile']} fragile decisions)")
-    parts.append(f"interventions {summary['interventions']} (EASD's penalties, MTI's guided tokens)")
+    parts.append(
+        f"interventions {summary['interventions']} (EASD's penalties, MTI's guided tokens, RSD's rewritten steps' tokens)"
+    )
     parts.append(f"stop: {summary['stop_reason']}")
     return " | ".join(parts)
 

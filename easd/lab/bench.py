@@ -79,11 +79,25 @@ def rates(traces: list[Trace]) -> str:
     if any(t.settings.method == "mti" for t in traces) and tokens:  # MTI's cost: its extra target passes
         guided, passes = sum(s["interventions"] for s in summaries), sum(s["target_calls"] for s in summaries)
         return f"guided {guided / tokens:.3f}  target passes/token {passes / tokens:.3f}"
+    if any(t.settings.method == "rsd" for t in traces) and tokens:  # RSD's cost: per step, whoever wrote it
+        return rsd_steps(traces)
     if not examined:
         return ""
     accepted = sum(s["accepted"] for s in summaries)
     blocks, penalized = sum(s["blocks"] for s in summaries), sum(s["penalized"] for s in summaries)
     return f"acceptance {accepted / examined:.3f}  accepted/block {accepted / blocks:.2f}  penalized {penalized / tokens:.3f}"
+
+
+def rsd_steps(traces: list[Trace]) -> str:
+    """RSD's steps over runs: how many, the share the PRM kept, and the seconds and passes each step cost."""
+    steps = {(i, r.rsd_step): r.origin for i, t in enumerate(traces) for r in t.records}  # a step's tokens share an origin
+    kept = sum(origin == "draft" for origin in steps.values())
+    seconds = sum(t.stats.seconds for t in traces)
+    draft, target = (sum(getattr(t.stats, f"{side}_calls") for t in traces) for side in ("draft", "target"))
+    return (
+        f"steps {len(steps)}  kept {kept / len(steps):.2f}  {seconds / len(steps):.2f} s/step  "
+        f"passes/step: draft {draft / len(steps):.1f}, target {target / len(steps):.1f}"
+    )
 
 
 @dataclass(frozen=True)
@@ -96,6 +110,7 @@ class Plan:
     tau_hs: list[float]
     repeats: int = 1
     mti_taus: tuple[float, ...] = ()  # MTI's τ values: an MTI row each, timed against target-only
+    rsd_deltas: tuple[float, ...] = ()  # RSD's δ values (the pair has a PRM): an RSD row each, and a draft-only row
 
 
 def run_benchmark(pairs: list[ModelPair], plan: Plan) -> int:
@@ -151,6 +166,10 @@ def methods_of(pair: ModelPair, plan: Plan) -> dict:
         )
     for tau in plan.mti_taus:
         methods[f"{b} MTI (τ={tau:g})"] = lambda p, tau=tau: _ours(pair, p, replace(sd, method="mti", mti_tau=tau))
+    if plan.rsd_deltas:  # δ = 0 keeps every step: RSD ÷ draft-only is then the PRM's cost
+        methods[f"{b} draft-only"] = lambda p: _ours(pair, p, replace(sd, method="draft"))
+    for delta in plan.rsd_deltas:
+        methods[f"{b} RSD (δ={delta:g})"] = lambda p, delta=delta: _ours(pair, p, replace(sd, method="rsd", rsd_delta=delta))
     if b == "transformers" and head_copy_bytes(pair) > 0:  # what float32 signals cost: the same runs with the model's logits
         model_sd = replace(sd, signals="model")
         methods[f"transformers SD (k={k}, {MODEL_LOGITS})"] = lambda p: _ours(pair, p, model_sd)
@@ -165,6 +184,11 @@ def ratios_of(pairs: list[ModelPair], plan: Plan, rows: dict) -> list[tuple[str,
         ratios += [(f"{b} SD (k={each_k}) ÷ target-only", rows[f"{b} SD (k={each_k})"], target) for each_k in plan.ks]
         ratios += [(f"{name} ÷ SD", rows[name], sd) for name in rows if name.startswith(f"{b} EASD")]
         ratios += [(f"{name} ÷ target-only", rows[name], target) for name in rows if name.startswith(f"{b} MTI")]
+        for name in [name for name in rows if name.startswith(f"{b} RSD")]:
+            ratios += [
+                (f"{name} ÷ draft-only", rows[name], rows[f"{b} draft-only"]),
+                (f"{name} ÷ target-only", rows[name], target),
+            ]
         if b == "transformers":
             ratios.append((f"transformers SD ÷ assisted (k={k})", sd, rows[f"transformers assisted (k={k})"]))
             if f"transformers SD (k={k}, {MODEL_LOGITS})" in rows:
