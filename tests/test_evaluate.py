@@ -315,16 +315,24 @@ def test_eval_compares_mti_with_target_only_and_writes_the_papers_table(data, tm
     paired = pd.read_csv(out / "paired.csv")
     assert {("mti", "target"), ("easd", "target")} <= set(zip(paired["a"], paired["b"]))
     table = (out / "paper.md").read_text().splitlines()
-    assert table[0] == "| method | problems | average | tokens/s | interventions / 1k tokens |"
+    header = "| method | problems | average | tokens/s | interventions / 1k tokens | target passes / token |"
+    assert table[0] == header + " problems: − target-only (paired 95%) |"
     assert [line.split("|")[1].strip() for line in table[2:]] == ["target", "easd", "mti"]
-    assert table[4].split("|")[-2].strip() == "1000.0" and table[2].split("|")[-2].strip() == "0.0"
+    cells = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[5:-1]] for line in table[2:]}
+    assert cells["mti"][:2] == ["1000.0", "2.000"] and cells["target"] == ["0.0", "1.000", "—"]  # τ = 0: a pass more a token
+    mti_vs_target = paired[(paired["a"] == "mti") & (paired["b"] == "target")].iloc[0]
+    assert (
+        cells["mti"][2]
+        == f"{mti_vs_target['difference']:+.3f} ({mti_vs_target['boot95_low']:+.3f} to {mti_vs_target['boot95_high']:+.3f})"
+    )
     assert "| mti |" in capsys.readouterr().out
     second = tmp_path / "second"
     assert main([*arguments.split(), "--offset", "3", "--out", str(second)]) == 0
     capsys.readouterr()
     assert main(["table", str(out), str(second)]) == 0
     header, _, *rows = capsys.readouterr().out.splitlines()
-    assert header.count("|") == 7 and len(rows) == 3  # two benchmarks, their average, tokens/s, interventions
+    # two benchmarks, their average, tokens/s, interventions, passes, and each benchmark's paired difference
+    assert header.count("|") == 10 and len(rows) == 3
 
 
 def test_sweep_over_mtis_tau(data, tmp_path, capsys):

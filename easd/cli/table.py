@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..errors import EasdError
 
-HELP = "the paper's table (accuracy per benchmark and average, tokens/s, interventions) over eval folders"
+HELP = "the paper's table (accuracy per benchmark and average, tokens/s, interventions, passes; paired against target-only) over eval folders"
 
 
 def add(parser: argparse.ArgumentParser) -> None:
@@ -19,11 +19,14 @@ def run(args: argparse.Namespace) -> int:
 
     from ..lab.report import benchmark_name, paper_table
 
-    summaries = {}
+    summaries, paired = {}, {}
     for folder in args.folders:
         if not (folder / "summary.csv").is_file():
             raise EasdError(f"{folder}: holds no summary.csv; give folders that `python -m easd eval --out` wrote")
         name = benchmark_name(folder)
-        summaries[name if name not in summaries else str(folder)] = pd.read_csv(folder / "summary.csv")
-    print(paper_table(summaries))
+        name = name if name not in summaries else str(folder)
+        summaries[name] = pd.read_csv(folder / "summary.csv")
+        if (folder / "paired.csv").is_file():
+            paired[name] = pd.read_csv(folder / "paired.csv")
+    print(paper_table(summaries, paired))
     return 0

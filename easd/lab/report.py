@@ -179,7 +179,8 @@ def write_reports(out: Path, format: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     results = load_results(out / "results.csv")
     summary, paired = summary_table(results, format), paired_table(results)
     summary.to_csv(out / "summary.csv", index=False, float_format="%.4f")
-    (out / "paper.md").write_text(paper_table({benchmark_name(out): summary}) + "\n", encoding="utf-8")
+    name = benchmark_name(out)
+    (out / "paper.md").write_text(paper_table({name: summary}, {name: paired}) + "\n", encoding="utf-8")
     paired.to_csv(out / "paired.csv", index=False, float_format="%.4f")
     figures = [accuracy_figure(summary), speed_figure(summary), fragility_figure(summary), paired_figure(paired)]
     write_html(out / "report.html", "EASD evaluation", figures)
@@ -193,11 +194,15 @@ def benchmark_name(out: Path) -> str:
     return Path(data).stem if data else out.name
 
 
-def paper_table(summaries: dict[str, pd.DataFrame]) -> str:
-    """The paper's main table as markdown: one row per method; accuracy per benchmark and their average, tokens/s and
-    interventions per 1,000 tokens over all of them (each benchmark's summary.csv, by benchmark name)."""
+def paper_table(summaries: dict[str, pd.DataFrame], paired: dict[str, pd.DataFrame] | None = None) -> str:
+    """The paper's main table as markdown: one row per method; accuracy per benchmark and their average, tokens/s,
+    interventions per 1,000 tokens and target passes per token over all of them (each benchmark's summary.csv, by
+    benchmark name); and where `paired` holds a benchmark's paired.csv, the method's accuracy minus target-only's
+    there with its paired bootstrap 95% interval."""
+    paired = paired or {}
     methods = list(dict.fromkeys(m for summary in summaries.values() for m in summary["method"]))
-    header = ["method", *summaries, "average", "tokens/s", "interventions / 1k tokens"]
+    header = ["method", *summaries, "average", "tokens/s", "interventions / 1k tokens", "target passes / token"]
+    header += [f"{name}: − target-only (paired 95%)" for name in paired]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for method in methods:
         rows = {name: s[s["method"] == method] for name, s in summaries.items()}
@@ -206,12 +211,23 @@ def paper_table(summaries: dict[str, pd.DataFrame]) -> str:
         tokens = sum(r["mean_tokens"] * r["runs"] for r in found)
         seconds = sum(r["mean_tokens"] * r["runs"] / r["tokens_per_s"] for r in found if r["tokens_per_s"] > 0)
         interventions = sum(r["interventions_per_1k"] * r["mean_tokens"] * r["runs"] / 1000 for r in found)
+        passes = sum(r["target_calls_per_token"] * r["mean_tokens"] * r["runs"] for r in found)
         cells = [f"{100 * accuracy[name]:.2f}" if name in accuracy else "—" for name in summaries]
         average = f"{100 * np.mean(list(accuracy.values())):.2f}" if len(accuracy) == len(summaries) else "—"
         speed = f"{tokens / seconds:.2f}" if seconds else "—"
         rate = "—" if np.isnan(interventions) or not tokens else f"{1000 * interventions / tokens:.1f}"
-        lines.append("| " + " | ".join([method, *cells, average, speed, rate]) + " |")
+        per_token = "—" if np.isnan(passes) or not tokens else f"{passes / tokens:.3f}"
+        against = [_against_target(table, method) for table in paired.values()]
+        lines.append("| " + " | ".join([method, *cells, average, speed, rate, per_token, *against]) + " |")
     return "\n".join(lines)
+
+
+def _against_target(paired: pd.DataFrame, method: str) -> str:
+    row = paired[(paired["a"] == method) & (paired["b"] == "target")]
+    if not len(row):
+        return "—"
+    r = row.iloc[0]
+    return f"{r['difference']:+.3f} ({r['boot95_low']:+.3f} to {r['boot95_high']:+.3f})"
 
 
 def write_html(path: Path, title: str, figures: list[go.Figure]) -> None:
