@@ -12,6 +12,7 @@ EASD_MAX_BATCH, and so on (`from_environment`). The browser can only choose amon
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -25,7 +26,7 @@ from easd.cli import add_weight_flags, check_model_flags, runtime_of
 from easd.core.sharing import RESULTS_BYTES
 from easd.core.worker import check_max_rows
 from easd.errors import EasdError
-from easd.pairs.loading import load_pair, with_prm
+from easd.pairs.loading import load_pair, loaded_with_prm
 from easd.pairs.registry import PAIRS, default_pair_name, load_named_pair
 
 # Every flag can come from the environment, which is how a Space sets them: --max-batch is EASD_MAX_BATCH, and so on.
@@ -144,7 +145,7 @@ def make_host(args: argparse.Namespace) -> ModelHost:
     except EasdError as err:
         sys.exit(f"error: {err}")
     if args.draft:
-        allowed["custom"] = lambda: load_pair(args.draft, args.target, runtime)
+        allowed["custom"] = functools.partial(load_pair, args.draft, args.target, runtime)
     elif (name := args.pair or default_pair_name()) != "none":
         allowed[name] = None
     for name in [n.strip() for n in args.allow_pairs.split(",") if n.strip()]:
@@ -152,9 +153,9 @@ def make_host(args: argparse.Namespace) -> ModelHost:
     unknown = [name for name in allowed if name != "custom" and name not in PAIRS]
     if unknown:
         sys.exit(f"error: unknown pair(s) {', '.join(unknown)}; choose from {', '.join(PAIRS)} or 'none'")
-    loaders = {name: loader or (lambda name=name: load_named_pair(name, runtime)) for name, loader in allowed.items()}
+    loaders = {name: loader or functools.partial(load_named_pair, name, runtime) for name, loader in allowed.items()}
     if args.prm is not None:  # RSD's process reward model, loaded with every pair the app serves
-        loaders = {name: (lambda load=load: with_prm(load(), args.prm, runtime)) for name, load in loaders.items()}
+        loaders = {name: functools.partial(loaded_with_prm, load, args.prm, runtime) for name, load in loaders.items()}
     default = next(iter(loaders), None)
     return ModelHost(
         loaders,

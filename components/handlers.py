@@ -451,7 +451,7 @@ def show_loaded(page: Page, host: ModelHost, session: Session, message: str) -> 
 
 
 def poll(page: Page, host: ModelHost, values: dict) -> dict:
-    """The pair's load state, and whether Generate may be pressed."""
+    """The pair's load state (on ZeroGPU with what a run of the slider's tokens costs), and whether Generate may be pressed."""
     name = values[page.pair]
     if name not in host.allowed:
         return {
@@ -462,6 +462,10 @@ def poll(page: Page, host: ModelHost, values: dict) -> dict:
     state = host.ensure_loading(name)
     ready = state.status == "ready"
     note = f"\n\n{state.pair.note}" if ready and state.pair.note else ""
+    tokens = values[page.controls.max_new_tokens]  # the cost line reads the slider as it stands; a bad value says nothing
+    if ready and isinstance(tokens, int | float) and 1 <= tokens <= host.max_new_tokens_cap:
+        cost = host.gpu_cost(name, int(tokens))
+        note += f"\n\n{cost}" if cost else ""
     return {
         page.status: f"**{name}**: {state.describe()}{note}",
         page.generate: gr.Button(interactive=ready),

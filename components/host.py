@@ -20,20 +20,18 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from easd.core.decoding import Generation
-from easd.core.pair import ModelPair
+from easd.core.pair import ModelPair, PairLoader
 from easd.core.sharing import RESULTS_BYTES, Reader, Results, Stream
 from easd.core.speed import ONE_PASS, measure_one_pass
 from easd.core.worker import MAX_DEFAULT_ROWS, Worker, default_max_rows
 from easd.errors import EasdError
 
 from . import zerogpu
-
-PairLoader = Callable[[], ModelPair]
 
 
 @dataclass
@@ -172,7 +170,7 @@ class ModelHost:
             state.status, state.message = "failed", (str(err).splitlines() or [type(err).__name__])[0]
             state.settled.set()
             return
-        chunks = zerogpu.chunks_for(name, pair)
+        chunks = zerogpu.chunks_for(name, pair, self.allowed[name])
         if chunks is None:  # a pass measured alone, for the Speed panel (easd.core.speed); ZeroGPU lends no GPU here
             pair = dataclasses.replace(pair, info={**pair.info, ONE_PASS: measure_one_pass(pair)})
         seconds = time.monotonic() - state.started
@@ -208,6 +206,11 @@ class ModelHost:
             raise EasdError(f"the pair {name} failed to load: {state.message}")
         if state.status != "ready":
             raise EasdError(f"the pair {name} is still loading after {limit_s:.0f} s ({state.describe()}); try again later")
+
+    def gpu_cost(self, name: str, tokens: int) -> str:
+        """On ZeroGPU, what a run of `tokens` new tokens per lane on pair `name` will cost in GPU seconds; else ""."""
+        worker = self.states[name].worker
+        return worker.chunks.describe_cost(tokens) if worker is not None and worker.chunks is not None else ""
 
     def pair(self, name: str) -> ModelPair | None:
         state = self.states.get(name)

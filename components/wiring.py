@@ -91,8 +91,9 @@ def _wire_compare(demo: gr.Blocks, page: Page, host: ModelHost, gallery: Gallery
     # viewers take no slot of any limit
     demo.load(wire(handlers.watch, page, host, show=say), {s}, loaded, concurrency_id="watch", concurrency_limit=None, **private)
     polled = [page.status, page.generate, page.timer, page.message]
-    for trigger in (demo.load, page.timer.tick, page.pair.change):
-        trigger(wire(handlers.poll, page, host, show=say), {page.pair}, polled, **instant)
+    tokens = page.controls.max_new_tokens
+    for trigger in (demo.load, page.timer.tick, page.pair.change, tokens.release):  # on ZeroGPU the status says the cost
+        trigger(wire(handlers.poll, page, host, show=say), {page.pair, tokens}, polled, **instant)
 
 
 def _say(page: Page, text: str) -> dict:

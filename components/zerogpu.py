@@ -4,25 +4,40 @@ The shared batch cannot live inside one such call (a call is capped at a minute 
 GPU from everyone else), so on ZeroGPU the worker stays a thread on the CPU that owns the line
 of tickets, and decodes the batch in rounds: each round is one call of `decode_on_gpu`, which
 resumes every row from its snapshot (re-prefilling it: no cache survives a call), decodes for
-CHUNK_S seconds and returns the new blocks (easd.core.chunks, easd.core.worker). The worker makes
-the call in the context of the ticket that has waited longest, so ZeroGPU charges that user.
+the seconds the call was sized for and returns the new blocks (easd.core.chunks, easd.core.worker).
+The worker makes the call in the context of the ticket that has waited longest, so ZeroGPU
+charges that user.
 
-ZeroGPU is detected as the `spaces` package detects it (SPACES_ZERO_GPU). Elsewhere `spaces.GPU`
-returns the function as it is and `chunks_for` returns None: the app runs its one continuous
-batch, exactly as without the package. The call runs in a process forked from this one, which
-finds the loaded pair in `LOADED`; its arguments and results are pickled, so they hold no CUDA
-tensors.
+Words used below:
+- a call's *duration* is what it asks ZeroGPU for, and what ZeroGPU charges against the visitor's
+  daily quota; a call that runs past it is aborted;
+- its *budget* is the decoding inside it: the duration less SPARE_S (moving the weights in and
+  returning the progress).
+`GpuCalls` sizes every call from the speed measured inside the calls before it, so a run asks for
+about what it needs rather than a fixed minute.
+
+ZeroGPU's process boundary: each call runs in another process, its arguments and results are
+pickled, and only what it returns survives it. On a Space that process is forked from this one and
+finds the loaded pair in `LOADED`. With EASD_SIMULATE_ZEROGPU=1 (tests, the device check) the app
+runs the same way on any machine, and each call runs in a freshly *spawned* process, which shares
+nothing with this one: it loads the pair with the picklable loader it is handed, so no model state
+and no CUDA is ever set up in the app's own process by a call. Elsewhere `decode_on_gpu` is the
+plain function and `chunks_for` returns None: the app runs its one continuous batch.
 """
 
 from __future__ import annotations
 
+import argparse
+import math
+import multiprocessing
 import os
+import time
+from dataclasses import dataclass, field
 
 import torch
 
 from easd.core.chunks import ChunkProgress, GenerationSnapshot, decode_chunk
-from easd.core.pair import ModelPair
-from easd.core.worker import Chunks
+from easd.core.pair import ModelPair, PairLoader
 from easd.errors import EasdError
 
 if os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true") and torch.version.cuda is None:
@@ -36,34 +51,181 @@ try:
 except ImportError:  # a plain install: no Space, no ZeroGPU
     spaces = None
 
-CHUNK_S = 20  # decoding per call: the re-prefill is then a small share of it, and a new user joins within about as long
-OVERHEAD_S = 10  # asked beyond CHUNK_S: moving the weights to the GPU and re-prefilling the rows
-MIN_S, MAX_S = 15, 60  # what a call may ask for: ZeroGPU favours short calls, and caps them
-LOADED: dict[str, ModelPair] = {}  # the pairs a call decodes on, by name
-MODE = f"ZeroGPU, chunks of {CHUNK_S} s"  # what the page says about how it decodes
+SIMULATED = os.environ.get("EASD_SIMULATE_ZEROGPU", "") == "1"  # ZeroGPU's rules on any machine: module docstring
+FIRST_S = 15  # a call before any was measured: on a GPU it carries the first example (2 lanes × 128 tokens) whole
+SPARE_S = 3  # asked beyond a call's budget: the weights moved in, the progress pickled back
+MARGIN = 1.25  # a budget is the measured need × MARGIN: the speed varies with the batch and the text
+MIN_S, MAX_S = 5, 60  # what a call may ask for: a lower floor wastes nothing; ZeroGPU caps calls at a minute
+LOADED: dict[str, ModelPair] = {}  # the pairs a call decodes on, by name (a spawned call starts with none)
+MODE = "ZeroGPU, in calls sized from the measured speed"  # what the page says about how it decodes
 
 
 def on_zerogpu() -> bool:
-    """Whether this process runs on a ZeroGPU Space, as the `spaces` package tells."""
-    return spaces is not None and spaces.config.Config.zero_gpu
+    """Whether this process runs on a ZeroGPU Space (as the `spaces` package tells), or simulates one."""
+    return SIMULATED or (spaces is not None and spaces.config.Config.zero_gpu)
 
 
-def chunk_duration(name: str, rows: list[GenerationSnapshot], seconds: float) -> int:
-    """The seconds a call asks ZeroGPU for (its `duration`, a function of the call's arguments): its decoding time
-    and the overhead, within [MIN_S, MAX_S]."""
-    return int(min(MAX_S, max(MIN_S, seconds + OVERHEAD_S)))
+def chunk_duration(name: str, load: PairLoader, rows: list[GenerationSnapshot], budget: float) -> int:
+    """The seconds a call asks ZeroGPU for (its `duration`, a function of the call's arguments)."""
+    return math.ceil(round(budget, 6)) + SPARE_S  # rounded first: 14.000000000000002 s asks for 14
 
 
-def _decode_on_gpu(name: str, rows: list[GenerationSnapshot], seconds: float) -> list[ChunkProgress]:
-    return decode_chunk(LOADED[name], rows, max_seconds=seconds)
+def _decode_on_gpu(
+    name: str, load: PairLoader, rows: list[GenerationSnapshot], budget: float
+) -> tuple[list[ChunkProgress], float]:
+    """One call: decode the rows for `budget` seconds; -> their progress and the seconds the decoding took."""
+    if name not in LOADED:  # a spawned call starts empty; on a Space the forked call inherits the app's pair
+        LOADED[name] = load()
+    started = time.monotonic()
+    progress = decode_chunk(LOADED[name], rows, max_seconds=budget)
+    return progress, time.monotonic() - started
 
 
-decode_on_gpu = spaces.GPU(duration=chunk_duration)(_decode_on_gpu) if spaces is not None else _decode_on_gpu
+def _in_a_fresh_process(*args) -> tuple[list[ChunkProgress], float]:
+    """ZeroGPU's boundary, simulated: the call runs in a process spawned for it, its arguments and results pickled."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(_decode_on_gpu, args)
 
 
-def chunks_for(name: str, pair: ModelPair) -> Chunks | None:
-    """How the worker of pair `name` decodes: in calls of `decode_on_gpu` on ZeroGPU; None (one continuous batch) elsewhere."""
+if SIMULATED:
+    decode_on_gpu = _in_a_fresh_process
+elif spaces is not None:
+    decode_on_gpu = spaces.GPU(duration=chunk_duration)(_decode_on_gpu)
+else:
+    decode_on_gpu = _decode_on_gpu
+
+
+@dataclass
+class Call:
+    """One call, as the app saw it: what it asked for and what it did."""
+
+    asked_s: int  # its duration, charged against the visitor's quota
+    decoding_s: float  # measured inside the call
+    tokens: int  # tokens its longest-running row gained
+
+
+@dataclass
+class GpuCalls:
+    """The rounds of pair `name` on ZeroGPU: each call sized from the speed the calls before it measured.
+
+    A round's rows decode as one batch, so a call needs as long as its row with the most tokens
+    left; the speed is tokens per second of one row, as measured inside the latest call."""
+
+    name: str
+    load: PairLoader  # how a spawned call gets the pair; it must pickle (app.py's loaders do)
+    tokens_per_s: float | None = None  # None until a call has decoded something
+    calls: list[Call] = field(default_factory=list)
+
+    def budget(self, tokens: float) -> float:
+        """The decoding a call needs for `tokens` more tokens of its longest row, within what a call may ask."""
+        if self.tokens_per_s is None:
+            return FIRST_S - SPARE_S
+        return min(MAX_S, max(MIN_S, tokens / self.tokens_per_s * MARGIN + SPARE_S)) - SPARE_S
+
+    def cost_s(self, tokens: int) -> int | None:
+        """The GPU seconds a run of `tokens` new tokens per row asks for in all, alone in the batch; None until a
+        call has measured the speed."""
+        if self.tokens_per_s is None:
+            return None
+        total, left = 0, float(tokens)
+        while left > 0:  # the calls it would make, each sized as `__call__` sizes it
+            budget = self.budget(left)
+            total += chunk_duration(self.name, self.load, [], budget)
+            left -= round(budget * self.tokens_per_s / MARGIN, 6)  # the tokens that budget is for
+        return total
+
+    def describe_cost(self, tokens: int) -> str:
+        """What the page says before a run starts."""
+        cost = self.cost_s(tokens)
+        if cost is None:
+            return (
+                f"On ZeroGPU your first run asks for about **{FIRST_S} GPU seconds** of your daily quota; "
+                "later runs are sized from the speed it measures."
+            )
+        return (
+            f"On ZeroGPU a run of {tokens} new tokens per lane asks for about **{cost} GPU seconds** of your daily "
+            "quota (from the speed measured so far; less when others share its calls)."
+        )
+
+    def __call__(self, rows: list[GenerationSnapshot]) -> list[ChunkProgress]:
+        before = [len(row.generated) for row in rows]
+        budget = self.budget(max(row.settings.max_new_tokens - done for row, done in zip(rows, before)))
+        try:
+            progress, decoding_s = decode_on_gpu(self.name, self.load, rows, budget)
+        except Exception as err:
+            raise _in_words(err) from err
+        tokens = max(len(p.snapshot.generated) - done for p, done in zip(progress, before))
+        if tokens and decoding_s > 0:
+            self.tokens_per_s = tokens / decoding_s
+        self.calls.append(Call(chunk_duration(self.name, self.load, rows, budget), decoding_s, tokens))
+        return progress
+
+
+def _in_words(err: Exception) -> Exception:
+    """ZeroGPU's refusal (the visitor's quota is spent; spaces raises a gr.Error titled so) as one line that says
+    what to do; any other failure as it is."""
+    title = str(getattr(err, "title", "") or "")
+    if "quota" not in title.lower() and "quota" not in str(err).lower():
+        return err
+    said = " ".join(str(err).split())
+    return EasdError(
+        f"ZeroGPU's quota: {said} Log in to Hugging Face for more GPU time, wait until your quota refills, "
+        "or open a recorded comparison from the gallery, which needs no GPU."
+    )
+
+
+def chunks_for(name: str, pair: ModelPair, load: PairLoader) -> GpuCalls | None:
+    """How the worker of pair `name` decodes: in sized calls on ZeroGPU; None (one continuous batch) elsewhere."""
     if not on_zerogpu():
         return None
-    LOADED[name] = pair
-    return lambda rows: decode_on_gpu(name, rows, CHUNK_S)
+    if not SIMULATED:  # a forked call finds it; a spawned one loads its own
+        LOADED[name] = pair
+    return GpuCalls(name, load)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The app's first two examples through the shared batch as on ZeroGPU, each call in a freshly spawned process
+    (EASD_SIMULATE_ZEROGPU's rules): prints what every call asked for and did. The device check runs it on a GPU."""
+    import functools
+    import json
+    from pathlib import Path
+
+    from easd.core.compare import Comparison
+    from easd.core.settings import DecodeSettings
+    from easd.core.worker import Worker
+    from easd.pairs.loading import Runtime
+    from easd.pairs.registry import load_named_pair
+
+    global decode_on_gpu
+    decode_on_gpu = _in_a_fresh_process  # whatever this machine is, every call crosses the boundary a Space has
+    parser = argparse.ArgumentParser(prog="python -m components.zerogpu", description=main.__doc__)
+    parser.add_argument("--pair", default="qwen-coder", help="a pair of `python -m easd pairs` (default: qwen-coder)")
+    parser.add_argument("--backend", default="transformers", help="transformers (ZeroGPU's) or llama.cpp")
+    parser.add_argument("--dtype", default="auto", help="transformers' dtype: auto, float32 or bfloat16")
+    parser.add_argument("--max-new-tokens", type=int, default=128, help="per lane, as the page's default")
+    args = parser.parse_args(argv)
+    load = functools.partial(load_named_pair, args.pair, Runtime(backend=args.backend, dtype=args.dtype))
+    pair = load()
+    examples = json.loads((Path(__file__).resolve().parent.parent / "assets" / "examples.json").read_text("utf-8"))
+    calls = GpuCalls(args.pair, load)
+    worker = Worker(pair, 4, 2048 + args.max_new_tokens, chunks=calls)
+    print(f"ZeroGPU simulated (a spawned process per call): {pair.describe()}, {args.max_new_tokens} tokens per lane")
+    for number, prompt in enumerate(examples[:2], 1):
+        said = calls.describe_cost(args.max_new_tokens).replace("**", "")
+        first = len(calls.calls)
+        comparison = Comparison(pair, prompt, DecodeSettings(max_new_tokens=args.max_new_tokens))
+        stream = worker.submit(comparison.generations.values())
+        stream.join()
+        if stream.error is not None:
+            print(f"example {number}: failed: {stream.error}")
+            return 1
+        made = calls.calls[first:]
+        print(f"example {number}: the page said: {said}")
+        for call in made:
+            print(f"  call: asked {call.asked_s} s, decoded {call.decoding_s:.1f} s, {call.tokens} tokens per row")
+        print(f"  in all: {len(made)} call(s), {sum(c.asked_s for c in made)} GPU seconds asked")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

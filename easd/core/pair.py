@@ -7,6 +7,7 @@ runtime's loader checks with `check_same_tokenizer` that its two models can be p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -69,3 +70,8 @@ def check_same_tokenizer(draft_tokenizer: Tokenizer, target_tokenizer: Tokenizer
             f"the tokenizers differ: {extra[0]!r} (id {draft_vocab[extra[0]]}) exists in the draft but not in the target; "
             "speculative decoding needs a draft and target with the same tokenizer"
         )
+
+
+# Loads a pair when it is first needed. The app's are functools.partials of module-level functions, so that they pickle:
+# a ZeroGPU call simulated in a spawned process receives one and loads its own copy (components.zerogpu).
+PairLoader = Callable[[], ModelPair]

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import torch
 
 from ..backends import BACKENDS, DTYPES, INT8, configure_threads
-from ..core.pair import ModelPair
+from ..core.pair import ModelPair, PairLoader
 from ..errors import ModelLoadError
 
 # Each runtime's module is imported where a pair of its models loads: a llama.cpp start skips
@@ -186,6 +186,11 @@ def _first_line(err: Exception) -> str:
 def with_prm(pair: ModelPair, ref: str | None, runtime: Runtime = DEFAULT) -> ModelPair:
     """The pair with the process reward model `ref` loaded for RSD (`--prm`); the pair itself when `ref` is None."""
     return pair if ref is None else dataclasses.replace(pair, prm=load_prm(ref, runtime))
+
+
+def loaded_with_prm(load: PairLoader, ref: str | None, runtime: Runtime = DEFAULT) -> ModelPair:
+    """`load()`'s pair with RSD's process reward model `ref` (None: none); module-level, so a partial of it pickles."""
+    return with_prm(load(), ref, runtime)
 
 
 def load_prm(ref: str, runtime: Runtime = DEFAULT):
