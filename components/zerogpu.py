@@ -38,7 +38,7 @@ import torch
 
 from easd.core.chunks import ChunkProgress, GenerationSnapshot, decode_chunk
 from easd.core.pair import ModelPair, PairLoader
-from easd.errors import EasdError
+from easd.errors import EasdError, QuotaSpent
 
 if os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true") and torch.version.cuda is None:
     # `spaces` would fail on import with an AttributeError deep in its CUDA patching: say what to change instead
@@ -163,12 +163,12 @@ class GpuCalls:
 
 def _in_words(err: Exception) -> Exception:
     """ZeroGPU's refusal (the visitor's quota is spent; spaces raises a gr.Error titled so) as one line that says
-    what to do; any other failure as it is."""
+    what to do, which ends that visitor's run alone (easd.core.worker); any other failure as it is."""
     title = str(getattr(err, "title", "") or "")
     if "quota" not in title.lower() and "quota" not in str(err).lower():
         return err
     said = " ".join(str(err).split())
-    return EasdError(
+    return QuotaSpent(
         f"ZeroGPU's quota: {said} Log in to Hugging Face for more GPU time, wait until your quota refills, "
         "or open a recorded comparison from the gallery, which needs no GPU."
     )

@@ -32,3 +32,8 @@ class SettingsError(EasdError):
 
 class ModelLoadError(EasdError):
     """A model or tokenizer could not be loaded, or the two models cannot be paired."""
+
+
+class QuotaSpent(EasdError):
+    """The user a GPU call was charged to has no GPU time left (a ZeroGPU Space's daily quota): their run ends with
+    this line, and the others sharing the batch go on in calls charged to someone else."""

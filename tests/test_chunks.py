@@ -13,6 +13,7 @@ from easd.core.compare import DEFAULT_METHODS
 from easd.core.decoding import Generation
 from easd.core.settings import DecodeSettings
 from easd.core.worker import Worker
+from easd.errors import QuotaSpent
 
 USERS = {
     "user a": DecodeSettings(max_new_tokens=40, seed=3),
@@ -88,3 +89,36 @@ def test_a_round_runs_in_the_context_of_the_ticket_that_waited_longest(tiny_pair
     thread.start()
     thread.join(90)
     assert seen and set(seen) == {"ada"}  # never the worker thread's own empty context
+
+
+def test_a_user_out_of_gpu_time_loses_their_run_alone_and_the_others_go_on_unchanged(tiny_pair):
+    """ZeroGPU refuses a call charged to a user whose quota is spent: that user's run ends with the line, and the next
+    round is charged to the next user, whose run (sampled: its random state crosses the refused call) is as alone."""
+    user = contextvars.ContextVar("user", default="nobody")
+
+    together = []  # calls with both users' rows
+
+    def chunks(rows):
+        together.extend([len(rows)] if len(rows) > 2 else [])
+        if user.get() == "spent" and len(together) == 2:  # the other user's rows have decoded one round already
+            raise QuotaSpent("ZeroGPU's quota: you have exceeded it. Log in to Hugging Face for more GPU time.")
+        return decode_chunk(tiny_pair, rows, max_steps=2)
+
+    worker = Worker(tiny_pair, max_rows=4, row_tokens=400, chunks=chunks)
+    tickets = {}
+
+    def submit(name, settings):
+        user.set(name)
+        tickets[name] = worker.submit(
+            [Generation(tiny_pair, name, replace(settings, method=m)) for m in DEFAULT_METHODS.values()]
+        )
+
+    for name, settings in (("spent", USERS["user a"]), ("paid", USERS["user b"])):
+        thread = threading.Thread(target=submit, args=(name, settings))
+        thread.start()
+        thread.join(30)
+    assert tickets["spent"].join() and tickets["paid"].join()
+    assert isinstance(tickets["spent"].error, QuotaSpent) and tickets["paid"].error is None
+    exact = tiny_pair.backend == "llama.cpp"
+    for method, trace in zip(DEFAULT_METHODS.values(), tickets["paid"].traces()):
+        assert_same_run(trace, continuous(tiny_pair, "paid", replace(USERS["user b"], method=method)), exact)

@@ -25,7 +25,7 @@ from easd.core.chunks import GenerationSnapshot
 from easd.core.compare import Comparison
 from easd.core.decoding import Generation
 from easd.core.settings import DecodeSettings
-from easd.errors import EasdError
+from easd.errors import QuotaSpent
 from easd.pairs.tiny import load_tiny_pair
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,7 +69,7 @@ def test_a_spent_quota_reads_as_one_line_that_says_what_to_do(monkeypatch):
     monkeypatch.setattr(zerogpu, "decode_on_gpu", refused)
     pair = load_tiny_pair()
     snapshot = GenerationSnapshot.of(Generation(pair, "Hi", DecodeSettings(max_new_tokens=4)))
-    with pytest.raises(EasdError) as caught:
+    with pytest.raises(QuotaSpent) as caught:
         zerogpu.GpuCalls("tiny-random", load_tiny_pair)([snapshot])
     line = str(caught.value)
     assert "\n" not in line and said in line and "Log in to Hugging Face" in line and "recorded comparison" in line

@@ -24,7 +24,8 @@ requests from other addresses, so one network address cannot take the whole clas
 With `chunks` (a ZeroGPU Space, which lends its GPU one call at a time), the batch is decoded in
 rounds instead of one loop: each round is one call of `chunks` on every generation's snapshot
 (easd.core.chunks), run in the context of the ticket that has waited longest, so that the call
-is charged to that user; between rounds tickets settle and join as they do between blocks.
+is charged to that user; between rounds tickets settle and join as they do between blocks. A call
+refused because that user's GPU time is spent (QuotaSpent) ends that user's run alone.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
 
-from ..errors import EasdError, SettingsError
+from ..errors import EasdError, QuotaSpent, SettingsError
 from .chunks import ChunkProgress, GenerationSnapshot, catch_up
 from .decoding import Batch, Block, Generation
 from .estimates import Job, Pace, schedule
@@ -312,14 +313,20 @@ class Worker:
                     generation.finish(generation.why_stopped)
             decoding = [g for g in decoding if not g.done]
             snapshots = [latest.get(g) or GenerationSnapshot.of(g) for g in decoding]
-            latest = {}
             if not decoding:
                 continue
+            charged = self.running[0]
             try:
-                progress = self.running[0].context.run(self.chunks, snapshots)
+                progress = charged.context.run(self.chunks, snapshots)
+            except QuotaSpent as err:  # only the user it was charged to is out of GPU time: the next round charges another
+                with self._lock:
+                    self.running.remove(charged)
+                self._settle(charged, err)
+                continue
             except Exception as err:  # the call failed: every ticket in it ends
                 self._fail_running(err)
                 continue
+            latest = {}  # kept through a failed call: a snapshot, not the Generation, holds a run's random state
             for generation, chunk_progress in zip(decoding, progress):
                 latest[generation] = chunk_progress.snapshot
                 for block in catch_up(generation, chunk_progress):
