@@ -57,6 +57,7 @@ SPARE_S = 3  # asked beyond a call's budget: the weights moved in, the progress 
 MARGIN = 1.25  # a budget is the measured need × MARGIN: the speed varies with the batch and the text
 MIN_S, MAX_S = 5, 60  # what a call may ask for: a lower floor wastes nothing; ZeroGPU caps calls at a minute
 LOADED: dict[str, ModelPair] = {}  # the pairs a call decodes on, by name (a spawned call starts with none)
+RECENT_CALLS = 100  # calls a pair remembers: a Space runs for days
 MODE = "ZeroGPU, in calls sized from the measured speed"  # what the page says about how it decodes
 
 
@@ -114,7 +115,7 @@ class GpuCalls:
     name: str
     load: PairLoader  # how a spawned call gets the pair; it must pickle (app.py's loaders do)
     tokens_per_s: float | None = None  # None until a call has decoded something
-    calls: list[Call] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)  # the latest RECENT_CALLS, for the simulation's printout
 
     def budget(self, tokens: float) -> float:
         """The decoding a call needs for `tokens` more tokens of its longest row, within what a call may ask."""
@@ -157,7 +158,10 @@ class GpuCalls:
         tokens = max(len(p.snapshot.generated) - done for p, done in zip(progress, before))
         if tokens and decoding_s > 0:
             self.tokens_per_s = tokens / decoding_s
-        self.calls.append(Call(chunk_duration(self.name, self.load, rows, budget), decoding_s, tokens))
+        self.calls = [
+            *self.calls[-RECENT_CALLS + 1 :],
+            Call(chunk_duration(self.name, self.load, rows, budget), decoding_s, tokens),
+        ]
         return progress
 
 
