@@ -192,13 +192,14 @@ def main(argv: list[str] | None = None) -> int:
     (EASD_SIMULATE_ZEROGPU's rules): prints what every call asked for and did. The device check runs it on a GPU."""
     import functools
     import json
-    from pathlib import Path
 
     from easd.core.compare import Comparison
     from easd.core.settings import DecodeSettings
     from easd.core.worker import Worker
     from easd.pairs.loading import Runtime
     from easd.pairs.registry import load_named_pair
+
+    from .server import ASSETS
 
     global decode_on_gpu
     decode_on_gpu = _in_a_fresh_process  # whatever this machine is, every call crosses the boundary a Space has
@@ -210,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     load = functools.partial(load_named_pair, args.pair, Runtime(backend=args.backend, dtype=args.dtype))
     pair = load()
-    examples = json.loads((Path(__file__).resolve().parent.parent / "assets" / "examples.json").read_text("utf-8"))
+    examples = json.loads((ASSETS / "examples.json").read_text("utf-8"))  # the page's own examples, as app.py reads them
     calls = GpuCalls(args.pair, load)
     worker = Worker(pair, 4, 2048 + args.max_new_tokens, chunks=calls)
     print(f"ZeroGPU simulated (a spawned process per call): {pair.describe()}, {args.max_new_tokens} tokens per lane")
