@@ -11,23 +11,31 @@
 - Small buffers for event streams (`SmallStreamBuffers`): a client that stops reading is only
   noticed once the buffers between the server and it are full; by default they absorb
   megabytes, more than a whole run streams.
+- Outputs an update leaves alone cost nothing (`skip_untouched_outputs`): a handler that returns a
+  dict sets only the components it names, and Gradio reads every other output as an empty update,
+  which it handles as a change of properties: it builds that component anew and its config (its
+  API schema included), for every update of every user. A page streams a few updates a second over
+  some thirty outputs, and a room sends each update to every viewer, so this was most of the
+  server's own work for a room; now such outputs go to the page as the same empty update, built once.
 - What a custom event sent (`event_data`): the lanes' token clicks send {lane, pos} through
   `gr.HTML`'s JavaScript trigger, which Gradio hands over only as the event's private `_data`.
 
 Everything here rests on Gradio's and uvicorn's internals (`Blocks._queue`, its per-session
-message queues and `send_message`, `EventData._data`, uvicorn's request cycle): after upgrading
+message queues and `send_message`, `Blocks.postprocess_data`, `EventData._data`, uvicorn's request cycle): after upgrading
 either, re-run tests/test_app_isolation.py, which checks the first three on both of the API's
 routes, and tests/test_app_browser.py, which clicks tokens.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import gradio as gr
+from gradio.blocks import Block
 from gradio.server_messages import ProcessGeneratingMessage
 
 log = logging.getLogger("easd.app")
@@ -89,6 +97,33 @@ def say_results_once(demo: gr.Blocks, api_name: str, is_result: Callable[[object
         send(event, message)
 
     queue.send_message = send_message
+
+
+def skip_untouched_outputs(demo: gr.Blocks) -> None:
+    """Let Gradio postprocess only the outputs an update names; every other output gets what Gradio itself would send
+    for it (an empty update, or nothing for a gr.State), without building anything."""
+    postprocess_data = demo.postprocess_data
+
+    async def only_named(block_fn, predictions, state):
+        outputs = list(block_fn.outputs)
+        by_id = {key._id: value for key, value in predictions.items()} if _keyed_by_block(predictions) else {}
+        named = [i for i, block in enumerate(outputs) if block._id in by_id]
+        if not named or len(named) == len(outputs) or len(named) < len(by_id) or block_fn.batch:
+            return await postprocess_data(block_fn, predictions, state)  # Gradio's own way, errors included
+        narrow = copy.copy(block_fn)
+        narrow.outputs = [outputs[i] for i in named]
+        values = [by_id[block._id] for block in narrow.outputs]
+        done = await postprocess_data(narrow, values[0] if len(values) == 1 else values, state)  # one output: its value
+        sent = [None if block.stateful else {"__type__": "update"} for block in outputs]
+        for i, value in zip(named, done):
+            sent[i] = value
+        return sent
+
+    demo.postprocess_data = only_named
+
+
+def _keyed_by_block(predictions) -> bool:
+    return isinstance(predictions, dict) and bool(predictions) and all(isinstance(key, Block) for key in predictions)
 
 
 def _top_level(value):

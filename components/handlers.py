@@ -318,25 +318,47 @@ async def watch(page: Page, host: ModelHost, values: dict, request: gr.Request):
             yield empty | render_files(page, session) | context  # the figures, once for the room, not once a viewer
             seen = -1
             while not stream.done and not room.ended and room.showing is showing:
-                await asyncio.sleep(ROOM_EVERY_S)
+                tick = await _room_tick()
                 if stream.version != seen:
                     seen = stream.version
                     session.show(stream)
-                    yield _for_viewer(room, (shown, seen, "lanes"), stream, session, partial(render_lanes, page, session, view))
+                    yield _for_viewer(room, (shown, tick, "lanes"), stream, session, partial(render_lanes, page, session, view))
             session.running = False
             session.show(stream)
             ended = {page.message: say(f"👀 Room {room.code}: the presenter's run {shown}, as it ended."), page.state: session}
             done = (shown, stream.version, stream.cancelled, session.step_lane, session.step)
             final = _for_viewer(room, done, stream, session, partial(_lanes_and_panels, page, session, view))
-            yield final | render_files(page, session) | ended
+            files = (
+                render_files(page, session)
+                if stream.left is not None
+                else room.shared((*done, "files"), partial(_room_files, page, room, session))
+            )
+            yield final | files | ended
         yield {page.message: say(f"Room {room.code} has ended: its presenter left.")}
     finally:
         room.leave()
         session.watching = None
 
 
+async def _room_tick() -> int:
+    """Sleep until the room's clock next ticks (every ROOM_EVERY_S); -> the tick's number. Every viewer wakes on the
+    same tick and shares that tick's one render: a run's version changes several times a second, so viewers that woke
+    at their own moments would each read another version and render it again."""
+    await asyncio.sleep(ROOM_EVERY_S - time.monotonic() % ROOM_EVERY_S)
+    return round(time.monotonic() / ROOM_EVERY_S)
+
+
 def _lanes_and_panels(page: Page, session: Session, view: RuleView) -> dict:
     return render_lanes(page, session, view) | render_panels(page, session, view)
+
+
+def _room_files(page: Page, room: Room, session: Session) -> dict:
+    """The finished run's downloads, written once into the room's own folder for every viewer who kept the whole run
+    (a folder no viewer's Clear or next run deletes: it goes when the room ends)."""
+    if room.files is None:
+        room.files = Session()
+    room.files.traces = dict(session.traces)
+    return render_files(page, room.files)
 
 
 def _for_viewer(room: Room, key: tuple, stream: Stream, session: Session, render) -> dict:

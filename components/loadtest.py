@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import re
 import resource
 import threading
@@ -217,11 +218,13 @@ class Page:
         self.url, self.pair = url, pair
         config = httpx.get(f"{url}config").json()
         ids = {c["id"]: c.get("props", {}).get("elem_id") for c in config["components"]}
-        self.events, loads = {}, {}
+        self.defaults = {c["id"]: c.get("props", {}).get("value") for c in config["components"]}  # what a fresh page sends
+        self.events, self.inputs, loads = {}, {}, {}
         for index, dependency in enumerate(config["dependencies"]):
             for target, trigger in dependency["targets"]:
-                if trigger == "click":
-                    self.events.setdefault(ids.get(target), index)
+                if trigger == "click" and ids.get(target) not in self.events:
+                    self.events[ids.get(target)] = index
+                    self.inputs[ids.get(target)] = [(i, ids.get(i)) for i in dependency["inputs"]]
                 elif trigger == "load":
                     loads[len(dependency["outputs"])] = index
         self.watch_index = loads[max(loads)]  # of the page's two load events, the room's renders everything
@@ -242,14 +245,19 @@ class Page:
 
     def generate(self, session: str, seed: int, max_new_tokens: int) -> float:
         """The presenter's Generate on the first example; -> seconds until its last update."""
-        settings = [1.0, 0.8, 5, 4, "full", 0.0, 1.0, max_new_tokens, seed, True]  # τ_H, τ_O, n, k, rule, T, top-p, …
+        chosen = {"prompt": PROMPTS[0], "pair": self.pair, "seed": seed, "max_new_tokens": max_new_tokens}
+        data = [chosen.get(name, self.defaults[i]) for i, name in self.inputs["generate"]]  # the rest as a fresh page has it
         began = time.monotonic()
-        self.call(session, "generate", [None, PROMPTS[0], self.pair, *settings])
+        self.call(session, "generate", data)
         return time.monotonic() - began
 
 
 def watch_room(url: str, watch_index: int, code: str, viewers: int, ready, done, counts) -> None:
-    """`viewers` pages in room `code` (in a process of their own), until `done`; -> the bytes each received."""
+    """`viewers` pages in room `code` (in a process of their own), until `done`; -> the bytes each received.
+
+    At the lowest CPU priority: a class's browsers run on their own machines, so on a 2-core machine their
+    reading would otherwise take from the server what no real room takes, and hide the server's own cost."""
+    os.nice(19)
     watchers = [Viewer(url, watch_index, code) for _ in range(viewers)]
     ready.set()
     done.wait()

@@ -15,10 +15,14 @@ import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from easd.core.settings import DecodeSettings
 from easd.core.worker import Ticket
 from easd.errors import EasdError
+
+if TYPE_CHECKING:
+    from .session import Session
 
 CODE_LETTERS = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O or 1/I: a code is read aloud and typed
 CODE_LENGTH = 5  # 32^5, about 33 million codes
@@ -47,6 +51,7 @@ class Room:
         self.viewers = 0
         self._lock = threading.Lock()
         self._rendered: dict[object, dict] = {}  # the latest updates every viewer shares, by what they show
+        self.files: Session | None = None  # the room's own downloads of a finished run, written once for every viewer
 
     def show(self, ticket: Ticket, prompt: str, lanes: dict[str, DecodeSettings]) -> None:
         with self._lock:
@@ -79,6 +84,8 @@ class Room:
 
     def end(self) -> None:
         self.ended = True
+        if self.files is not None:
+            self.files.close()  # its download folder goes with it
 
 
 class Rooms:

@@ -26,6 +26,7 @@ def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, for
     os.environ["FORWARDED_ALLOW_IPS"] = forwarded_allow_ips
     demo.queue(default_concurrency_limit=LIGHT_EVENTS, max_size=64)
     gradio_internals.say_results_once(demo, "compare", handlers.is_result)
+    gradio_internals.skip_untouched_outputs(demo)
     return demo.launch(
         server_name=host,
         server_port=port,
