@@ -6,31 +6,50 @@ import pytest
 
 from easd.core.compare import DEFAULT_METHODS
 from easd.core.decoding import Generation
-from easd.core.estimates import Job, Pace, schedule
+from easd.core.estimates import GUESS_ROW_S, Job, Pace, schedule
 from easd.core.settings import DecodeSettings
 from easd.core.worker import Worker
 
 
+def per_row(seconds: float):
+    return lambda rows: seconds * rows  # a CPU's step: its time grows with its rows
+
+
 def test_a_line_behind_a_full_batch_starts_as_rows_free_up_in_order():
-    running = [Job(rows=2, seconds_left=10.0), Job(rows=2, seconds_left=4.0)]
-    line = [Job(rows=2, seconds_left=6.0), Job(rows=2, seconds_left=6.0), Job(rows=4, seconds_left=1.0)]
-    ends, waiting = schedule(running, line, max_rows=4)
+    running = [Job(rows=2, steps_left=10.0), Job(rows=2, steps_left=4.0)]
+    line = [Job(rows=2, steps_left=6.0), Job(rows=2, steps_left=6.0), Job(rows=4, steps_left=1.0)]
+    ends, waiting = schedule(running, line, max_rows=4, step_s=lambda rows: 1.0)  # every step 1 s
     assert ends == [10.0, 4.0]
-    # the first waits for the 4 s job's rows, the second for the 10 s job's, the third (4 rows) for both of theirs
+    # the first waits for the 4-step job's rows, the second for the 10-step job's, the third (4 rows) for both of theirs
     assert waiting == [(4.0, 10.0), (10.0, 16.0), (16.0, 17.0)]
 
 
+def test_a_batch_that_empties_speeds_up():
+    # 4 rows at 0.5 s per row: 2 s a step until the 2-step job ends (4 s), then 1 s a step for the other's 3 steps left
+    ends, waiting = schedule([Job(2, 2.0), Job(2, 5.0)], [], max_rows=4, step_s=per_row(0.5))
+    assert ends == [4.0, 7.0] and waiting == []
+    # one in line takes the freed rows at 4 s and keeps the batch full for its one step (to 6 s); then 2 steps at 1 s
+    ends, waiting = schedule([Job(2, 2.0), Job(2, 5.0)], [Job(2, 1.0)], max_rows=4, step_s=per_row(0.5))
+    assert ends == [4.0, 8.0] and waiting == [(4.0, 6.0)]
+
+
 def test_room_in_the_batch_means_no_wait():
-    ends, waiting = schedule([Job(2, 5.0)], [Job(2, 3.0), Job(2, 8.0)], max_rows=8)
+    ends, waiting = schedule([Job(2, 5.0)], [Job(2, 3.0), Job(2, 8.0)], max_rows=8, step_s=lambda rows: 1.0)
     assert ends == [5.0] and waiting == [(0.0, 3.0), (0.0, 8.0)]
 
 
-def test_the_pace_learns_from_steps_and_finished_generations():
+def test_the_pace_learns_each_batch_sizes_step_and_finished_generations():
     pace = Pace()
+    assert pace.step_s(4) == pytest.approx(4 * GUESS_ROW_S)  # nothing measured: the first guess
     for _ in range(20):
         pace.step(seconds=0.2, generations=4, tokens=12)  # 3 tokens per generation per step
-    assert pace.step_s == pytest.approx(0.2) and pace.tokens_per_step == pytest.approx(3.0)
-    assert pace.seconds_for(30) == pytest.approx(2.0)
+    pace.step(seconds=5.0, generations=4, tokens=12, joined=True)  # a prompt computed: not a step's time
+    assert pace.step_s(4) == pytest.approx(0.2) and pace.tokens_per_step == pytest.approx(3.0)
+    assert pace.step_s(2) == pytest.approx(0.1) and pace.step_s(8) == pytest.approx(0.4)  # in proportion, until measured
+    for _ in range(3):
+        pace.step(seconds=0.15, generations=2, tokens=6)
+    assert pace.step_s(2) == pytest.approx(0.15) and pace.step_s(1) == pytest.approx(0.075)  # from the nearest size
+    assert pace.steps_for(30) == pytest.approx(10.0)
     for count in range(20):
         pace.finished(emitted=50, budget=100, count=count)
     assert pace.budget_used == pytest.approx(0.5)

@@ -1,50 +1,66 @@
 """How long a request will wait and run, from the shared batch's measured pace: the arithmetic, pure.
 
-The worker (easd.core.worker) measures its `Pace` as it decodes: seconds per step, tokens a
-generation emits per step, and how much of its token budget a finished generation used. From it,
-`schedule` plays the line forward: each running request ends when its longest generation has
-emitted what it is expected to; a waiting one starts when the requests ahead of it have freed
-enough rows (the line is served in order), and ends its own expected steps later. Steps are
-taken to cost what they cost now: a full batch's step time changes little as requests come and go.
+The worker (easd.core.worker) measures its `Pace` as it decodes: how long a step takes with how
+many rows, the tokens a generation emits per step, and how much of its token budget a finished
+generation used. From it, `schedule` plays the line forward step by step: each running request
+ends when its slowest generation has emitted what it is expected to; a waiting one starts when
+the requests ahead of it have freed enough rows (the line is served in order), and ends its own
+expected steps later. A step's time depends on how many rows it decodes: on a CPU it grows in
+proportion (the embedded pair on 2 cores: about 0.33 s per row from 1 to 8 rows, the batch's
+total speed flat), so a batch that empties as the class's last requests end speeds up, and a
+schedule that took every step to cost what one costs now was off by half.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 SMOOTHING = 0.3  # weight of the newest finished generation in the running mean of the budget used
-RECENT = 16  # steps the pace is read from: enough to smooth a step's noise, few enough to follow a changing batch
+RECENT = 16  # steps each figure is read from: enough to smooth a step's noise, few enough to follow a changing batch
+GUESS_ROW_S = 0.35  # seconds a step takes per row before any is measured (the embedded pair on 2 CPU cores)
 
 
 @dataclass
 class Pace:
-    """The batch's measured speed over its last RECENT steps (first guesses until something is measured).
+    """The batch's measured speed (first guesses until something is measured).
 
-    Medians, not means: the step in which a request joins also computes its prompt (2 s or more for
-    a long one on a CPU, against 0.3 s for a step), and a mean would carry that into every estimate.
+    Medians, not means: a step is noisy, and one that a request joined also computed its prompt
+    (2 s or more for a long one on a CPU, against 0.3 s a row for a step); such steps teach the
+    tokens per step but not a step's time.
     """
 
     budget_used: float = 1.0  # of a generation's max_new_tokens, the share it emits before it ends
     steps: int = 0  # steps measured so far: estimates are guesses until this is > 0
-    recent: deque = field(default_factory=lambda: deque(maxlen=RECENT))  # (seconds, tokens per generation) per step
+    seconds: dict[int, deque] = field(default_factory=dict)  # rows -> the seconds of its last RECENT steps
+    tokens: deque = field(default_factory=lambda: deque(maxlen=RECENT))  # tokens per generation, per step
 
-    @property
-    def step_s(self) -> float:
-        """Seconds one step of the batch takes (with chunks: one round of steps, one call)."""
-        return statistics.median(s for s, _ in self.recent) if self.recent else 0.5
+    def step_s(self, rows: int) -> float:
+        """Seconds one step of `rows` rows takes (with chunks: one round of steps, one call): as measured at that
+        size, or in proportion to the nearest size measured."""
+        if self.seconds.get(rows):
+            return statistics.median(self.seconds[rows])
+        if not self.seconds:
+            return GUESS_ROW_S * rows
+        nearest = min(self.seconds, key=lambda measured: (abs(measured - rows), -measured))
+        return statistics.median(self.seconds[nearest]) * rows / nearest
 
     @property
     def tokens_per_step(self) -> float:
         """Tokens one generation emits per step (more for SD and EASD; with chunks, per round)."""
-        return statistics.median(t for _, t in self.recent) if self.recent else 1.0
+        return statistics.median(self.tokens) if self.tokens else 1.0
 
-    def step(self, seconds: float, generations: int, tokens: int) -> None:
-        """One step of the batch took `seconds`, and its `generations` emitted `tokens` in all."""
-        if generations:
-            self.recent.append((seconds, tokens / generations))
-            self.steps += 1
+    def step(self, seconds: float, generations: int, tokens: int, joined: bool = False) -> None:
+        """One step of `generations` rows took `seconds` and emitted `tokens` in all; `joined`: a request joined
+        before it, so its time includes computing a prompt."""
+        if not generations:
+            return
+        self.tokens.append(tokens / generations)
+        if not joined:
+            self.seconds.setdefault(generations, deque(maxlen=RECENT)).append(seconds)
+        self.steps += 1
 
     def finished(self, emitted: int, budget: int, count: int) -> None:
         """A generation ended after `emitted` of its `budget` tokens; `count` is how many ended before it."""
@@ -56,29 +72,41 @@ class Pace:
         expected = self.budget_used * budget
         return max(expected - emitted, 0.1 * (budget - emitted))  # past the usual length, it may still go on a while
 
-    def seconds_for(self, tokens: float) -> float:
-        return tokens / max(self.tokens_per_step, 1e-6) * self.step_s
+    def steps_for(self, tokens: float) -> float:
+        return tokens / max(self.tokens_per_step, 1e-6)
 
 
 @dataclass(frozen=True)
 class Job:
-    """A request as the schedule sees it: the rows it holds, and the seconds of decoding it has left."""
+    """A request as the schedule sees it: the rows it holds, and the steps of decoding it has left."""
 
     rows: int
-    seconds_left: float
+    steps_left: float
 
 
-def schedule(running: list[Job], line: list[Job], max_rows: int) -> tuple[list[float], list[tuple[float, float]]]:
-    """Seconds from now until each running job ends; and for each job in line, in order, until it starts and ends."""
-    ends = [job.seconds_left for job in running]
-    busy = sorted(zip(ends, (job.rows for job in running)))  # (when it frees its rows, how many)
-    free, now, waiting = max_rows - sum(job.rows for job in running), 0.0, []
-    for job in line:
-        while free < job.rows and busy:  # wait for the next request ahead to end
-            when, rows = busy.pop(0)
-            now, free = max(now, when), free + rows
-        start, end = now, now + job.seconds_left
-        free -= job.rows
-        busy = sorted([*busy, (end, job.rows)])
-        waiting.append((start, end))
-    return ends, waiting
+def schedule(
+    running: list[Job], line: list[Job], max_rows: int, step_s: Callable[[int], float]
+) -> tuple[list[float], list[tuple[float, float]]]:
+    """Seconds from now until each running job ends; and for each job in line, in order, until it starts and ends.
+    `step_s(rows)`: the seconds of a step of that many rows."""
+    jobs = [*running, *line]
+    left = [job.steps_left for job in jobs]
+    starts, ends = [0.0] * len(jobs), [0.0] * len(jobs)
+    active, waiting = list(range(len(running))), list(range(len(running), len(jobs)))
+    now, free = 0.0, max_rows - sum(job.rows for job in running)
+    while active or waiting:
+        while waiting and jobs[waiting[0]].rows <= free:  # in order: the head waits for room, nobody overtakes it
+            free -= jobs[waiting[0]].rows
+            starts[waiting[0]] = now
+            active.append(waiting.pop(0))
+        if not active:
+            break  # a job bigger than the batch: the worker refuses those before they are in line
+        steps = min(left[i] for i in active)  # until the next job ends, the batch's size stays the same
+        now += steps * step_s(sum(jobs[i].rows for i in active))
+        for i in list(active):
+            left[i] -= steps
+            if left[i] <= 1e-9:
+                active.remove(i)
+                free += jobs[i].rows
+                ends[i] = now
+    return ends[: len(running)], list(zip(starts[len(running) :], ends[len(running) :]))

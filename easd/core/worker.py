@@ -223,7 +223,7 @@ class Worker:
         self.results = results if results is not None else Results()  # finished ones, replayed to the same request
         self.joins = True  # False: a request never joins its twin (the load test's baseline: the app before sharing)
         self.pace = Pace()  # the batch's measured speed, for the estimates
-        self._step = (time.monotonic(), set(), 0)  # since the last boundary: (its time, ids of generations stepped, tokens)
+        self._step = (time.monotonic(), set(), 0, False)  # since the last boundary: (its time, ids stepped, tokens, joined)
         self._ended = 0  # generations that ran to their end, for the pace's running mean
         self._lock = threading.Condition()
         serve = self._serve if chunks is None else self._serve_in_chunks
@@ -333,8 +333,8 @@ class Worker:
                     self._deliver(block)
 
     def _deliver(self, block: Block) -> None:
-        began, stepped, tokens = self._step
-        self._step = (began, stepped | {id(block.generation)}, tokens + len(block.records))
+        began, stepped, tokens, joined = self._step
+        self._step = (began, stepped | {id(block.generation)}, tokens + len(block.records), joined)
         ticket = next(t for t in self.running if block.generation in t.generations)
         ticket.deliver(block, sharing=len(self.running))
 
@@ -369,10 +369,9 @@ class Worker:
     def _admit(self) -> list[Ticket]:
         """Between steps: settle finished tickets, cancel abandoned ones, let in those that fit; -> the ones let in."""
         now = time.monotonic()
-        began, stepped, tokens = self._step
+        began, stepped, tokens, joined = self._step
         if stepped:  # a step (or, in chunks, a round of steps) ended: the pace learns from it
-            self.pace.step(now - began, len(stepped), tokens)
-        self._step = (now, set(), 0)
+            self.pace.step(now - began, len(stepped), tokens, joined)
         with self._lock:
             for ticket in self.running:
                 if self.abandon_after_s is not None and ticket.unread_for(now) > self.abandon_after_s:
@@ -396,6 +395,7 @@ class Worker:
                 ticket.started = ticket.last_read = now
                 self.running.append(ticket)
                 admitted.append(ticket)
+            self._step = (now, set(), 0, bool(admitted))  # the next step also computes the prompts of those let in
             self._renumber()
         for ticket in finished:
             self._settle(ticket)
@@ -417,18 +417,18 @@ class Worker:
     def _renumber(self) -> None:
         """Each ticket's place in line, and when it starts and ends at the batch's measured pace (easd.core.estimates)."""
         now = time.monotonic()
-        running = [Job(t.rows_held, self._seconds_left(t)) for t in self.running]
-        waiting = [Job(len(t.generations), self._seconds_left(t)) for t in self.line]
-        ends, starts_and_ends = schedule(running, waiting, self.max_rows)
+        running = [Job(t.rows_held, self._steps_left(t)) for t in self.running]
+        waiting = [Job(len(t.generations), self._steps_left(t)) for t in self.line]
+        ends, starts_and_ends = schedule(running, waiting, self.max_rows, self.pace.step_s)
         for ticket, end in zip(self.running, ends):
             ticket.moved(0, 0.0, end, now)
         for place, (ticket, (start, end)) in enumerate(zip(self.line, starts_and_ends), start=1):
             ticket.moved(place, start, end, now)
 
-    def _seconds_left(self, ticket: Ticket) -> float:
-        """Decoding time its longest generation is expected to need still."""
+    def _steps_left(self, ticket: Ticket) -> float:
+        """Steps its longest generation is expected to need still."""
         left = [self.pace.tokens_left(len(g.trace.records), g.settings.max_new_tokens) for g in ticket.generations if not g.done]
-        return self.pace.seconds_for(max(left, default=0.0))
+        return self.pace.steps_for(max(left, default=0.0))
 
 
 def check_max_rows(max_rows: int) -> None:
