@@ -5,7 +5,8 @@
     python -m components.loadtest --pair qwen-coder --backend llama.cpp --users 1 --viewers 30
 
 Serves the app on a local port (the real app: `components.wiring.build_app`, the pair loaded once) and
-sends N simultaneous `/compare` requests with gradio_client, each with its own prompt and seed (with
+sends N simultaneous `/compare` requests with gradio_client (from a process of their own at the lowest CPU
+priority, as the users' own machines), each with its own prompt and seed (with
 `--same-prompt`, all the first example's, as a class clicking it together: computed once, easd.core.sharing).
 Twice, in the same run:
   * today's queue: `--max-batch 2`, one comparison at a time, all `max(users)` sent at once; the
@@ -17,8 +18,9 @@ its exact mode). Each request's estimated start and end (easd.core.estimates), a
 the batch's pace had been measured over 3 steps, is compared with when it really started and ended.
 With `--viewers N`, a presenter opens a room (components.rooms) and runs the first example twice,
 alone and with N viewers following it, each through Gradio's queue protocol as a page does; it
-prints the two times and the bytes each viewer received against the result's size. With several backends, each is measured in turn, in the same run. The process's
-peak RSS after each backend is printed too. Every user comes from this machine's one address, so
+prints the two times and the bytes each viewer received against the result's size. With several
+backends, each is measured in turn, in the same run. The process's peak RSS after each backend is
+printed too. Every user comes from this machine's one address, so
 the per-client and per-address limits are lifted here.
 """
 
@@ -90,8 +92,21 @@ def start_app(pair, name: str, max_batch: int | None, cap: int, users: int, shar
 
 
 def send(url: str, users: int, max_new_tokens: int, same: bool = False) -> tuple[list[float], list[dict]]:
-    """`users` requests at once, one client each (all the same with `same`); -> (seconds until each result, in user
-    order), results."""
+    """`users` requests at once, one client each (all the same with `same`), from a process of their own (`elsewhere`);
+    -> (seconds until each result, in user order), results."""
+    with multiprocessing.get_context("spawn").Pool(1) as clients:
+        return clients.apply(_users_at_once, (url, users, max_new_tokens, same))
+
+
+def elsewhere() -> None:
+    """Run this process at the lowest CPU priority: users' and viewers' browsers run on their own machines, so on a
+    2-core machine their reading would otherwise take from the server what no real class takes, and hide its own
+    cost (reading in the server's process, they would also hold its GIL)."""
+    os.nice(19)
+
+
+def _users_at_once(url: str, users: int, max_new_tokens: int, same: bool) -> tuple[list[float], list[dict]]:
+    elsewhere()
     finished, results = [0.0] * users, [None] * users
     start = threading.Barrier(users + 1)
     clients = [Client(url, verbose=False) for _ in range(users)]
@@ -253,11 +268,9 @@ class Page:
 
 
 def watch_room(url: str, watch_index: int, code: str, viewers: int, ready, done, counts) -> None:
-    """`viewers` pages in room `code` (in a process of their own), until `done`; -> the bytes each received.
-
-    At the lowest CPU priority: a class's browsers run on their own machines, so on a 2-core machine their
-    reading would otherwise take from the server what no real room takes, and hide the server's own cost."""
-    os.nice(19)
+    """`viewers` pages in room `code` (in a process of their own, `elsewhere`), until `done`; -> the bytes each
+    received."""
+    elsewhere()
     watchers = [Viewer(url, watch_index, code) for _ in range(viewers)]
     ready.set()
     done.wait()
