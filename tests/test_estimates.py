@@ -76,3 +76,4 @@ def test_users_in_line_see_their_start_and_end_grow_with_their_place(hf_tiny_pai
     assert first.estimate()[1] == pytest.approx(starts[0], abs=0.5)  # the next starts when the first ends
     for stream in [first, *waiting]:
         stream.cancel()
+    assert all(stream.join(60) for stream in [first, *waiting])  # the worker is idle before the interpreter exits
