@@ -370,9 +370,9 @@ class Worker:
         """Between steps: settle finished tickets, cancel abandoned ones, let in those that fit; -> the ones let in."""
         now = time.monotonic()
         began, stepped, tokens, joined = self._step
-        if stepped:  # a step (or, in chunks, a round of steps) ended: the pace learns from it
-            self.pace.step(now - began, len(stepped), tokens, joined)
-        with self._lock:
+        with self._lock:  # the pace is read under it too, by `submit` renumbering the line
+            if stepped:  # a step (or, in chunks, a round of steps) ended: the pace learns from it
+                self.pace.step(now - began, len(stepped), tokens, joined)
             for ticket in self.running:
                 if self.abandon_after_s is not None and ticket.unread_for(now) > self.abandon_after_s:
                     ticket.cancel("unread")
