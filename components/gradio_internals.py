@@ -21,9 +21,10 @@
   `gr.HTML`'s JavaScript trigger, which Gradio hands over only as the event's private `_data`.
 
 Everything here rests on Gradio's and uvicorn's internals (`Blocks._queue`, its per-session
-message queues and `send_message`, `Blocks.postprocess_data`, `EventData._data`, uvicorn's request cycle): after upgrading
-either, re-run tests/test_app_isolation.py, which checks the first three on both of the API's
-routes, and tests/test_app_browser.py, which clicks tokens.
+message queues and `send_message`, `Blocks.postprocess_data`, `EventData._data`, uvicorn's
+request cycle): after upgrading either, re-run tests/test_app_isolation.py, which checks the
+first three on both of the API's routes, tests/test_gradio_internals.py, which compares the
+fourth with Gradio's own output, and tests/test_app_browser.py, which clicks tokens.
 """
 
 from __future__ import annotations

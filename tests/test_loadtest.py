@@ -1,4 +1,4 @@
-"""The load test (components.loadtest) runs end to end on the tiny pair: users, the same prompt, and a watched room."""
+"""The load test (components.loadtest) runs end to end on the tiny pair: users at once, then a watched room."""
 
 from __future__ import annotations
 
