@@ -53,6 +53,14 @@ def wire(handler: Callable, *fixed, show: Callable[[str], dict] | None = None, w
             except Exception as err:  # noqa: BLE001 (answered in one line; logged when unexpected)
                 yield answer(err)
 
+    elif inspect.iscoroutinefunction(handler):
+
+        async def bound(*args, **kwargs):
+            try:
+                return await handler(*fixed, *args, **kwargs)
+            except Exception as err:  # noqa: BLE001 (answered in one line; logged when unexpected)
+                return answer(err)
+
     elif inspect.isgeneratorfunction(handler):
 
         def bound(*args, **kwargs):

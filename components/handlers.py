@@ -10,8 +10,9 @@ the engine; none of them re-implements the method.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from functools import partial
 
 import gradio as gr
@@ -26,7 +27,7 @@ from easd.errors import EasdError, SettingsError
 from . import figures
 from .controls import DEFAULTS, RuleView, api_words, check_flag, check_method, check_prompt, page_words, read_settings
 from .gallery import Gallery
-from .gradio_internals import Outbox, event_data
+from .gradio_internals import Outbox, Watch, event_data
 from .host import Client, ModelHost
 from .html import Html, join, tag
 from .inspector import inspector_html
@@ -39,6 +40,8 @@ from .stepper import block_views, stepper_html
 
 LANES_EVERY_S = 0.25  # at most four lane updates a second: faster only floods the browser with HTML
 API_EVERY_S = 0.5  # the API streams each run's new rows twice a second
+RECONNECT_S = 5.0  # a heartbeat that ended and comes back within this long was no goodbye (a browser retries in about 3 s)
+log = logging.getLogger("easd.app")
 MAX_WHATIF_ROWS = 200_000  # rows re-read per slider move or click (outside the queue); a bigger trace is shown, not re-read
 
 
@@ -60,7 +63,7 @@ def render_lanes(page: Page, session: Session, view: RuleView) -> dict:
         whatif = marks if lane == sd_lane else None
         out[page.titles[lane]] = tag("h3", lane_title(lane, traces[lane]))
         out[page.lanes[lane]] = lane_html(
-            lane, traces[lane], selected=selected, fork=fork, whatif=whatif, running=session.running
+            lane, traces[lane], selected=selected, fork=fork, whatif=whatif, running=session.running, spans=page.spans
         )
         out[page.stats[lane]] = stats_html(traces[lane])
     return out
@@ -147,14 +150,15 @@ def generate(page: Page, host: ModelHost, outbox: Outbox, values: dict, request:
     check_prm(host.pair(name), methods)
     comparison = Comparison(host.pair(name), prompt, settings, chat=chat, methods=methods)
     client = client_of(request)
-    with host.stream(name, comparison.generations.values(), client, outbox.watch(client.session).took_any) as stream:
+    watch = outbox.watch(client.session)
+    with host.stream(name, comparison.generations.values(), client, watch.took_any) as stream:
         session.clear()
         page.sessions.track(client.session, session)
         session.stream, session.running = stream, True
         if session.room is not None:  # the room's viewers follow this run from now on
             session.room.show(stream.ticket, prompt, {lane: g.settings for lane, g in comparison.generations.items()})
         try:
-            for _ in _news(stream, LANES_EVERY_S):
+            for _ in _news(stream, LANES_EVERY_S, watch):
                 if stream.position:  # still in line: say where
                     yield {page.message: say(in_line(stream))}
                     continue
@@ -172,15 +176,42 @@ def generate(page: Page, host: ModelHost, outbox: Outbox, values: dict, request:
     )
 
 
-def _news(stream: Stream, every_s: float) -> Iterator[int]:
-    """Until the stream is done, each time it has news (blocks, a new place in line), at most once per `every_s`."""
-    seen, shown = -1, 0.0
+def _news(stream: Stream, every_s: float, watch: Watch | None = None) -> Iterator[int]:
+    """Until the stream is done, each time it has news (blocks, a new place in line): the first at once, then on the
+    ticks of a clock shared by every stream (every `every_s`: a browser cannot use more), so the streams of one run
+    wake together and share each update's work (Ticket.update); a tick on which the client has not yet taken its last
+    update (`watch`) is skipped, so a slow client gets fewer, larger updates instead of a backlog."""
+    seen = -1
     while not stream.done:
-        time.sleep(max(0.0, shown + every_s - time.monotonic()))  # the browser cannot use more updates than this
         news = stream.wait(seen, every_s)
-        if news != seen and not stream.done:
-            seen, shown = news, time.monotonic()
-            yield news
+        if news == seen or stream.done:
+            continue
+        if seen != -1:
+            time.sleep(_to_tick(every_s))
+        if _take(stream, seen, watch):
+            seen = stream.version
+            yield seen
+
+
+async def _news_without_a_thread(stream: Stream, every_s: float, watch: Watch | None = None) -> AsyncIterator[int]:
+    """`_news` for an async handler: it looks on every tick instead of waiting on the stream, so a stream holds no
+    thread (a hundred users watching one run hold a hundred, where Gradio lends 40)."""
+    seen = -1
+    while not stream.done:
+        if stream.version != seen and _take(stream, seen, watch):
+            seen = stream.version
+            yield seen
+        await asyncio.sleep(_to_tick(every_s))
+
+
+def _to_tick(every_s: float) -> float:
+    """Seconds until the next tick of the clock every stream shares."""
+    return every_s - time.monotonic() % every_s
+
+
+def _take(stream: Stream, seen: int, watch: Watch | None) -> bool:
+    """Whether to send the stream's news now: the first at once, later ones once the client took the last one."""
+    return seen == -1 or watch is None or not watch.behind()
 
 
 def in_line(stream: Stream) -> str:
@@ -214,7 +245,7 @@ SHARED = {  # where a stream's result comes from, when not from its own request 
 }
 
 
-def compare(
+async def compare(
     host: ModelHost,
     outbox: Outbox,
     prompt: str | None = None,
@@ -232,37 +263,38 @@ def compare(
     left: str = DEFAULT_METHODS["left"],
     right: str = DEFAULT_METHODS["right"],
     request: gr.Request = None,
-) -> Iterator[dict]:
+) -> AsyncIterator[dict]:
     """Run two methods (`left`, `right`: SD and EASD unless asked otherwise) with the same prompt, seed and settings in
     the shared batch; streams them (at most every API_EVERY_S) and ends with both whole traces (easd-trace JSON), sent
     once (`gradio_internals.say_results_once`).
 
-    Updates are easd-trace-update JSON: rows without their candidates, which are most of a trace's
-    bytes. Through Gradio's queue (gradio_client) each update holds every row so far, and Gradio
-    sends the difference to the last one; through its plain HTTP route (/call/compare), which sends
-    every update whole, each holds only the rows that are new.
+    Updates are easd-trace-update JSON: the rows new since the last update, without their
+    candidates, which are most of a trace's bytes. Each update costs the server what is new, not
+    the run so far, and users who asked for the same run share it (Ticket.update). A call holds no
+    thread while it streams, so a hundred users watching one run cost what a few do.
     """
     values = dict(tau_h=tau_h, tau_o=tau_o, top_n=top_n, k=k, temperature=temperature, top_p=top_p, rule=rule, seed=seed)
     settings = read_settings(values | {"max_new_tokens": max_new_tokens}, host.max_new_tokens_cap)
     prompt = check_prompt(prompt)
     methods = {"left": check_method("left", left), "right": check_method("right", right)}
     name = allowed_pair(host, host.default if pair == "" else pair)  # "" (the default) is the app's pair
-    for _ in host.waiting_for(name):
-        pass  # a call that comes while the pair loads waits for it, as in line: nothing streams until its run starts
+    if host.pair(name) is None:  # a call that comes while the pair loads waits for it, as in line: nothing streams
+        waiting = host.waiting_for(name)
+        while await asyncio.to_thread(next, waiting, None) is not None:
+            pass
     check_prm(host.pair(name), methods)
     comparison = Comparison(host.pair(name), prompt, settings, chat=check_flag("chat", chat), methods=methods)
-    client, plain = client_of(request), sends_whole_outputs(request)
-    with host.stream(name, comparison.generations.values(), client, outbox.watch(client.session).took_any) as stream:
+    client = client_of(request)
+    watch = outbox.watch(client.session)
+    with host.stream(name, comparison.generations.values(), client, watch.took_any) as stream:
         sent = [(0, 0)] * len(comparison.generations)
-        for _ in _news(stream, API_EVERY_S):
+        async for _ in _news_without_a_thread(stream, API_EVERY_S, watch):
             if not stream.position:  # nothing to show while in line
-                traces = stream.traces()
-                yield trace_io.to_json_delta(traces, sent)
-                if plain:
-                    sent = [(len(t.records), len(t.blocks)) for t in traces]
+                update, sent = stream.update(sent)
+                yield update
     if stream.error is not None:
         raise stream.error
-    yield trace_io.to_json_dict(stream.traces())
+    yield await asyncio.to_thread(stream.document)  # the first of a run's streams to ask makes it, outside the event loop
 
 
 def present(page: Page, values: dict, request: gr.Request) -> dict:
@@ -376,10 +408,16 @@ def stop(page: Page, values: dict) -> dict:
     return gr.skip()
 
 
-def leave(host: ModelHost, sessions: Sessions, request: gr.Request) -> None:
-    """The tab closed: its runs leave the shared batch at the next block boundary; its traces and files go."""
+async def leave(host: ModelHost, sessions: Sessions, outbox: Outbox, request: gr.Request) -> None:
+    """Gradio says the tab closed: its runs leave the shared batch at the next block boundary ("left"); its traces and
+    files go. Gradio says so when the session's heartbeat connection ends, which also happens to a client that is still
+    there (on a busy server gradio_client gives up on a late heartbeat; a browser reconnects its own): a client that
+    still holds a connection open, or opens one within RECONNECT_S, keeps its runs and its page."""
     client = client_of(request)
-    host.cancel(client)
+    if await outbox.still_connected(client.session, RECONNECT_S):
+        log.info("a session's heartbeat ended while it is still connected; its runs go on")
+        return
+    host.cancel(client, "left")
     sessions.close(client.session)
 
 
@@ -520,12 +558,6 @@ def check_prm(pair, methods: dict[str, str]) -> None:
 def is_result(value) -> bool:
     """Whether a value `compare` yields is its whole result (the last one), not an update."""
     return isinstance(value, dict) and value.get("format") == trace_io.FORMAT
-
-
-def sends_whole_outputs(request: gr.Request | None) -> bool:
-    """Whether the request came by Gradio's plain HTTP route (POST /gradio_api/call/NAME), which streams
-    every update whole, rather than by its queue protocol, which streams the difference to the last one."""
-    return request is not None and request.request is not None and "/call/" in request.request.url.path
 
 
 def client_of(request: gr.Request | None) -> Client:

@@ -29,7 +29,7 @@ from easd.core.pair import ModelPair, PairLoader
 from easd.core.sharing import RESULTS_BYTES, Reader, Results, Stream
 from easd.core.speed import ONE_PASS, measure_one_pass
 from easd.core.worker import MAX_DEFAULT_ROWS, Worker, default_max_rows
-from easd.errors import EasdError
+from easd.errors import Busy, EasdError
 
 from . import zerogpu
 
@@ -50,10 +50,6 @@ class LoadState:
         if self.status == "failed":
             return f"failed to load: {self.message}"
         return self.message
-
-
-class Busy(EasdError):
-    """This client already has as many requests in line as it may."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +75,10 @@ class ModelHost:
     max_batch: int | None = None  # rows decoded together; None: as many as fit in memory (easd.core.worker.default_max_rows)
     max_queued_per_client: int = 2  # requests one client may have in line or running
     max_per_address: int | None = None  # requests one network address may have in line or running; None: half of `slots`
-    max_waiting: int = 16  # requests waiting in a pair's line in all; more wait in Gradio's queue
+    max_waiting: int = 16  # pages' requests waiting in a pair's line in all; more wait in Gradio's queue
+    max_line: int = (
+        64  # requests waiting in a pair's line in all: API calls, which no Gradio limit holds back, are refused past it
+    )
     abandon_after_s: float = ABANDON_S  # a run whose client has not taken what it was sent for this long is stopped
     result_bytes: int = RESULTS_BYTES  # finished results kept per pair for the same request (app.py --result-cache-mb)
     states: dict[str, LoadState] = field(init=False)  # one per allowed pair, made in __post_init__
@@ -113,16 +112,16 @@ class ModelHost:
         worker = self.states[name].worker
         with self._lock:  # counted and submitted at once, so two requests cannot both take the last place
             self._check_limits(client)
-            ticket = worker.submit(generations, owner=client.session, address=client.address, reader=reader)
+            stream = worker.submit(generations, client.session, client.address, reader, self.max_line)
         try:
-            yield ticket
+            yield stream
         finally:
-            if not ticket.done:  # the reader left early: its stream ends
-                ticket.cancel()
+            if not stream.done:  # the handler ended before the run: its client went away (or its page cancelled it)
+                stream.cancel("left")
 
-    def cancel(self, client: Client) -> int:
-        """Stop every run of `client`'s session (a closed tab, Stop, Clear); -> how many."""
-        return sum(worker.cancel_owner(client.session) for worker in self._workers())
+    def cancel(self, client: Client, why: str = "left") -> int:
+        """Stop every run of `client`'s session (its tab closed), with stop reason `why`; -> how many."""
+        return sum(worker.cancel_owner(client.session, why) for worker in self._workers())
 
     def _check_limits(self, client: Client) -> None:
         """Busy, in words that say which limit, if the client or its address already holds its share.

@@ -35,6 +35,7 @@ TITLES = {
 }  # what a lane can run
 _VISIBLE = {"\n": "↵\n", "\t": "⇥", "\r": "␍"}
 MAX_LANE_TOKENS = 2000  # spans drawn per lane: a huge loaded trace is shown as a window around the selection
+MAX_KEPT_SPANS = 50_000  # spans a page keeps rendered (about 20 MB): 16 users' two lanes of 1,000 tokens, and more
 
 
 def visible_text(text) -> str:
@@ -86,6 +87,28 @@ def lane_window(trace: Trace, selected: int | None) -> range:
     return range(start, start + MAX_LANE_TOKENS)
 
 
+class Spans:
+    """Token spans, each rendered once: a record never changes once emitted, so its span is kept by the record
+    itself (its identity), its lane and place, and its marks. A lane that streams then costs what is new per update,
+    not the whole lane again, and every page showing the same run (same-request users, a room's viewers: they hold
+    the same records) shares the renders. At most `max_spans` are kept; past that the memo starts afresh."""
+
+    def __init__(self, max_spans: int = MAX_KEPT_SPANS):
+        self.max_spans = max_spans
+        self._kept: dict[tuple, tuple[TokenRecord, Html]] = {}
+
+    def span(self, lane: str, index: int, record: TokenRecord, marks: tuple[bool, ...]) -> Html:
+        key = (id(record), lane, index, marks)
+        kept = self._kept.get(key)
+        if kept is not None and kept[0] is record:  # the record it was made for (it holds it, so its id is not reused)
+            return kept[1]
+        html = _span(lane, index, record, *marks)
+        if len(self._kept) >= self.max_spans:
+            self._kept = {}
+        self._kept[key] = (record, html)
+        return html
+
+
 def lane_html(
     lane: str,
     trace: Trace | None,
@@ -94,8 +117,10 @@ def lane_html(
     fork: int | None = None,
     whatif: np.ndarray | None = None,
     running: bool = False,
+    spans: Spans | None = None,
 ) -> Html:
-    """One lane: a span per token, with data-lane/data-pos for clicks and a tooltip per token.
+    """One lane: a span per token, with data-lane/data-pos for clicks and a tooltip per token (from `spans`, where
+    each is rendered once, if given).
 
     Only spans, no wrapper: while a run streams, each update then just *appends* to the last one,
     which Gradio sends as a small diff instead of the whole lane again.
@@ -106,13 +131,14 @@ def lane_html(
     window = lane_window(trace, selected)
     # one token of the lane is in the Tab order (the selected one, else the first); the arrow keys reach the rest
     entry = selected if selected in window else window.start
-    spans = [_span(lane, i, trace.records[i], i == selected, i == fork, bool(marks[i]), i == entry) for i in window]
+    spans = spans or Spans(len(window))
+    drawn = [spans.span(lane, i, trace.records[i], (i == selected, i == fork, bool(marks[i]), i == entry)) for i in window]
     if len(window) < len(trace.records):
         note = (
             f"showing tokens {window.start}–{window.stop - 1} of {len(trace.records):,}; click a token near an end to move on ›"
         )
-        spans.insert(0, tag("span", note, class_="empty"))
-    return join(spans)
+        drawn.insert(0, tag("span", note, class_="empty"))
+    return join(drawn)
 
 
 def _span(lane: str, index: int, record: TokenRecord, selected: bool, fork: bool, whatif: bool, entry: bool) -> Html:

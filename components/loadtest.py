@@ -5,8 +5,8 @@
     python -m components.loadtest --pair qwen-coder --backend llama.cpp --users 1 --viewers 30
 
 Serves the app on a local port (the real app: `components.wiring.build_app`, the pair loaded once) and
-sends N simultaneous `/compare` requests with gradio_client (from a process of their own at the lowest CPU
-priority, as the users' own machines), each with its own prompt and seed (with
+sends N simultaneous `/compare` requests over Gradio's queue protocol, as gradio_client sends them (from a process
+of their own at the lowest CPU priority, as the users' own machines, and one event loop: `call_compare`), each with its own prompt and seed (with
 `--same-prompt`, all the first example's, as a class clicking it together: computed once, easd.core.sharing).
 Twice, in the same run:
   * today's queue: `--max-batch 2`, one comparison at a time, all `max(users)` sent at once; the
@@ -27,6 +27,8 @@ the per-client and per-address limits are lifted here.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import inspect
 import json
 import multiprocessing
 import os
@@ -37,16 +39,16 @@ import time
 import uuid
 
 import httpx
-from gradio_client import Client
 
 from easd.backends import configure_threads
 from easd.core.sharing import RESULTS_BYTES, Results
 from easd.pairs.loading import Runtime
 from easd.pairs.registry import default_pair_name, load_named_pair
 
+from . import handlers
 from .host import ModelHost
 from .rooms import ROOM_EVERY_S
-from .server import serve
+from .server import api_parameters, serve
 from .wiring import build_app
 
 PROMPTS = [  # sixteen questions a class might ask, of different lengths and kinds
@@ -107,26 +109,55 @@ def elsewhere() -> None:
 
 def _users_at_once(url: str, users: int, max_new_tokens: int, same: bool) -> tuple[list[float], list[dict]]:
     elsewhere()
-    finished, results = [0.0] * users, [None] * users
-    start = threading.Barrier(users + 1)
-    clients = [Client(url, verbose=False) for _ in range(users)]
+    return asyncio.run(_call_all(url, users, max_new_tokens, same))
 
-    def user(i: int):
-        start.wait()
-        began = time.monotonic()
-        which = 0 if same else i
-        results[i] = clients[i].predict(
-            prompt=PROMPTS[which % len(PROMPTS)], seed=which, max_new_tokens=max_new_tokens, api_name="/compare"
-        )
-        finished[i] = time.monotonic() - began
 
-    threads = [threading.Thread(target=user, args=(i,)) for i in range(users)]
-    for t in threads:
-        t.start()
-    start.wait()
-    for t in threads:
-        t.join()
-    return finished, results
+async def _call_all(url: str, users: int, max_new_tokens: int, same: bool) -> tuple[list[float], list[dict]]:
+    """Every user's /compare call at once, each as its own API client (a session, its heartbeat, its event stream),
+    all in one event loop: a hundred gradio_client Clients in one process would cost more than the server they
+    measure (each reads its stream in threads of its own), so the clients here do only what the protocol asks."""
+    config = httpx.get(f"{url}config", timeout=60).json()
+    index = next(d["id"] for d in config["dependencies"] if d.get("api_name") == "compare")
+    defaults = {name: p.default for name, p in inspect.signature(handlers.compare).parameters.items()}
+    async with httpx.AsyncClient(
+        timeout=httpx.Timeout(600, connect=60), limits=httpx.Limits(max_connections=None, max_keepalive_connections=0)
+    ) as http:
+
+        async def user(i: int) -> tuple[float, dict]:
+            which = 0 if same else i
+            asked = defaults | {"prompt": PROMPTS[which % len(PROMPTS)], "seed": which, "max_new_tokens": max_new_tokens}
+            began = time.monotonic()
+            result = await call_compare(http, url, index, [asked[name] for name in api_parameters(handlers.compare)])
+            return time.monotonic() - began, result
+
+        done = await asyncio.gather(*(user(i) for i in range(users)))
+    return [seconds for seconds, _ in done], [result for _, result in done]
+
+
+async def call_compare(http: httpx.AsyncClient, url: str, index: int, data: list) -> dict:
+    """One API client's call of /compare over Gradio's queue protocol, as gradio_client makes it: a session with its
+    heartbeat, the call joined to the queue, its event stream read to the end; -> the result (raises on an error)."""
+    session = uuid.uuid4().hex
+
+    async def heartbeat():
+        async with http.stream("GET", f"{url}gradio_api/heartbeat/{session}") as beats:
+            async for _ in beats.aiter_lines():
+                pass
+
+    beating = asyncio.create_task(heartbeat())
+    try:
+        body = {"data": data, "fn_index": index, "session_hash": session}
+        (await http.post(f"{url}gradio_api/queue/join", json=body)).raise_for_status()
+        async with http.stream("GET", f"{url}gradio_api/queue/data", params={"session_hash": session}) as stream:
+            async for line in stream.aiter_lines():
+                if line.startswith("data: ") and '"process_completed"' in line:
+                    output = json.loads(line[6:])["output"]
+                    if "error" in output and output["error"] is not None:
+                        raise RuntimeError(f"compare failed: {output['error']}")
+                    return output["data"][0]
+        raise RuntimeError("the event stream ended without a result")
+    finally:
+        beating.cancel()
 
 
 def tokens_of(result: dict) -> list[list[int]]:
@@ -142,6 +173,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128, help="tokens per lane, greedy")
     parser.add_argument("--max-batch", type=int, default=None, help="rows of the shared batch (default: the memory estimate)")
     parser.add_argument("--same-prompt", action="store_true", help="every user sends the first example, as a class does")
+    parser.add_argument(
+        "--queue-users", type=int, default=None, help="users sent to today's queue (default: the most of --users)"
+    )
     parser.add_argument("--viewers", type=int, default=0, help="also measure a room: the presenter's run with N viewers")
     args = parser.parse_args(argv)
     counts = sorted({int(n) for n in args.users.split(",")})
@@ -159,12 +193,14 @@ def main(argv: list[str] | None = None) -> None:
 
 def measure(pair, name: str, counts: list[int], args: argparse.Namespace) -> None:
     """Today's queue, then the shared batch at each number of users, all against the queue's lone runs."""
-    most = max(counts)
-    demo, url, _ = start_app(pair, name, 2, args.max_new_tokens, most, shared=False)
-    queue_s, alone = send(url, most, args.max_new_tokens, args.same_prompt)
+    most, queued = max(counts), min(args.queue_users or max(counts), max(counts))
+    demo, url, _ = start_app(pair, name, 2, args.max_new_tokens, queued, shared=False)
+    queue_s, alone = send(url, queued, args.max_new_tokens, args.same_prompt)
     demo.close()
     arrivals = sorted(queue_s)
-    print(f"today's queue (--max-batch 2), {most} users at once: results after " + ", ".join(f"{s:.0f}" for s in arrivals) + " s")
+    print(
+        f"today's queue (--max-batch 2), {queued} users at once: results after " + ", ".join(f"{s:.0f}" for s in arrivals) + " s"
+    )
 
     demo, url, host = start_app(pair, name, args.max_batch, args.max_new_tokens, most)
     rows = host.states[name].worker.max_rows
@@ -179,9 +215,13 @@ def measure(pair, name: str, counts: list[int], args: argparse.Namespace) -> Non
             seconds, results = send(url, n, args.max_new_tokens, args.same_prompt)
         last = max(seconds)
         one = one or (last if n == 1 else None)
-        equal = sum(tokens_of(r) == tokens_of(a) for r, a in zip(results, alone))
+        # the same request's lone run: with --same-prompt every user's is the queue's first, else the user's own
+        lone = [alone[0] if args.same_prompt else alone[i] if i < len(alone) else None for i in range(n)]
+        equal = sum(a is not None and tokens_of(r) == tokens_of(a) for r, a in zip(results, lone))
         ratio = f"{last / one:.2f}×" if one else "n/a"
-        print(f"{n:>5} | {arrivals[n - 1]:>16.0f} s | {last:>23.0f} s | {ratio:>16} | {equal} of {n}", flush=True)
+        queue = f"{arrivals[n - 1]:>16.0f} s" if n <= len(arrivals) else f"{'n/a':>18}"
+        compared = sum(a is not None for a in lone)
+        print(f"{n:>5} | {queue} | {last:>23.0f} s | {ratio:>16} | {equal} of {compared}", flush=True)
         print(f"      estimates: {estimates.report()}", flush=True)
     demo.close()
 
@@ -204,7 +244,7 @@ def measure_room(pair, name: str, viewers: int, max_new_tokens: int) -> None:
     time.sleep(2)  # every viewer's page is in the room
     watched = page.generate(presenter, seed=2, max_new_tokens=max_new_tokens)  # another seed: not replayed
     watched_decoding = decoding_seconds(results)
-    result = next(reversed(results.kept.values()))[1]  # the run's trace JSON, in bytes
+    result = next(reversed(results.kept.values())).size  # the run's trace JSON, in bytes
     time.sleep(3 * ROOM_EVERY_S)  # the viewers' last update, after the run ended
     done.set()
     received = sorted(counts.get(timeout=60))
@@ -222,8 +262,7 @@ def measure_room(pair, name: str, viewers: int, max_new_tokens: int) -> None:
 
 def decoding_seconds(results: Results) -> float:
     """How long the latest finished run's generations took in the batch (the longer lane's time)."""
-    traces, _ = next(reversed(results.kept.values()))
-    return max(trace.stats.seconds for trace in traces)
+    return max(trace.stats.seconds for trace in next(reversed(results.kept.values())).traces)
 
 
 class Page:

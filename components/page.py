@@ -16,7 +16,7 @@ from .gallery import Gallery
 from .host import ModelHost
 from .html import tag
 from .inspector import inspector_html
-from .lanes import TITLES, lane_html, lane_title, legend_html
+from .lanes import TITLES, Spans, lane_html, lane_title, legend_html
 from .rooms import Rooms
 from .session import Session, Sessions
 from .stepper import stepper_html
@@ -101,6 +101,7 @@ class Page:
     timer: gr.Timer
     sessions: Sessions  # the open tabs' sessions, so a closed tab frees its own at once
     rooms: Rooms  # the rooms presenters opened, by code
+    spans: Spans  # token spans, each rendered once for every page (components.lanes)
     downloads: Path  # where sessions write their exports: inside Gradio's file cache, which serves them as they are
 
     def lane_outputs(self) -> list:
@@ -141,6 +142,7 @@ def build_page(host: ModelHost, examples: list[str], gallery: Gallery, session_t
         timer=gr.Timer(1.0),
         sessions=Sessions(),
         rooms=Rooms(),
+        spans=Spans(),
         downloads=Path(get_upload_folder()) / "easd-sessions",
     )
 

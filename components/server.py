@@ -26,7 +26,10 @@ def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, for
     os.environ["FORWARDED_ALLOW_IPS"] = forwarded_allow_ips
     demo.queue(default_concurrency_limit=LIGHT_EVENTS, max_size=64)
     gradio_internals.say_results_once(demo, "compare", handlers.is_result)
+    gradio_internals.pass_values_as_they_are(demo, "compare", handlers.is_result)
     gradio_internals.skip_untouched_outputs(demo)
+    gradio_internals.sessions_without_configs()
+    gradio_internals.absent_matplotlib_fails_at_once()
     return demo.launch(
         server_name=host,
         server_port=port,
@@ -37,7 +40,7 @@ def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, for
         app_kwargs={
             "middleware": [
                 Middleware(WholeArguments, parameters={"compare": api_parameters(handlers.compare)}),
-                Middleware(gradio_internals.SmallStreamBuffers),
+                Middleware(gradio_internals.EventStreams, connections=gradio_internals.Outbox.of(demo).connections),
             ]
         },
         **options,

@@ -45,18 +45,18 @@ class Session:
         """Forget the traces and the selection; the run stops and the download folder is deleted too (Clear). A room
         the page presents or watches stays."""
         room, watching = self.room, self.watching
-        self._forget()
+        self._forget("stopped")
         self.room, self.watching = room, watching
 
     def close(self) -> None:
-        """The session ends (tab closed, state expired): its run stops, its room ends, its files and traces go."""
+        """The session ends (tab closed, state expired): its run stops ("left"), its room ends, its files and traces go."""
         if self.room is not None:
             self.room.end()
-        self._forget()
+        self._forget("left")
 
-    def _forget(self) -> None:
+    def _forget(self, why: str) -> None:
         if self.stream is not None:
-            self.stream.cancel()
+            self.stream.cancel(why)
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
         self.__dict__.update(Session().__dict__)

@@ -33,7 +33,7 @@ def build_app(
     gallery = gallery or Gallery()
     eval_dirs = list(eval_dirs or [])
     with gr.Blocks(title="EASD Lab", delete_cache=(3600, 7200)) as demo:
-        outbox = gradio_internals.Outbox(demo)
+        outbox = gradio_internals.Outbox.of(demo)
         with gr.Tab("Compare"):
             page = build_page(host, examples, gallery, session_ttl_s)
         with gr.Tab("Evaluation"):
@@ -43,8 +43,8 @@ def build_app(
         gr.api(
             wire(handlers.compare, host, outbox, words=handlers.in_api_words),
             api_name="compare",
-            concurrency_id="generate",
-            concurrency_limit=host.slots,
+            concurrency_id="compare",
+            concurrency_limit=None,  # it holds no thread while it streams; the pair's line holds its own limit (host.max_line)
         )
     for block in demo.blocks.values():
         if isinstance(block, gr.components.Component):
@@ -65,7 +65,7 @@ def _wire_compare(demo: gr.Blocks, page: Page, host: ModelHost, gallery: Gallery
         {page.pair, page.prompt, c.chat, *c.settings().values(), *page.methods.values(), s},
         page.everything(),
         concurrency_id="generate",
-        concurrency_limit=host.slots,  # the shared batch and its line decide who runs; see ModelHost.ticket
+        concurrency_limit=host.slots,  # a page's stream holds a thread: the batch and its line, and no more (ModelHost.slots)
         show_progress="hidden",
         **private,
     )
@@ -86,7 +86,7 @@ def _wire_compare(demo: gr.Blocks, page: Page, host: ModelHost, gallery: Gallery
     page.upload.upload(wire(handlers.load_file, page, host, show=say), {page.upload, s}, loaded, **private)
     page.recorded.change(wire(handlers.open_recorded, page, host, gallery, show=say), {page.recorded, s}, loaded, **private)
     page.example.change(wire(handlers.pick_example, page, show=say), {page.example}, [page.prompt, page.message], **instant)
-    demo.unload(wire(handlers.leave, host, page.sessions))  # a closed tab's rows leave the batch; its traces and files go
+    demo.unload(wire(handlers.leave, host, page.sessions, outbox))  # a closed tab's rows leave the batch; its traces and files go
     # a page opened with ?room=CODE follows the presenter's runs; it waits without a thread, so a room's many
     # viewers take no slot of any limit
     demo.load(wire(handlers.watch, page, host, show=say), {s}, loaded, concurrency_id="watch", concurrency_limit=None, **private)

@@ -34,6 +34,10 @@ class ModelLoadError(EasdError):
     """A model or tokenizer could not be loaded, or the two models cannot be paired."""
 
 
+class Busy(EasdError):
+    """A request refused because its client, its address or the pair's line already holds as many as it may."""
+
+
 class QuotaSpent(EasdError):
     """The user a GPU call was charged to has no GPU time left (a ZeroGPU Space's daily quota): their run ends with
     this line, and the others sharing the batch go on in calls charged to someone else."""

@@ -4,6 +4,7 @@ import json
 import threading
 import time
 import urllib.request
+from itertools import accumulate
 
 import pytest
 from gradio_client import Client
@@ -162,18 +163,22 @@ def test_eight_users_at_once_each_get_what_they_get_alone(app_url, hf_tiny_pair)
 
 
 def test_the_api_streams_both_traces_before_the_final_result(app_url):
-    """Through gradio_client each update holds every row so far, without candidates; the result, whole, comes once."""
+    """Through gradio_client each update holds the rows new since the last one, without candidates; the result, whole,
+    comes once."""
     job = Client(app_url, verbose=False).submit(prompt="A long story about figs.", max_new_tokens=400, api_name="/compare")
     final = job.result(timeout=240)
     updates = job.outputs()
     assert len(updates) >= 2 and all(u["format"] == "easd-trace-update" for u in updates)
     assert final not in updates  # the result is not streamed before it is sent
-    lengths = [sum(len(run["rows"]) for run in u["runs"]) for u in updates]
-    # growing, and caught mid-run (the last one may already hold every token, a moment before the end)
-    assert lengths == sorted(lengths) and lengths[0] < sum(len(r["rows"]) for r in final["runs"])
-    for lane, run in enumerate(final["runs"]):
-        rows = updates[-1]["runs"][lane]["rows"]
+    for lane, run in enumerate(final["runs"]):  # each update's rows start where the last one's ended, none twice
+        rows = [row for u in updates for row in u["runs"][lane]["rows"]]
+        assert [u["runs"][lane]["first_row"] for u in updates] == [0, *accumulate(len(u["runs"][lane]["rows"]) for u in updates)][
+            :-1
+        ]
         assert rows == [{k: v for k, v in row.items() if "_top" not in k} for row in run["rows"][: len(rows)]]
+        assert (
+            0 < len(updates[0]["runs"][lane]["rows"]) + len(updates[1]["runs"][lane]["rows"]) < len(run["rows"])
+        )  # caught mid-run
     assert all(run["summary"]["stop_reason"] == "max_new_tokens" for run in final["runs"])
     assert all(run["stats"]["stop_reason"] == "stopped" for run in updates[0]["runs"])  # what a run says while it goes on
 
@@ -183,7 +188,7 @@ def test_the_same_request_twice_is_computed_once_and_replayed_whole(app_server):
     worker = host.states["tiny-random"].worker
     asked = dict(prompt="Computed once for the whole class.", max_new_tokens=30, temperature=0.7, seed=11)
     first = Client(url, verbose=False).predict(**asked, api_name="/compare")
-    computed = sum(len(t.token_ids) for t in worker.results.get(next(reversed(worker.results.kept))))
+    computed = sum(len(t.token_ids) for t in worker.results.get(next(reversed(worker.results.kept))).traces)
     again = Client(url, verbose=False).predict(**asked, api_name="/compare")
     assert again == first and computed == sum(len(r["rows"]) for r in first["runs"])
     other = Client(url, verbose=False).predict(**(asked | {"seed": 12}), api_name="/compare")

@@ -15,6 +15,7 @@ from easd.core.compare import DEFAULT_METHODS
 from easd.core.decoding import Generation
 from easd.core.settings import DecodeSettings
 from easd.core.sharing import Results, request_key
+from easd.core.trace import to_json_dict
 from easd.core.worker import Worker
 
 SETTINGS = DecodeSettings(temperature=0.9, top_p=0.95, max_new_tokens=60, seed=7)
@@ -101,17 +102,21 @@ def test_the_key_names_the_pair_and_its_runtime(tiny_pair):
 
 def test_results_are_bounded_in_bytes_least_recently_used_out_first(hf_tiny_pair):
     traces = {prompt: [g.run() for g in comparison(hf_tiny_pair, prompt)] for prompt in ("one", "two", "three")}
+
+    def kept(results: Results, prompt: str) -> None:
+        results.put(prompt, results.measure(traces[prompt], to_json_dict(traces[prompt])))
+
     probe = Results()
-    probe.put("size", traces["one"])
+    kept(probe, "one")
     results = Results(max_bytes=int(probe.bytes * 2.5))  # room for two
-    results.put("one", traces["one"])
-    results.put("two", traces["two"])
-    assert results.get("one") is traces["one"]  # "one" is now the most recently used
-    results.put("three", traces["three"])
+    kept(results, "one")
+    kept(results, "two")
+    assert results.get("one").traces is traces["one"]  # "one" is now the most recently used
+    kept(results, "three")
     assert results.get("two") is None and results.get("one") is not None and results.get("three") is not None
     assert results.bytes <= results.max_bytes
     nothing = Results(max_bytes=0)
-    nothing.put("one", traces["one"])
+    kept(nothing, "one")
     assert nothing.get("one") is None  # --result-cache-mb 0 keeps nothing
 
 

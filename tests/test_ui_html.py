@@ -9,11 +9,11 @@ from components import handlers
 from components.controls import FIELDS, RuleView, page_words, read_settings
 from components.failures import wire
 from components.gallery import Gallery
-from components.host import Busy, Client, ModelHost
+from components.host import Client, ModelHost
 from components.html import Html, join, number, tag, text
 from components.page import build_page
 from components.session import Session
-from easd.errors import SettingsError
+from easd.errors import Busy, SettingsError
 
 
 def test_text_and_attributes_are_escaped():
@@ -128,7 +128,7 @@ def test_one_client_gets_its_share_of_the_line_and_a_closed_tab_stops_its_runs(h
         with host.stream("tiny", rows("d"), other) as d:
             assert host.cancel(me) == 2  # my tab closed: both of mine stop, the other user's run goes on
             assert a.join(30) and b.join(30) and not d.done
-            assert all(t.stats.stop_reason == "stopped" for t in a.traces() + b.traces())
+            assert all(t.stats.stop_reason == "left" for t in a.traces() + b.traces())
     assert sum(host.states["tiny"].worker.holding(owner=c.session) for c in (me, other)) == 0  # everyone left the line
 
 

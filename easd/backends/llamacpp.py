@@ -25,6 +25,7 @@ exact); the fragile flag counts it as rounding (easd.core.acceptance.Rounding).
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import sys
@@ -364,6 +365,14 @@ class LlamaTokenizer:
 
 def _render(template: str, messages: list[dict[str, str]], add_generation_prompt: bool, eos: str, bos: str) -> str:
     """A chat template rendered as transformers renders it: a sandboxed Jinja2 environment with its settings."""
+    return _compiled(template).render(
+        messages=messages, add_generation_prompt=add_generation_prompt, eos_token=eos, bos_token=bos
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled(template: str):
+    """A chat template compiled once: compiling takes milliseconds, and every request renders one (a class, a hundred)."""
     from jinja2.ext import loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -372,9 +381,7 @@ def _render(template: str, messages: list[dict[str, str]], add_generation_prompt
 
     environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
     environment.globals["raise_exception"] = raise_exception
-    return environment.from_string(template).render(
-        messages=messages, add_generation_prompt=add_generation_prompt, eos_token=eos, bos_token=bos
-    )
+    return environment.from_string(template)
 
 
 # --- how far the pass's shape moves a logit ---------------------------------------------------------------

@@ -324,9 +324,11 @@ class Generation:
         return self.settings.method in SPECULATIVE
 
     def stop(self, why: str = "stopped") -> None:
-        """End it at the next block boundary, with stop reason `why`: "stopped" when its user asked,
-        "unread" when nobody was reading its stream (easd.core.worker)."""
-        self.why_stopped = why
+        """End it at the next block boundary, with stop reason `why` (one of trace_schema.STOP_REASONS: "stopped" when
+        its user asked, "left", "unread", "quota" or "error" when the shared batch ended it, easd.core.worker). The
+        first reason given is the one it ends with: a later call only repeats the stop."""
+        if not self._stop.is_set():
+            self.why_stopped = why
         self._stop.set()
 
     @property

@@ -26,12 +26,13 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import _version
 from ..errors import EasdError
 from .pair import ModelPair
-from .trace import Trace, to_json_dict
+from .trace import Trace, to_json_delta, to_json_dict
 
 if TYPE_CHECKING:
     from .decoding import Generation
@@ -98,6 +99,16 @@ class Stream:
         traces = self.left if self.left is not None else self.ticket.traces()
         return [trace.snapshot() for trace in traces]
 
+    def update(self, sent: list[tuple[int, int]]) -> tuple[dict, list[tuple[int, int]]]:
+        """What is new since `sent` as one easd-trace-update, and the new `sent` (see Ticket.update)."""
+        if self.left is not None:
+            return to_json_delta(self.left, sent), [(len(t.records), len(t.blocks)) for t in self.left]
+        return self.ticket.update(sent)
+
+    def document(self) -> dict:
+        """The traces as one easd-trace JSON document (final once done): made once for every stream of a run."""
+        return to_json_dict(self.left) if self.left is not None else self.ticket.document()
+
     def cancel(self, why: str = "stopped") -> None:
         """Stop this user's stream; the computation stops too when nobody else watches it."""
         self.ticket.leave(self, why)
@@ -115,40 +126,48 @@ class Stream:
         return self.ticket.wait_for(lambda: self.done, timeout)
 
 
+@dataclass(frozen=True)
+class Result:
+    """A finished result kept for the same request: its traces, and the trace JSON every replay of it sends."""
+
+    traces: list[Trace]
+    document: dict  # easd.core.trace.to_json_dict(traces), made once
+    size: int  # bytes of that document as JSON
+
+
 class Results:
     """Finished results by request key, least recently used out first, within `max_bytes` of trace JSON."""
 
     def __init__(self, max_bytes: int = RESULTS_BYTES):
         self.max_bytes = max_bytes
-        self.kept: OrderedDict[Hashable, tuple[list[Trace], int]] = OrderedDict()
+        self.kept: OrderedDict[Hashable, Result] = OrderedDict()
         self.bytes = 0
         self._lock = threading.Lock()
 
-    def get(self, key: Hashable) -> list[Trace] | None:
+    def get(self, key: Hashable) -> Result | None:
         with self._lock:
             if key not in self.kept:
                 return None
             self.kept.move_to_end(key)
-            return self.kept[key][0]
+            return self.kept[key]
 
-    def measure(self, traces: list[Trace]) -> int | None:
-        """The bytes `traces` take as trace JSON, or None for a result not to keep: one not run to its end (a stopped
-        or failed one would replay a fragment), or one larger than the whole cache. Takes no lock: a megabyte of
-        JSON is tens of milliseconds."""
+    def measure(self, traces: list[Trace], document: dict) -> Result | None:
+        """`traces` (and their trace JSON, `document`) as a result to keep, or None for one not to keep: one not run to
+        its end (a stopped or failed one would replay a fragment), or one larger than the whole cache. Takes no lock:
+        a megabyte of JSON is tens of milliseconds."""
         if not all(trace.stats.stop_reason in FINISHED for trace in traces):
             return None
-        size = len(json.dumps(to_json_dict(traces)))
-        return size if size <= self.max_bytes else None
+        size = len(json.dumps(document))
+        return Result(traces, document, size) if size <= self.max_bytes else None
 
-    def put(self, key: Hashable, traces: list[Trace], size: int | None = None) -> None:
-        """Keep a result (of `size` bytes, as `measure` gave it, measured here when not given)."""
-        size = self.measure(traces) if size is None else size
-        if size is None:
+    def put(self, key: Hashable, result: Result | None) -> None:
+        """Keep a result (as `measure` made it; None keeps nothing)."""
+        if result is None:
             return
         with self._lock:
             if key in self.kept:
-                self.bytes -= self.kept.pop(key)[1]
-            self.kept[key] = (traces, size)
-            self.bytes += size
+                self.bytes -= self.kept.pop(key).size
+            self.kept[key] = result
+            self.bytes += result.size
             while self.bytes > self.max_bytes:
-                self.bytes -= self.kept.popitem(last=False)[1][1]
+                self.bytes -= self.kept.popitem(last=False)[1].size

@@ -93,7 +93,7 @@ class RunStats:
     # wall time of the passes it took part in (with other rows of its batch): what SD's speed is made of (easd.core.speed)
     target_seconds: float | None = None
     draft_seconds: float | None = None
-    stop_reason: str | None = None  # one of trace_schema.STOP_REASONS: eos | max_new_tokens | context | stopped | unread | error
+    stop_reason: str | None = None  # one of trace_schema.STOP_REASONS ("stopped" while it goes on)
 
 
 @dataclass
@@ -430,12 +430,17 @@ def to_json_delta(traces: list[Trace], sent: list[tuple[int, int]]) -> dict:
                 "first_row": rows,
                 "rows": [{name: getattr(r, name) for name in _RECORD_SCALARS} for r in trace.records[rows:]],
                 "first_block": blocks,
-                "blocks": [asdict(b) for b in trace.blocks[blocks:]],
+                "blocks": [_block_to_json(b) for b in trace.blocks[blocks:]],
                 "stats": asdict(trace.stats),
             }
             for trace, (rows, blocks) in zip(traces, sent)
         ],
     }
+
+
+def _block_to_json(block: BlockInfo) -> dict:
+    """A block as `asdict` would give it, without its generic walk (a run has hundreds of blocks, streamed to many users)."""
+    return {"index": block.index, "drafted": [tuple(d) for d in block.drafted], "end": block.end}
 
 
 def _run_to_json(trace: Trace) -> dict:
@@ -447,7 +452,7 @@ def _run_to_json(trace: Trace) -> dict:
         "info": trace.info,
         "stats": asdict(trace.stats),
         "summary": trace.summary(),
-        "blocks": [asdict(b) for b in trace.blocks],
+        "blocks": [_block_to_json(b) for b in trace.blocks],
         "rows": [_flatten(r) for r in trace.records],
     }
 

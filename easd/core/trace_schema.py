@@ -16,7 +16,9 @@ from .settings import MAX_TOP_N, METHODS, RULES, SIGNALS
 
 ORIGINS = ("draft_accepted", "target_resample", "easd_penalty", "bonus", "target", "draft", "mti_guided")
 BLOCK_ENDS = ("target_resample", "easd_penalty", "bonus")  # a speculative block's end: the origin of its last token
-STOP_REASONS = ("eos", "max_new_tokens", "context", "stopped", "unread", "error", "max_steps")
+# stopped: its user asked (Stop, Clear); left: its client went away (the tab closed, the call's connection ended);
+# unread: its client took nothing of what it was sent for a while; quota: the user's ZeroGPU time ran out
+STOP_REASONS = ("eos", "max_new_tokens", "context", "stopped", "left", "unread", "quota", "error", "max_steps")
 
 # --- limits: the most work one file can cause --------------------------------------------------
 # A 4,000-token run with 20 candidates per token is about 5 MB of CSV; the app exports two runs.

@@ -37,20 +37,21 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
 
-from ..errors import EasdError, QuotaSpent, SettingsError
+from ..errors import Busy, EasdError, QuotaSpent, SettingsError
 from .chunks import ChunkProgress, GenerationSnapshot, catch_up
 from .decoding import Batch, Block, Generation
 from .estimates import Job, Pace, schedule
 from .pair import ModelPair
 from .seam import free_memory, row_bytes
-from .sharing import Reader, Results, Stream, request_key
-from .trace import Trace
+from .sharing import Reader, Result, Results, Stream, request_key
+from .trace import Trace, to_json_delta, to_json_dict
 
 MEMORY_SHARE = 0.5  # of the free memory, what a default batch's KV caches may take: the models' activations need the rest
 MAX_DEFAULT_ROWS = 32  # beyond this a CPU step grows too slow to stream; an operator with a GPU can ask for more
 ADDRESS_SHARE = 0.5  # of the batch's rows, what one address may hold while requests from other addresses wait
 STEP_FAILED = "decoding failed on the server (the details are in its log); try again"
 log = logging.getLogger("easd.worker")
+Sent = list[tuple[int, int]]  # per generation: the rows and blocks a stream has sent already
 Chunks = Callable[[list[GenerationSnapshot]], list[ChunkProgress]]  # decodes rows for one round: easd.core.chunks.decode_chunk
 
 
@@ -78,19 +79,23 @@ class Ticket:
         self._done = False
         self.last_read = time.monotonic()
         self.final: list[Trace] | None = None  # the traces once done
+        self._shared = threading.Lock()  # held while an update or the result is made for every stream that asks
+        self._updates: dict[tuple, tuple[dict, Sent]] = {}  # the latest version's updates, by the point they start from
+        self._document: dict | None = None  # the result as trace JSON, made once
 
     @classmethod
-    def finished(cls, traces: list[Trace]) -> Ticket:
+    def finished(cls, result: Result) -> Ticket:
         """A ticket that is over already, holding a result computed earlier (easd.core.sharing.Results)."""
         ticket = cls([])
-        ticket.final, ticket._done = traces, True
+        ticket.final, ticket._document, ticket._done = result.traces, result.document, True
         return ticket
 
     def watch(self, owner: str = "", reader: Reader | None = None, how: str = "computed", passive: bool = False) -> Stream:
         """A new user's stream of this ticket; `reader` says whether they have taken anything since last asked."""
         stream = Stream(self, owner, reader, how, passive)
         with self._news:
-            self.streams.append(stream)
+            if not self._done:  # a finished ticket (a replay) keeps no list of who read it
+                self.streams.append(stream)
         return stream
 
     def leave(self, stream: Stream, why: str = "stopped") -> None:
@@ -124,6 +129,27 @@ class Ticket:
         if self.final is not None:
             return self.final
         return [s if s is not None else g.trace.snapshot() for s, g in zip(self._snapshots, self.generations)]
+
+    def update(self, sent: Sent) -> tuple[dict, Sent]:
+        """What the generations gained since `sent` (rows and blocks already sent, per generation) as one
+        easd-trace-update (easd.core.trace.to_json_delta), and the new `sent`. Made once per version for every stream
+        that asks from the same point: streams of one run wake on the same clock tick, so after their first update
+        they ask from the same point, and each update costs what is new, once."""
+        with self._shared:
+            key = (self._version, tuple(sent))
+            if key not in self._updates:
+                if any(version != key[0] for version, _ in self._updates):
+                    self._updates.clear()  # nobody asks from an older version again
+                traces = self.traces()
+                self._updates[key] = (to_json_delta(traces, sent), [(len(t.records), len(t.blocks)) for t in traces])
+            return self._updates[key]
+
+    def document(self) -> dict:
+        """The finished traces as one easd-trace JSON document, made once for all of its streams."""
+        with self._shared:
+            if self._document is None:
+                self._document = to_json_dict(self.traces())
+            return self._document
 
     def wait(self, seen: int, timeout: float) -> int:
         """Block until something is newer than version `seen` or `timeout` passes; -> the version now."""
@@ -231,10 +257,17 @@ class Worker:
         self._thread.start()
 
     def submit(
-        self, generations: Iterable[Generation], owner: str = "", address: str = "", reader: Reader | None = None
+        self,
+        generations: Iterable[Generation],
+        owner: str = "",
+        address: str = "",
+        reader: Reader | None = None,
+        max_line: int | None = None,
     ) -> Stream:
         """Put one user's generations in line; they join the batch as soon as it has room for all of them. The same
-        request in line or decoding is joined instead, and one finished a moment ago replayed (easd.core.sharing)."""
+        request in line or decoding is joined instead, and one finished a moment ago replayed (easd.core.sharing).
+        A new request that would wait behind `max_line` others is refused in one line (joining or a replay costs
+        nothing, and is never refused)."""
         ticket = Ticket(generations, address)
         ticket.key = key = request_key(self.pair, ticket.generations)
         if len(ticket.generations) > self.max_rows:
@@ -250,8 +283,12 @@ class Worker:
             twin = self.computing.get(key) if self.joins else None
             if twin is not None and not (twin.done or twin.cancelled):
                 return twin.watch(owner, reader, "joined")
-            if (result := self.results.get(key)) is not None:
+            if (result := self.results.get(key)) is not None:  # its streams share the result's trace JSON
                 return Ticket.finished(result).watch(owner, reader, "replayed")
+            if max_line is not None and len(self.line) >= max_line:
+                raise Busy(
+                    f"busy: {len(self.line)} requests are waiting for this pair already (at most {max_line}); try again in a minute"
+                )
             stream = ticket.watch(owner, reader)
             self.computing[key] = ticket
             self.line.append(ticket)
@@ -259,13 +296,13 @@ class Worker:
             self._lock.notify()
         return stream
 
-    def cancel_owner(self, owner: str) -> int:
-        """Stop every stream `owner` (a closed tab) holds; -> how many."""
+    def cancel_owner(self, owner: str, why: str = "left") -> int:
+        """Stop every stream `owner` (a closed tab) holds, with stop reason `why`; -> how many."""
         with self._lock:
             tickets = [t for t in (*self.running, *self.line) if not t.done]
         mine = [stream for ticket in tickets for stream in list(ticket.streams) if stream.owner == owner]
         for stream in mine:
-            stream.cancel()
+            stream.cancel(why)
         return len(mine)
 
     def holding(self, owner: str | None = None, address: str | None = None) -> int:
@@ -321,6 +358,7 @@ class Worker:
             except QuotaSpent as err:  # only the user it was charged to is out of GPU time: the next round charges another
                 with self._lock:
                     self.running.remove(charged)
+                charged.cancel("quota")
                 self._settle(charged, err)
                 continue
             except Exception as err:  # the call failed: every ticket in it ends
@@ -346,18 +384,22 @@ class Worker:
         with self._lock:
             failed, self.running = self.running, []
         for ticket in failed:
+            ticket.cancel("error")
             self._settle(ticket, failure)
 
     def _settle(self, ticket: Ticket, error: EasdError | None = None) -> None:
         """The ticket is over: a result that ran to its end is kept for the same request, then its users are told
         (so that one who asks again at once is replayed, not computed again)."""
         traces = [g.trace for g in ticket.generations]
-        size = self.results.measure(traces) if error is None and ticket.failure is None else None  # outside the lock
+        result = None
+        if error is None and ticket.failure is None and all(g.done for g in ticket.generations):  # made once, outside the
+            # lock, for its streams and for the same request's replays
+            ticket._document = to_json_dict(traces)
+            result = self.results.measure(traces, ticket._document)
         with self._lock:  # no request can find the ticket gone and its result not kept yet
             if self.computing.get(ticket.key) is ticket:
                 del self.computing[ticket.key]
-            if size is not None:
-                self.results.put(ticket.key, traces, size)
+            self.results.put(ticket.key, result)
         ticket.settle(error)
 
     def _admit_into(self, batch: Batch) -> None:
@@ -377,7 +419,7 @@ class Worker:
                 if self.abandon_after_s is not None and ticket.unread_for(now) > self.abandon_after_s:
                     ticket.cancel("unread")
                 if ticket.failure is not None:  # a failed generation takes its ticket's others with it
-                    ticket.cancel()
+                    ticket.cancel("error")
             finished = [t for t in self.running if all(g.done for g in t.generations)]
             for ticket in finished:
                 self.running.remove(ticket)
