@@ -116,9 +116,10 @@ class Page:
 
 
 def build_page(host: ModelHost, examples: list[str], gallery: Gallery, session_ttl_s: float = SESSION_TTL_S) -> Page:
-    """The first screen holds the prompt, the lanes with their legend, and the inspector beside them;
-    the settings sit under the inspector, the step-through, figures and files below. Each section is
-    built by its own function and returns its components by their names in `Page`."""
+    """The first screen holds the prompt and the first lines of both lanes (checked in Chromium at 1280×720), and
+    beside them the legend and the inspector, which stay in view while the lanes scroll; the settings sit under the
+    inspector, the step-through, figures and files below. Each section is built by its own function and returns its
+    components by their names in `Page`."""
     state = gr.State(Session(), time_to_live=session_ttl_s, delete_callback=Session.close)
     _masthead()
     with gr.Row(equal_height=False):
@@ -190,27 +191,32 @@ def _ask(examples: list[str], gallery: Gallery) -> dict:
 
 
 def _lanes() -> dict:
-    """The legend, two lanes side by side (the method each runs, its title, tokens and stats), and the comparison under
-    them. SD | EASD to start with; EASD | MTI shows the two interventions on the same prompt and seed."""
-    gr.HTML(legend_html(), elem_id="legend")
+    """Two lanes side by side (each headed by its title and the method it runs, then its tokens and stats), and the
+    comparison under them. SD | EASD to start with; EASD | MTI shows the two interventions on the same prompt and seed.
+    The method picker sits on the title's line, its label read by screen readers only, so the tokens start high."""
     methods, titles, lanes, stats = {}, {}, {}, {}
     with gr.Row(equal_height=False):
         for lane in LANES:
             with gr.Column(min_width=260):
-                methods[lane] = gr.Dropdown(
-                    [(label, method) for method, label in TITLES.items()],
-                    value=DEFAULT_METHODS[lane],
-                    label=f"{lane} lane runs",
-                    elem_id=f"method_{lane}",
-                )
-                titles[lane] = gr.HTML(tag("h3", lane_title(lane, None)), elem_id=f"title_{lane}")
+                with gr.Row(equal_height=True, elem_classes=["lane-head"]):
+                    titles[lane] = gr.HTML(tag("h3", lane_title(lane, None)), elem_id=f"title_{lane}", min_width=120)
+                    methods[lane] = gr.Dropdown(
+                        [(label, method) for method, label in TITLES.items()],
+                        value=DEFAULT_METHODS[lane],
+                        label=f"{lane} lane runs",
+                        show_label=False,
+                        container=False,
+                        min_width=110,
+                        elem_id=f"method_{lane}",
+                    )
                 lanes[lane] = gr.HTML(lane_html(lane, None), js_on_load=LANE_JS, elem_id=f"lane_{lane}", elem_classes=["lane"])
                 stats[lane] = gr.HTML(elem_id=f"stats_{lane}")
     return dict(methods=methods, titles=titles, lanes=lanes, stats=stats, comparison=gr.HTML(elem_id="comparison"))
 
 
 def _side(host: ModelHost) -> dict:
-    """The inspector, the pair and its status, and the settings."""
+    """The legend and the inspector (in view beside the lanes as they scroll), the pair and its status, the settings."""
+    gr.HTML(legend_html(), elem_id="legend")
     inspector = gr.HTML(inspector_html("", None, None, RuleView()), js_on_load=INSPECTOR_JS, elem_id="inspector")
     names = list(host.allowed)
     pair = gr.Dropdown(
