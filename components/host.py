@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from easd.core.decoding import Generation
 from easd.core.pair import ModelPair, PairLoader
 from easd.core.sharing import RESULTS_BYTES, Reader, Results, Stream
-from easd.core.speed import ONE_PASS, measure_one_pass
+from easd.core.speed import measure_pass_cost
 from easd.core.worker import MAX_DEFAULT_ROWS, Worker, default_max_rows
 from easd.errors import Busy, EasdError
 
@@ -170,8 +170,8 @@ class ModelHost:
             state.settled.set()
             return
         chunks = zerogpu.chunks_for(name, pair, self.allowed[name])
-        if chunks is None:  # a pass measured alone, for the Speed panel (easd.core.speed); ZeroGPU lends no GPU here
-            pair = dataclasses.replace(pair, info={**pair.info, ONE_PASS: measure_one_pass(pair)})
+        if chunks is None:  # passes measured alone, for the Speed panel (easd.core.speed); ZeroGPU lends no GPU here
+            pair = dataclasses.replace(pair, info={**pair.info, **measure_pass_cost(pair).info()})
         seconds = time.monotonic() - state.started
         # on ZeroGPU the GPU's free memory cannot be asked outside a GPU call: the default batch then is the fixed one
         rows = self.max_batch or (MAX_DEFAULT_ROWS if chunks else default_max_rows(pair, self.row_tokens))

@@ -99,8 +99,10 @@ def speed_html(trace: Trace | None) -> Html:
         "p",
         tag("b", "Speed, explained:"),
         f" measured here, a draft token costs c = {number(speed.c, '.2f')} of a 1-token target pass, and checking"
-        f" k + 1 = {width} tokens in one pass costs r = {number(speed.r, '.2f')} passes (shared with the other lane"
-        f" and any other users). Acceptance by draft position: {positions}; {number(speed.tokens_per_pass, '.2f')} tokens"
+        f" k + 1 = {width} tokens in one pass costs r = {number(speed.r, '.2f')} passes. Its passes were shared by"
+        f" {number(speed.rows, '.1f')} rows on average (both lanes and any other users'), so the unit is a 1-token target"
+        f" pass over as many rows, measured as the pair loaded: the same c and r as `bench` measures for one row alone."
+        f" Acceptance by draft position: {positions}; {number(speed.tokens_per_pass, '.2f')} tokens"
         f" per target pass. Leviathan et al.'s formula with these costs predicts {number(speed.predicted, '.2f')}×"
         f" target-only's speed; this run measured {number(speed.measured, '.2f')}× ({verdict}). Where checking"
         f" {width} tokens costs one pass (a GPU), the same acceptance would give {number(speed.gpu_like, '.2f')}×.",

@@ -8,9 +8,17 @@ import pytest
 from components.figures import speed_map
 from components.stats import speed_html
 from easd.core import trace as trace_io
-from easd.core.decoding import Generation
+from easd.core.decoding import Batch, Generation
 from easd.core.settings import DecodeSettings
-from easd.core.speed import ONE_PASS, Speed, judged_by_position, measure_one_pass, predicted_speedup
+from easd.core.speed import (
+    EXTRA_ROW,
+    ONE_PASS,
+    PassCost,
+    Speed,
+    judged_by_position,
+    measure_pass_cost,
+    predicted_speedup,
+)
 
 
 def test_the_formula_is_leviathans():
@@ -24,7 +32,7 @@ def test_the_formula_is_leviathans():
 @pytest.fixture(scope="module")
 def sd_run(hf_tiny_pair):
     trace = Generation(hf_tiny_pair, "Tom has 3 apples.", DecodeSettings(method="sd", max_new_tokens=80)).run()
-    trace.info[ONE_PASS] = measure_one_pass(hf_tiny_pair)
+    trace.info.update(measure_pass_cost(hf_tiny_pair, rows=2).info())
     return trace
 
 
@@ -40,11 +48,40 @@ def test_acceptance_is_counted_per_draft_position_from_the_blocks(sd_run):
 def test_the_breakdown_reads_the_runs_own_passes(sd_run):
     speed = Speed.of_trace(sd_run)
     stats = sd_run.stats
+    assert stats.draft_rows == stats.draft_calls and stats.target_rows == stats.target_calls  # alone: one row a pass
     assert speed.c == pytest.approx(stats.draft_seconds / stats.draft_calls / sd_run.info[ONE_PASS])
     assert speed.r == pytest.approx(stats.target_seconds / stats.target_calls / sd_run.info[ONE_PASS])
     assert speed.tokens_per_pass == pytest.approx(len(sd_run.records) / stats.target_calls)
     assert speed.predicted == pytest.approx(predicted_speedup(speed.alpha, speed.k, speed.c, speed.r))
     assert 0 < stats.target_seconds + stats.draft_seconds <= stats.seconds  # passes are part of the run's time
+
+
+def test_a_run_that_shared_its_passes_is_read_against_a_pass_over_as_many_rows(hf_tiny_pair, sd_run):
+    """The page's two lanes share every pass: their time is compared with a target pass over two rows, not one (a
+    class once read c = 1.65 there while bench, one row alone, measured 0.56)."""
+    settings = DecodeSettings(method="sd", max_new_tokens=40)
+    lanes = Batch(hf_tiny_pair, [Generation(hf_tiny_pair, p, settings) for p in ("Tom has 3 apples.", "Ann has 5.")]).run()
+    for lane in lanes:
+        lane.info.update(sd_run.info)
+        stats, cost = lane.stats, PassCost.of_info(lane.info)
+        draft_rows, target_rows = stats.draft_rows / stats.draft_calls, stats.target_rows / stats.target_calls
+        assert 1 < draft_rows <= 2 and 1 < target_rows <= 2  # both lanes in the passes, until one of them ends
+        speed = Speed.of_trace(lane)
+        assert speed.rows == pytest.approx(target_rows)
+        assert speed.c == pytest.approx(stats.draft_seconds / stats.draft_calls / cost.at(draft_rows))
+        assert speed.r == pytest.approx(stats.target_seconds / stats.target_calls / cost.at(target_rows))
+        assert speed.measured == pytest.approx(len(lane.records) / stats.seconds * cost.at(target_rows))
+        alone = Speed.of_trace(dataclasses.replace(lane, info={ONE_PASS: cost.one_row}))  # the unit of one row: dearer
+        assert alone.c == pytest.approx(speed.c * cost.at(draft_rows) / cost.one_row)
+
+
+def test_the_unit_is_a_line_through_the_passes_measured():
+    cost = PassCost(0.010, 0.002)
+    assert (cost.at(1), cost.at(2), cost.at(8), cost.at(0)) == pytest.approx((0.010, 0.012, 0.024, 0.010))
+    assert PassCost.of_info(cost.info()) == cost
+    assert PassCost.of_info({ONE_PASS: 0.01}) == PassCost(0.01, 0.0)  # a trace from before: one row's pass
+    for extra in ("0.01", True, -1.0, math.nan, math.inf):
+        assert PassCost.of_info({ONE_PASS: 0.01, EXTRA_ROW: extra}) is None
 
 
 def test_pass_times_survive_a_trace_file(sd_run, tmp_path):

@@ -288,6 +288,8 @@ class Generation:
             draft_calls=0,
             target_seconds=0.0,
             draft_seconds=0.0,
+            target_rows=0,
+            draft_rows=0,
             stop_reason="stopped",
         )
         self.start: Start | None = None  # the cache states a resumed generation joins with (see resume_at)
@@ -637,6 +639,7 @@ class Batch:
                 generation = plan.generation
                 generation.trace.stats.draft_seconds += seconds
                 generation.trace.stats.draft_calls += 1
+                generation.trace.stats.draft_rows += len(asking)
                 with self._alone(plan):
                     logits = _finite(out[plan.row], "draft", plan)
                     plan.q_logits.append(logits)
@@ -659,6 +662,7 @@ class Batch:
         for plan in asking:
             plan.generation.trace.stats.target_seconds += seconds
             plan.generation.trace.stats.target_calls += 1
+            plan.generation.trace.stats.target_rows += len(asking)
             with self._alone(plan):
                 plan.p_logits = _finite(out[plan.row], "target", plan)
 
@@ -681,6 +685,7 @@ class Batch:
             stats = plan.generation.trace.stats
             stats.target_seconds += seconds
             stats.target_calls += 1
+            stats.target_rows += len(asking)
             with self._alone(plan):
                 plan.u_logits = _finite(out[plan.row], "target (after MTI's negative prompt)", plan)
 

@@ -1,6 +1,7 @@
 """Why SD is faster, or slower, than the target alone on this machine: Leviathan et al.'s arithmetic with measured costs.
 
-Words, in target-pass units (one unit: a target pass over 1 token, measured alone):
+Words, in target-pass units (one unit: a target pass over 1 token for each row of the batch, so that a run that
+shared its passes with other rows, as the page's two lanes do, is compared like with like: see `PassCost`):
   c       what a draft pass costs, per drafted token
   r       what the verify pass over k + 1 tokens costs (1 on a GPU, where a few more tokens are nearly free;
           about k + 1 on a small CPU, where a pass costs per token)
@@ -14,8 +15,9 @@ Target-only emits one token per unit. So SD's expected speed-up over target-only
 
 Every figure here comes from a run's own trace: its blocks (α per position, tokens per target
 pass), its pass times (`RunStats.draft_seconds` and `target_seconds`, the wall time of the passes
-it took part in), and one 1-token target pass on the same machine (`ONE_PASS` in the trace's info:
-the app measures it as a pair loads, `python -m easd bench` from its target-only runs).
+it took part in, and `draft_rows` and `target_rows`, how many rows those passes served), and the
+1-token target pass on the same machine (`PassCost` in the trace's info: the app measures it for
+one row and for several as a pair loads, `python -m easd bench` from its one-row target-only runs).
 """
 
 from __future__ import annotations
@@ -26,9 +28,42 @@ from dataclasses import dataclass
 from .pair import ModelPair
 from .trace import Trace
 
-ONE_PASS = "target_pass_s"  # the trace info's key: seconds of a 1-token target pass, measured alone
+ONE_PASS = "target_pass_s"  # the trace info's key: seconds of a 1-token target pass over one row, measured alone
+EXTRA_ROW = "target_pass_s_per_extra_row"  # the info's key: what each further row of the same pass adds
 MEASURE_TOKENS = 64  # the prefix a measured pass reads: a short prompt's length
 MEASURE_REPEATS = 5  # passes timed; the median is kept (the first pass of a context also sets it up)
+MEASURE_ROWS = 8  # the wider pass measured: a class's few users, two lanes each
+
+
+@dataclass(frozen=True)
+class PassCost:
+    """The unit of cost: seconds of a 1-token target pass over `rows` rows at once, taken as a line through the two
+    passes measured, one row and `MEASURE_ROWS` rows. On a GPU the extra rows are nearly free; on a small CPU each
+    adds nearly a row's cost. A run's passes are divided by the unit at the batch they ran in, so a draft pass shared
+    by two lanes is compared with a target pass over two rows, not with a target pass over one: the page's c and r
+    then agree with `bench`'s, which runs one row alone."""
+
+    one_row: float
+    per_extra_row: float = 0.0
+
+    def at(self, rows: float) -> float:
+        return self.one_row + self.per_extra_row * max(rows - 1, 0)
+
+    def info(self) -> dict:
+        return {ONE_PASS: self.one_row, EXTRA_ROW: self.per_extra_row}
+
+    @classmethod
+    def of_info(cls, info: dict) -> PassCost | None:
+        """The cost a trace's info carries; None without a measured one-row pass (a trace from before the extra row
+        was measured counts its passes as one row's)."""
+        one_row, extra = info.get(ONE_PASS), info.get(EXTRA_ROW, 0.0)
+        if not _positive(one_row) or not (_positive(extra) or extra == 0):
+            return None
+        return cls(float(one_row), float(extra))
+
+
+def _positive(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
 
 
 def predicted_speedup(alpha: float, k: int, c: float, r: float) -> float:
@@ -67,13 +102,14 @@ class Speed:
     predicted: float  # S(α, k, c, r) with this machine's measured c and r
     measured: float  # the runs' tokens/s against target-only's
     gpu_like: float  # S with r = 1: a machine where verifying k + 1 tokens costs one pass
+    rows: float  # the rows its target passes served, on average: its unit is a 1-token target pass over as many
 
     @classmethod
-    def of(cls, traces: list[Trace], one_pass: float, target_rate: float | None = None) -> Speed | None:
-        """The breakdown of finished runs of one speculative setting (one, or one per prompt), given a 1-token target
-        pass's seconds and, where it was measured, target-only's tokens/s (else 1 / `one_pass`); None where the
-        traces lack what it needs (not speculative, no pass times)."""
-        if not traces or not one_pass or any(t.settings.method not in ("sd", "easd") or not t.blocks for t in traces):
+    def of(cls, traces: list[Trace], cost: PassCost, target_rate: float | None = None) -> Speed | None:
+        """The breakdown of finished runs of one speculative setting (one, or one per prompt), given the 1-token target
+        pass's cost and, where it was measured, target-only's tokens/s alone (else 1 / the unit at the run's batch);
+        None where the traces lack what it needs (not speculative, no pass times)."""
+        if not traces or any(t.settings.method not in ("sd", "easd") or not t.blocks for t in traces):
             return None
         stats = [t.stats for t in traces]
         sums = {name: sum(getattr(s, name) or 0 for s in stats) for name in TIMES}
@@ -85,8 +121,12 @@ class Speed:
             for i, (j, a) in enumerate(zip(*judged_by_position(trace))):
                 judged[i], kept[i] = judged[i] + j, kept[i] + a
         alpha = sum(kept) / sum(judged)
-        c = sums["draft_seconds"] / sums["draft_calls"] / one_pass
-        r = sums["target_seconds"] / sums["target_calls"] / one_pass
+        # the batch a run's passes served, on average (a trace without the counts ran alone: one row)
+        rows = sum(s.target_rows or s.target_calls for s in stats) / sums["target_calls"]
+        draft_unit = cost.at(sum(s.draft_rows or s.draft_calls for s in stats) / sums["draft_calls"])
+        target_unit = cost.at(rows)
+        c = sums["draft_seconds"] / sums["draft_calls"] / draft_unit
+        r = sums["target_seconds"] / sums["target_calls"] / target_unit
         return cls(
             k=k,
             alpha_by_position=[a / j if j else float("nan") for a, j in zip(kept, judged)],
@@ -95,31 +135,41 @@ class Speed:
             c=c,
             r=r,
             predicted=predicted_speedup(alpha, k, c, r),
-            measured=tokens / sums["seconds"] / (target_rate or 1 / one_pass),
+            measured=tokens / sums["seconds"] / (target_rate or 1 / target_unit),
             gpu_like=predicted_speedup(alpha, k, c, 1.0),
+            rows=rows,
         )
 
     @classmethod
     def of_trace(cls, trace: Trace | None) -> Speed | None:
-        """One finished run's breakdown, with the 1-token pass its info carries (`ONE_PASS`); None without one."""
-        one_pass = trace.info.get(ONE_PASS) if trace is not None else None
-        if isinstance(one_pass, bool) or not isinstance(one_pass, (int, float)) or not 0 < one_pass < float("inf"):
-            return None
-        return cls.of([trace], float(one_pass))
+        """One finished run's breakdown, with the pass cost its info carries (`PassCost`); None without one."""
+        cost = PassCost.of_info(trace.info) if trace is not None else None
+        return cls.of([trace], cost) if cost is not None else None
 
 
 TIMES = ("seconds", "target_seconds", "draft_seconds", "target_calls", "draft_calls")
 
 
-def measure_one_pass(pair: ModelPair, tokens: int = MEASURE_TOKENS, repeats: int = MEASURE_REPEATS) -> float:
-    """Seconds of one target pass over 1 new token after `tokens` tokens, alone: the median of `repeats`."""
+def measure_pass_cost(pair: ModelPair, rows: int = MEASURE_ROWS) -> PassCost:
+    """The 1-token target pass over one row and over `rows` rows, each alone on the machine."""
+    one_row = measure_one_pass(pair, 1)
+    if rows <= 1:
+        return PassCost(one_row)
+    return PassCost(one_row, max(measure_one_pass(pair, rows) - one_row, 0.0) / (rows - 1))
+
+
+def measure_one_pass(pair: ModelPair, rows: int = 1, tokens: int = MEASURE_TOKENS, repeats: int = MEASURE_REPEATS) -> float:
+    """Seconds of one target pass over 1 new token for each of `rows` rows after `tokens` tokens: the median of
+    `repeats`."""
     prefix = [pair.tokenizer.pad_id] * tokens
     caches = pair.target.caches(pair.vocab_size)
-    caches.add_row(prefix, tokens + 2)
+    for _ in range(rows):
+        caches.add_row(prefix, tokens + 2)
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
-        caches.logits({0: [*prefix, prefix[-1]]}, {0: 1})
+        caches.logits(dict.fromkeys(range(rows), [*prefix, prefix[-1]]), dict.fromkeys(range(rows), 1))
         times.append(time.perf_counter() - started)
-        caches.truncate(0, tokens)
+        for row in range(rows):
+            caches.truncate(row, tokens)
     return sorted(times)[len(times) // 2]

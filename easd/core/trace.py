@@ -93,6 +93,10 @@ class RunStats:
     # wall time of the passes it took part in (with other rows of its batch): what SD's speed is made of (easd.core.speed)
     target_seconds: float | None = None
     draft_seconds: float | None = None
+    # rows those passes served, summed (÷ calls: the batch it ran in), so that their time is read against a target
+    # pass over as many rows (easd.core.speed.PassCost); None in traces from before they were counted
+    target_rows: int | None = None
+    draft_rows: int | None = None
     stop_reason: str | None = None  # one of trace_schema.STOP_REASONS ("stopped" while it goes on)
 
 

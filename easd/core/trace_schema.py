@@ -224,6 +224,8 @@ STATS_FIELDS = {
     "draft_calls": COUNT,
     "target_seconds": ENTROPY,
     "draft_seconds": ENTROPY,
+    "target_rows": COUNT,
+    "draft_rows": COUNT,
     "stop_reason": Field("text", choices=STOP_REASONS),
 }
 CANDIDATE_PARTS = {"id": TOKEN_ID, "text": TEXT, "prob": PROBABILITY}

@@ -33,7 +33,7 @@ from ..backends.transformers import float32_head
 from ..core.decoding import Batch, Generation, encode_prompt
 from ..core.pair import ModelPair
 from ..core.settings import DecodeSettings
-from ..core.speed import Speed
+from ..core.speed import PassCost, Speed
 from ..core.trace import Trace
 
 PROMPTS = [
@@ -307,7 +307,7 @@ def _print_speed(backend: str, plan: Plan, rows: dict) -> None:
         f"  {'k':>2} {'c':>5} {'r':>5} {'α by draft position':<32} {'tokens/pass':>11} {'predicted':>9} {'measured':>8} {'GPU-like':>8}"
     )
     for k in plan.ks:
-        speed = Speed.of(rows[f"{backend} SD (k={k})"].traces, one_pass, target_rate)
+        speed = Speed.of(rows[f"{backend} SD (k={k})"].traces, PassCost(one_pass), target_rate)
         positions = " ".join(f"{a:.2f}" for a in speed.alpha_by_position)
         print(
             f"  {k:>2} {speed.c:>5.2f} {speed.r:>5.2f} {positions:<32} {speed.tokens_per_pass:>11.2f} "
