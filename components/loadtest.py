@@ -127,16 +127,19 @@ async def _call_all(url: str, users: int, max_new_tokens: int, same: bool) -> tu
             which = 0 if same else i
             asked = defaults | {"prompt": PROMPTS[which % len(PROMPTS)], "seed": which, "max_new_tokens": max_new_tokens}
             began = time.monotonic()
-            result = await call_compare(http, url, index, [asked[name] for name in api_parameters(handlers.compare)])
-            return time.monotonic() - began, result
+            completed = await call_compare(http, url, index, [asked[name] for name in api_parameters(handlers.compare)])
+            return time.monotonic() - began, completed
 
         done = await asyncio.gather(*(user(i) for i in range(users)))
-    return [seconds for seconds, _ in done], [result for _, result in done]
+    # a user's clock stops when the result has arrived; reading it is their browser's work, on their own machine
+    # (parsed in the loop, a hundred 3 MB results would make the last user wait for the other 99 to be read)
+    return [seconds for seconds, _ in done], [result_of(completed) for _, completed in done]
 
 
-async def call_compare(http: httpx.AsyncClient, url: str, index: int, data: list) -> dict:
+async def call_compare(http: httpx.AsyncClient, url: str, index: int, data: list) -> str:
     """One API client's call of /compare over Gradio's queue protocol, as gradio_client makes it: a session with its
-    heartbeat, the call joined to the queue, its event stream read to the end; -> the result (raises on an error)."""
+    heartbeat, the call joined to the queue, its event stream read to the end; -> the completed message, unread
+    (`result_of` reads it)."""
     session = uuid.uuid4().hex
 
     async def heartbeat():
@@ -151,13 +154,18 @@ async def call_compare(http: httpx.AsyncClient, url: str, index: int, data: list
         async with http.stream("GET", f"{url}gradio_api/queue/data", params={"session_hash": session}) as stream:
             async for line in stream.aiter_lines():
                 if line.startswith("data: ") and '"process_completed"' in line:
-                    output = json.loads(line[6:])["output"]
-                    if "error" in output and output["error"] is not None:
-                        raise RuntimeError(f"compare failed: {output['error']}")
-                    return output["data"][0]
+                    return line[6:]
         raise RuntimeError("the event stream ended without a result")
     finally:
         beating.cancel()
+
+
+def result_of(completed: str) -> dict:
+    """The result in a completed message of /compare (raises on an error)."""
+    output = json.loads(completed)["output"]
+    if "error" in output and output["error"] is not None:
+        raise RuntimeError(f"compare failed: {output['error']}")
+    return output["data"][0]
 
 
 def tokens_of(result: dict) -> list[list[int]]:

@@ -114,3 +114,13 @@ def test_the_panel_and_the_map_show_the_runs_figures(sd_run):
     assert contour.z[nearest][k_column] == pytest.approx(
         predicted_speedup(contour.y[nearest], speed.k, speed.c, speed.r), rel=1e-6
     )  # the map passes through the run's own cost at its own k
+
+
+def test_bench_prints_the_pages_figures_beside_the_solo_ones(capsys):
+    from easd.cli import main
+
+    assert main(["bench", "--pair", "tiny-random", "--prompts", "1", "--max-new-tokens", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "the page's SD lane at k=4, sharing its passes with the EASD lane" in out
+    for line in ("against a pass over as many rows (the panel): c ", "solo, against the same one-row pass:"):
+        assert line in out

@@ -33,7 +33,7 @@ from ..backends.transformers import float32_head
 from ..core.decoding import Batch, Generation, encode_prompt
 from ..core.pair import ModelPair
 from ..core.settings import DecodeSettings
-from ..core.speed import PassCost, Speed
+from ..core.speed import PassCost, Speed, measure_pass_cost
 from ..core.trace import Trace
 
 PROMPTS = [
@@ -141,6 +141,7 @@ def run_benchmark(pairs: list[ModelPair], plan: Plan) -> int:
     _print_ratios(ratios_of(pairs, plan, rows))
     for pair in pairs:
         _print_speed(pair.backend, plan, rows)
+        _print_page_speed(pair, plan, rows)
     for pair in pairs:
         _print_equality(pair.backend, rows[f"{pair.backend} SD (k={plan.ks[0]})"], rows[f"{pair.backend} target-only"])
     print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GB")
@@ -313,6 +314,26 @@ def _print_speed(backend: str, plan: Plan, rows: dict) -> None:
             f"  {k:>2} {speed.c:>5.2f} {speed.r:>5.2f} {positions:<32} {speed.tokens_per_pass:>11.2f} "
             f"{speed.predicted:>8.2f}× {speed.measured:>7.2f}× {speed.gpu_like:>7.2f}×"
         )
+
+
+def _print_page_speed(pair: ModelPair, plan: Plan, rows: dict) -> None:
+    """The SD lane's c and r as the app's Speed panel reads them: its SD and EASD lanes share every pass, each pass read
+    against a 1-token target pass over as many rows (measured as the app measures it when a pair loads); and, as the
+    panel once read them, against a pass over one row. The first should match the solo figures above at the same k."""
+    k, cost = plan.ks[0], measure_pass_cost(pair)
+    sd = DecodeSettings(method="sd", max_new_tokens=plan.max_new_tokens, k=k)
+    lanes = [
+        Batch(pair, [Generation(pair, p, sd), Generation(pair, p, replace(sd, method="easd"))]).run()[0] for p in plan.prompts
+    ]
+    shared, one_row = Speed.of(lanes, cost), Speed.of(lanes, PassCost(cost.one_row))
+    alone = Speed.of(rows[f"{pair.backend} SD (k={k})"].traces, PassCost(cost.one_row))
+    print(
+        f"{pair.backend}: the page's SD lane at k={k}, sharing its passes with the EASD lane ({shared.rows:.2f} rows a pass;"
+        f" a 1-token target pass: {1000 * cost.one_row:.1f} ms for one row, +{1000 * cost.per_extra_row:.1f} ms a row more)"
+    )
+    print(f"  against a pass over as many rows (the panel): c {shared.c:.2f}, r {shared.r:.2f}")
+    print(f"  against a pass over one row (the panel before): c {one_row.c:.2f}, r {one_row.r:.2f}")
+    print(f"  solo, against the same one-row pass:            c {alone.c:.2f}, r {alone.r:.2f}")
 
 
 def _print_equality(backend: str, sd: Row, target: Row) -> None:
