@@ -17,12 +17,13 @@ from easd.core.settings import DecodeSettings
 from easd.errors import EasdError
 from easd.lab.calibrate import nearest_candidate, top_share_mean
 from easd.lab.evaluate import LocalRunner, WorkItem, decode_items, grid_variants, parse_methods, run_evaluation
-from easd.lab.problems import load_problems
+from easd.lab.problems import is_correct, load_problems
 from easd.lab.report import (
     SUMMARY_COLUMNS,
     accuracy_figure,
     paired_figure,
     paired_table,
+    paper_table,
     speed_figure,
     summary_table,
     write_reports,
@@ -360,3 +361,48 @@ def test_eval_runs_beam_search_on_the_draft_beside_the_batch(data, tmp_path, cap
         capsys.readouterr()
         assert main([*arguments.split()[:-1], label, "--out", str(tmp_path / "bad")]) == 2
         assert message in capsys.readouterr().err
+
+
+def voted_results(format: str, answers: list[str], gold: str) -> pd.DataFrame:
+    """One problem, one method, a sample per answer: a results frame as `eval --samples` writes it."""
+    rows = []
+    for sample, answer in enumerate(answers):
+        row = dict.fromkeys(RESULT_COLUMNS, 0) | {"problem_id": "p", "method": "sd", "sample": sample, "seed": sample}
+        row |= {"prediction": answer, "gold": gold, "correct": is_correct(answer, gold, format), "new_tokens": 10}
+        row |= {"seconds": 1.0, "stop_reason": "eos", "interventions": 0, "fragile_penalties": 0, "text": answer}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize(
+    "format, answers, gold",
+    [
+        ("gpqa", ["B", "(B)", "C", "C", "B) iron"], "B"),
+        ("aime", ["033", "33", "34", "34", "33.0"], "33"),
+        ("math", ["\\frac{1}{2}", "0.5", "2", "2", "1/2"], "\\frac{1}{2}"),
+    ],
+)
+def test_a_vote_counts_the_answers_the_grader_takes_for_one_together(format, answers, gold):
+    """Three spellings of the right answer against two of a wrong one: the vote is right in every format (grouped
+    by exact text, "C" or "34" or "2" won with two votes)."""
+    summary = summary_table(voted_results(format, answers, gold), format)
+    assert summary.loc[0, "vote_accuracy"] == 1.0 and summary.loc[0, "accuracy"] == pytest.approx(0.6)
+
+
+def test_the_papers_table_prints_a_methods_vote_beside_its_mean(tmp_path):
+    """With --samples the paper's "majority voting" row is the voted answer's accuracy, not the mean of the samples'
+    (the table printed the mean there)."""
+    format = "gsm8k"
+    frames = [voted_results(format, answers, "18") for answers in (["18", "18", "7"], ["7", "7", "18"])]
+    frames[1]["problem_id"] = "q"
+    summary = summary_table(pd.concat(frames), format)
+    assert summary.loc[0, "accuracy"] == pytest.approx(0.5) and summary.loc[0, "vote_accuracy"] == 0.5
+    frames[1].loc[0, "prediction"] = "18.0"  # now each problem's vote is 18 (7 and 18 with one vote each: the earliest)
+    frames[1].loc[1, "prediction"] = "nine"
+    results = pd.concat(frames)
+    results["correct"] = [is_correct(a, "18", format) for a in results["prediction"]]
+    summary = summary_table(results, format)
+    assert summary.loc[0, "vote_accuracy"] == 1.0 and summary.loc[0, "accuracy"] == pytest.approx(4 / 6)
+    table = paper_table({"gsm8k": summary}).splitlines()
+    cells = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in table[2:]}
+    assert cells == {"sd, mean of 3 samples": "66.67", "sd, majority vote of 3 samples": "100.00"}

@@ -286,6 +286,18 @@ def is_correct(prediction: str | None, gold: str, format: str) -> bool:
     return math_equal(prediction, gold)
 
 
+def same_answer(a: str, b: str, format: str) -> bool:
+    """Whether the grader takes two predictions for one answer ("B" and "(B)", "033" and "33", "\\frac{1}{2}" and
+    "0.5"): `a` graded against `b` as if `b` were the gold (for options, against `b`'s letter). Majority votes count
+    such answers together (easd.lab.report)."""
+    if a.strip() == b.strip():
+        return True
+    if GRADING[format] == "letter":
+        letter = choice_letter(b)
+        return letter is not None and choice_letter(a) == letter
+    return is_correct(a, b, format)
+
+
 def all_answers_equal(prediction: str, gold: str) -> bool:
     """OlympiadBench: with several answers the prediction must give every one of them, in any order
     (as OlympiadBench's own judge does); one answer is compared whole, so "(1, 2)" stays a pair."""

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .evaluate import GRIDS
-from .problems import choice_letter, is_correct, normalize_number
+from .problems import is_correct, same_answer
 from .results import load_results
 from .stats import majority, mcnemar_exact, paired_bootstrap, wilson
 
@@ -100,21 +100,14 @@ def _fragility(group: pd.DataFrame) -> dict:
 
 
 def _vote_accuracy(group: pd.DataFrame, format: str) -> float:
-    """Majority vote over each problem's samples, on normalized answers."""
+    """Majority vote over each problem's samples, answers that the grader takes for one counted together, in every
+    format (`same_answer`)."""
     votes = []
     for _, problem in group.groupby("problem_id"):
-        answers = [_canonical(a, format) for a in problem["prediction"]]
-        votes.append(is_correct(majority(answers), problem["gold"].iloc[0], format))
+        answers = [a if isinstance(a, str) and a.strip() else None for a in problem["prediction"]]
+        winner = majority(answers, lambda a, b: same_answer(a, b, format))
+        votes.append(is_correct(winner, problem["gold"].iloc[0], format))
     return float(np.mean(votes))
-
-
-def _canonical(answer: str, format: str) -> str | None:
-    if not answer:
-        return None
-    if format == "gsm8k":
-        number = normalize_number(answer)
-        return None if number is None else str(number.normalize())
-    return choice_letter(answer) if format == "choice" else answer.strip()
 
 
 # --- paired comparisons -------------------------------------------------------------------------
@@ -198,28 +191,40 @@ def paper_table(summaries: dict[str, pd.DataFrame], paired: dict[str, pd.DataFra
     """The paper's main table as markdown: one row per method; accuracy per benchmark and their average, tokens/s,
     interventions per 1,000 tokens and target passes per token over all of them (each benchmark's summary.csv, by
     benchmark name); and where `paired` holds a benchmark's paired.csv, the method's accuracy minus target-only's
-    there with its paired bootstrap 95% interval."""
+    there with its paired bootstrap 95% interval. A method run with several samples per problem (`--samples`) has
+    a second row, its majority vote: the voted answer's accuracy (the paper's "majority voting" row), not the mean
+    of its samples'."""
     paired = paired or {}
     methods = list(dict.fromkeys(m for summary in summaries.values() for m in summary["method"]))
     header = ["method", *summaries, "average", "tokens/s", "interventions / 1k tokens", "target passes / token"]
     header += [f"{name}: − target-only (paired 95%)" for name in paired]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for method in methods:
-        rows = {name: s[s["method"] == method] for name, s in summaries.items()}
-        accuracy = {name: float(r["accuracy"].iloc[0]) for name, r in rows.items() if len(r)}
-        found = [r.iloc[0] for r in rows.values() if len(r)]
-        tokens = sum(r["mean_tokens"] * r["runs"] for r in found)
-        seconds = sum(r["mean_tokens"] * r["runs"] / r["tokens_per_s"] for r in found if r["tokens_per_s"] > 0)
-        interventions = sum(r["interventions_per_1k"] * r["mean_tokens"] * r["runs"] / 1000 for r in found)
-        passes = sum(r["target_calls_per_token"] * r["mean_tokens"] * r["runs"] for r in found)
-        cells = [f"{100 * accuracy[name]:.2f}" if name in accuracy else "—" for name in summaries]
-        average = f"{100 * np.mean(list(accuracy.values())):.2f}" if len(accuracy) == len(summaries) else "—"
-        speed = f"{tokens / seconds:.2f}" if seconds else "—"
-        rate = "—" if np.isnan(interventions) or not tokens else f"{1000 * interventions / tokens:.1f}"
-        per_token = "—" if np.isnan(passes) or not tokens else f"{passes / tokens:.3f}"
+        rows = {name: s[s["method"] == method].iloc[0] for name, s in summaries.items() if (s["method"] == method).any()}
         against = [_against_target(table, method) for table in paired.values()]
-        lines.append("| " + " | ".join([method, *cells, average, speed, rate, per_token, *against]) + " |")
+        samples = {round(r["runs"] / r["problems"]) for r in rows.values()}
+        label = f"{method}, mean of {max(samples)} samples" if max(samples) > 1 else method
+        lines.append(_table_row(label, {name: r["accuracy"] for name, r in rows.items()}, summaries, rows, against))
+        voted = {name: r["vote_accuracy"] for name, r in rows.items() if not pd.isna(r.get("vote_accuracy", np.nan))}
+        if voted:
+            label = f"{method}, majority vote of {max(samples)} samples"
+            lines.append(_table_row(label, voted, summaries, rows, ["—"] * len(paired)))
     return "\n".join(lines)
+
+
+def _table_row(label: str, accuracy: dict, summaries: dict, rows: dict, against: list[str]) -> str:
+    """One row of the paper's table: accuracy per benchmark and their average, then the cost over every benchmark."""
+    found = list(rows.values())
+    tokens = sum(r["mean_tokens"] * r["runs"] for r in found)
+    seconds = sum(r["mean_tokens"] * r["runs"] / r["tokens_per_s"] for r in found if r["tokens_per_s"] > 0)
+    interventions = sum(r["interventions_per_1k"] * r["mean_tokens"] * r["runs"] / 1000 for r in found)
+    passes = sum(r["target_calls_per_token"] * r["mean_tokens"] * r["runs"] for r in found)
+    cells = [f"{100 * accuracy[name]:.2f}" if name in accuracy else "—" for name in summaries]
+    average = f"{100 * np.mean([float(a) for a in accuracy.values()]):.2f}" if len(accuracy) == len(summaries) else "—"
+    speed = f"{tokens / seconds:.2f}" if seconds else "—"
+    rate = "—" if np.isnan(interventions) or not tokens else f"{1000 * interventions / tokens:.1f}"
+    per_token = "—" if np.isnan(passes) or not tokens else f"{passes / tokens:.3f}"
+    return "| " + " | ".join([label, *cells, average, speed, rate, per_token, *against]) + " |"
 
 
 def _against_target(paired: pd.DataFrame, method: str) -> str:

@@ -1,9 +1,10 @@
-"""The statistics of the evaluation: Wilson intervals, the exact McNemar test, a paired bootstrap."""
+"""The statistics of the evaluation: Wilson intervals, the exact McNemar test, a paired bootstrap, majority votes."""
 
 from __future__ import annotations
 
 import math
-from collections import Counter
+import operator
+from collections.abc import Callable
 
 import numpy as np
 
@@ -41,10 +42,17 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, samples: int = 10_000, seed: 
     return float(low), float(high)
 
 
-def majority(answers: list[str | None]) -> str | None:
-    """The most common non-empty answer (the earliest among ties); None if there is none."""
-    counts = Counter(a for a in answers if a is not None)
-    if not counts:
-        return None
-    best = max(counts.values())
-    return next(a for a in answers if a is not None and counts[a] == best)
+def majority(answers: list[str | None], same: Callable[[str, str], bool] = operator.eq) -> str | None:
+    """The most common answer, answers that `same` takes for one counted together (the group's first answer speaks for
+    it: a grader's equivalence, so that "B" and "(B)" are one vote); the earliest group among ties; None if there is
+    no answer."""
+    groups: list[list[str]] = []
+    for answer in answers:
+        if answer is None:
+            continue
+        group = next((g for g in groups if same(answer, g[0])), None)
+        if group is None:
+            groups.append([answer])
+        else:
+            group.append(answer)
+    return max(groups, key=len)[0] if groups else None  # max keeps the first of equals: the earliest group
