@@ -2,6 +2,7 @@
 again; on both backends, with tiny random PRMs in Skywork's layout (easd.pairs.tiny.write_tiny_prm)."""
 
 import dataclasses
+import json
 
 import pytest
 from conftest import PROMPTS
@@ -11,6 +12,7 @@ from easd.core import trace as trace_io
 from easd.core.decoding import Generation
 from easd.core.settings import DecodeSettings
 from easd.errors import ModelLoadError, SettingsError
+from easd.lab.problems import INSTRUCTION, load_problems
 from easd.pairs.loading import load_prm, with_prm
 from easd.pairs.tiny import write_tiny_prm
 
@@ -69,12 +71,33 @@ def test_each_reward_is_the_prms_for_the_question_and_every_step_so_far(rsd_pair
 
 
 def test_the_prms_input_for_a_two_step_answer(prm_folder):
+    """As Skywork's inference code (which RSD's calls) builds it: BOS, question and "\\n" encoded as one text, each
+    step alone with the step tag's id after it (the last id of "\\n\\n"; the tiny tokenizer spells it in several).
+    Encoded apart, a question's last "." and the "\\n" are two tokens where Qwen2.5's vocabulary has one (".\\n",
+    624, checked on the embedded pair's), so the PRM read a text unlike the one it was trained on."""
     prm = load_prm(str(prm_folder))
     tokenizer = prm.tokenizer  # the PRM reads the text with its own tokenizer
     encode = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
-    bos, tag = tokenizer.convert_tokens_to_ids("<|endoftext|>"), encode("\n\n")
-    expected = [bos, *encode("Tom has 3 apples."), *encode("\n"), *encode("He buys 5."), *tag, *encode("3 + 5 = 8."), *tag]
-    assert prm.input_ids("Tom has 3 apples.", ["He buys 5.", "3 + 5 = 8."]) == expected
+    bos, tag = tokenizer.convert_tokens_to_ids("<|endoftext|>"), encode("\n\n")[-1]  # the reference's step tag id
+    question = "Tom has 3 apples."
+    head = encode("<|endoftext|>" + question + "\n")
+    assert head[0] == bos
+    expected = [*head, *encode("He buys 5."), tag, *encode("3 + 5 = 8."), tag]
+    assert prm.input_ids(question, ["He buys 5.", "3 + 5 = 8."]) == expected
+
+
+def test_the_prm_reads_the_bare_question_not_our_instruction(rsd_pair, tmp_path):
+    """RSD's code gives its PRM the problem as the data states it; the model is asked it with our instruction."""
+    data = tmp_path / "one.jsonl"
+    data.write_text(json.dumps({"question": " Tom has 3 apples. How many? ", "answer": "3\n#### 3"}) + "\n")
+    [problem] = load_problems(data, "gsm8k")
+    assert (problem.question, problem.prompt) == ("Tom has 3 apples. How many?", f"{problem.question}\n\n{INSTRUCTION}")
+    settings = DecodeSettings(**RSD, rsd_delta=0.0)
+    rsd = Generation(rsd_pair, problem.prompt, settings, question=problem.question).run()
+    first = [r for r in rsd.records if r.rsd_step == steps_of(rsd)[0]]
+    step = rsd_pair.tokenizer.decode([r.token_id for r in first]).strip()
+    assert first[0].rsd_reward == pytest.approx(rsd_pair.prm.reward(problem.question, [step]), abs=1e-6)
+    assert first[0].rsd_reward != pytest.approx(rsd_pair.prm.reward(problem.prompt, [step]), abs=1e-6)
 
 
 def test_a_prm_that_keeps_everything_and_one_that_keeps_nothing(tiny_pair, tmp_path):

@@ -3,10 +3,11 @@
 A PRM here is laid out as Skywork's (Skywork-o1-Open-PRM-Qwen-2.5-1.5B): a Qwen2 causal LM's weights plus a
 one-output linear value head, `v_head.summary.weight` [1, hidden] and `v_head.summary.bias` [1], in the same
 safetensors files. The body loads as the causal LM it is (trust_remote_code stays off) and the head is read from
-the files. The input (`ProcessRewardModel.input_ids`) is the PRM tokenizer's BOS, the question, "\n", then every
-step so far, each followed by the tokenizer's ids for "\n\n" (the step tag); the reward is the sigmoid of the value
-head at the last tag. (Written from the RSD paper's description and Skywork's published layout; no real PRM could be
-loaded where this was built, so the tests use a tiny random one in the same layout: easd.pairs.tiny.write_tiny_prm.)
+the files. The input (`ProcessRewardModel.input_ids`) is built as Skywork's own inference code builds it, which RSD's
+reference code calls: the BOS token, the bare question and "\n" encoded together as one text, then every step so far,
+each encoded alone and followed by the step tag's id (the last id of "\n\n"); the reward is the sigmoid of the value
+head at the last tag. (No real PRM could be loaded where this was built, so the tests use a tiny random one in the same
+layout: easd.pairs.tiny.write_tiny_prm.)
 """
 
 from __future__ import annotations
@@ -35,15 +36,16 @@ class ProcessRewardModel:
     name: str
 
     @property
-    def step_tag_ids(self) -> list[int]:
-        return self.tokenizer.encode(STEP_TAG, add_special_tokens=False)
+    def step_tag_id(self) -> int:
+        return self.tokenizer.encode(STEP_TAG, add_special_tokens=False)[-1]
 
     def input_ids(self, question: str, steps: list[str]) -> list[int]:
-        """BOS, the question, "\\n", then each step followed by the step tag's ids."""
+        """BOS + question + "\\n" encoded as one text (a question ending in "." and the "\\n" may merge into one
+        token), then each step followed by the step tag's id."""
         encode = lambda text: self.tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
-        ids = [self.tokenizer.bos_token_id, *encode(question), *encode("\n")]
+        ids = encode(self.tokenizer.bos_token + question + "\n")
         for step in steps:
-            ids += encode(step) + self.step_tag_ids
+            ids += [*encode(step), self.step_tag_id]
         return ids
 
     @torch.no_grad()

@@ -262,6 +262,7 @@ class Generation:
     chat: bool = True
     use_cache: bool = True  # False recomputes every pass from the first token (tests compare both)
     keep_kv: bool = False
+    question: str | None = None  # what RSD's PRM reads as the question: the bare problem, without our instruction
     trace: Trace = field(init=False)
     checkpoints: list[Checkpoint] = field(init=False, default_factory=list)  # one per block started
     first_block: int = field(init=False, default=0)
@@ -376,7 +377,7 @@ class Generation:
         """
         if self.final is None:
             raise ValueError("resume_at needs a finished generation that kept its caches (Generation(..., keep_kv=True))")
-        resumed = Generation(self.pair, self.prompt, settings, chat=self.chat, use_cache=self.use_cache)
+        resumed = Generation(self.pair, self.prompt, settings, chat=self.chat, use_cache=self.use_cache, question=self.question)
         shared = checkpoint.position
         resumed.tokens.extend(self.tokens[self.prompt_length : self.prompt_length + shared])
         resumed.trace.records = [dataclasses.replace(r) for r in self.trace.records[:shared]]
@@ -698,7 +699,8 @@ class Batch:
                 continue
             with self._alone(plan):
                 text = generation.steps.text(generation, plan.drafted).strip()
-                plan.reward = self.pair.prm.reward(generation.prompt, [*generation.steps.texts, text])
+                question = generation.prompt if generation.question is None else generation.question
+                plan.reward = self.pair.prm.reward(question, [*generation.steps.texts, text])
 
     def _judge(self, plan: RowPlan) -> Block | None:
         """The row's block: judge_block's verdict, or one sampled token for a single-model row (None if the row failed)."""

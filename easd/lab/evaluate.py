@@ -140,7 +140,11 @@ def decode_items(
                 ready.extend(finish(item, variant, trace, 0.0))
             elif variant not in followers:
                 generation = Generation(
-                    pair, item.problem.prompt, _seeded(variant, item), keep_kv=variant is sd and bool(followers)
+                    pair,
+                    item.problem.prompt,
+                    _seeded(variant, item),
+                    keep_kv=variant is sd and bool(followers),
+                    question=item.problem.question,
                 )
                 add(generation, item, variant, 0.0)
 

@@ -51,7 +51,8 @@ GPQA_FIELDS = ("Question", "Correct Answer", "Incorrect Answer 1", "Incorrect An
 @dataclass(frozen=True)
 class Problem:
     id: str  # the dataset's own id (unique_id, id) where it has one, else the line number: stable under --shuffle
-    prompt: str  # what the model is asked
+    prompt: str  # what the model is asked: the question and our instruction
+    question: str  # the problem as the data states it (its options listed): what RSD's PRM reads, as RSD's code passes it
     gold: str  # the reference answer, as the data gives it (several OlympiadBench answers joined by ", ")
     format: str
     options: tuple[str, ...] = ()  # the options in the order shown, for formats that shuffle them (gpqa)
@@ -136,10 +137,11 @@ def _problem(number: int, row: dict | str, format: str, path: Path) -> Problem:
     try:
         if not isinstance(row, dict):
             raise ValueError("not a JSON object")
-        prompt, gold, options = _LOADERS[format](row)
+        question, gold, options = _LOADERS[format](row)
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as err:
         raise EasdError(f"--data: line {number + 1} of {path} is not a {format} problem ({type(err).__name__}: {err})") from None
-    return Problem(_problem_id(row, number), prompt, gold, format, options)
+    instruction = CHOICE_INSTRUCTION if GRADING[format] == "letter" else INSTRUCTION
+    return Problem(_problem_id(row, number), f"{question}\n\n{instruction}", question, gold, format, options)
 
 
 def _problem_id(row: dict, number: int) -> str:
@@ -160,26 +162,22 @@ def _check_unique_ids(problems: list[Problem], records: list, path: Path) -> Non
         first[problem.id] = number
 
 
-def _ask(question: str) -> str:
-    return f"{question.strip()}\n\n{INSTRUCTION}"
-
-
 def _gsm8k(row: dict) -> tuple[str, str, tuple]:
-    return _ask(row["question"]), row["answer"].rsplit("####", 1)[1].strip(), ()
+    return row["question"].strip(), row["answer"].rsplit("####", 1)[1].strip(), ()
 
 
 def _math(row: dict) -> tuple[str, str, tuple]:
     gold = row.get("answer") or extract_answer(row["solution"])[0]
     if gold is None:
         raise ValueError("no answer and no \\boxed{} in the solution")
-    return _ask(row["problem"]), str(gold), ()
+    return row["problem"].strip(), str(gold), ()
 
 
 def _minerva(row: dict) -> tuple[str, str, tuple]:
     gold = last_boxed(row["solution"])
     if gold is None:
         raise ValueError("no \\boxed{} in the solution")
-    return _ask(row["problem"]), gold, ()
+    return row["problem"].strip(), gold, ()
 
 
 def _aime(row: dict) -> tuple[str, str, tuple]:
@@ -187,7 +185,7 @@ def _aime(row: dict) -> tuple[str, str, tuple]:
     gold = str(row["answer"]).strip()
     if normalize_number(gold) is None:
         raise ValueError(f"the answer {gold!r} is not a number (give --format math for symbolic answers)")
-    return _ask(question), gold, ()
+    return question.strip(), gold, ()
 
 
 def _olympiad(row: dict) -> tuple[str, str, tuple]:
@@ -198,7 +196,7 @@ def _olympiad(row: dict) -> tuple[str, str, tuple]:
         raise ValueError("final_answer is empty")
     context = (row.get("context") or "").strip()
     question = f"{context}\n\n{row['question'].strip()}" if context else row["question"]
-    return _ask(question), ", ".join(answers), ()
+    return question.strip(), ", ".join(answers), ()
 
 
 def _choice(row: dict) -> tuple[str, str, tuple]:
@@ -206,7 +204,7 @@ def _choice(row: dict) -> tuple[str, str, tuple]:
     items = list(options.items()) if isinstance(options, dict) else list(zip(LETTERS, options))
     answer = row.get("answer", row.get("label"))
     gold = LETTERS[answer] if isinstance(answer, int) else str(answer).strip().strip("()").upper()
-    return _ask_choice(row["question"], items), gold, ()
+    return _with_options(row["question"], items), gold, ()
 
 
 def _gpqa(row: dict) -> tuple[str, str, tuple]:
@@ -218,7 +216,7 @@ def _gpqa(row: dict) -> tuple[str, str, tuple]:
     options = [correct, *wrong]
     random.Random(option_seed(question)).shuffle(options)
     gold = LETTERS[options.index(correct)]
-    return _ask_choice(question, list(zip(LETTERS, options))), gold, tuple(options)
+    return _with_options(question, list(zip(LETTERS, options))), gold, tuple(options)
 
 
 def option_seed(question: str) -> int:
@@ -226,9 +224,9 @@ def option_seed(question: str) -> int:
     return int.from_bytes(hashlib.sha256(question.encode("utf-8")).digest()[:8], "big")
 
 
-def _ask_choice(question: str, items: list[tuple[str, str]]) -> str:
+def _with_options(question: str, items: list[tuple[str, str]]) -> str:
     listing = "\n".join(f"({letter}) {text}" for letter, text in items)
-    return f"{question.strip()}\n\n{listing}\n\n{CHOICE_INSTRUCTION}"
+    return f"{question.strip()}\n\n{listing}"
 
 
 _LOADERS = {
