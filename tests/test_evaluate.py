@@ -336,18 +336,23 @@ def test_eval_compares_mti_with_target_only_and_writes_the_papers_table(data, tm
     assert header.count("|") == 10 and len(rows) == 3
 
 
-def test_sweep_over_mtis_tau(data, tmp_path, capsys):
+def test_sweep_over_mtis_tau_and_omega(data, tmp_path, capsys):
+    """The paper's "intervention scale β" may be MTI's threshold τ or its guidance strength ω: the sweep runs both."""
     arguments = f"sweep --grid mti --pair tiny-random --data {data} --limit 2 --max-new-tokens 12 --mti-taus 0,2,100"
-    assert main([*arguments.split(), "--out", str(tmp_path)]) == 0
+    assert main([*arguments.split(), "--mti-omegas", "1,3", "--out", str(tmp_path)]) == 0
     sweep = pd.read_csv(tmp_path / "sweep.csv")
-    assert sweep["mti_tau"].tolist() == [0, 2, 100]
+    assert list(zip(sweep["mti_omega"], sweep["mti_tau"])) == [(w, t) for w in (1, 3) for t in (0, 2, 100)]
     rates = sweep["interventions_per_1k"].tolist()
-    assert rates[0] == 1000 and rates[-1] == 0 and (tmp_path / "sweep.html").exists()
+    assert rates[0] == rates[3] == 1000 and rates[2] == rates[5] == 0 and (tmp_path / "sweep.html").exists()
     results = load_results(tmp_path / "results.csv")
-    assert set(results["method"]) == {"target", "mti@0", "mti@2", "mti@100"}
+    assert set(results["method"]) == {"target", *(f"mti@{t}/{w}" for t in (0, 2, 100) for w in (1, 3))}
+    text = {m: results[results["method"] == m]["text"].tolist() for m in ("target", "mti@0/1", "mti@0/3")}
+    assert text["mti@0/1"] == text["target"] != text["mti@0/3"]  # ω = 1 is target-only even where it guides every token
     capsys.readouterr()
     assert main([*arguments.split()[:-1], "0,-1", "--out", str(tmp_path / "bad")]) == 2
     assert "--mti-taus: must be a number of nats ≥ 0 (got -1.0)" in capsys.readouterr().err
+    assert main([*arguments.split(), "--mti-omegas", "0.5,1", "--out", str(tmp_path / "bad")]) == 2
+    assert "--mti-omegas: must be a number from 1 to 10 (got 0.5)" in capsys.readouterr().err
 
 
 def test_eval_runs_beam_search_on_the_draft_beside_the_batch(data, tmp_path, capsys):

@@ -41,7 +41,12 @@ def add(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grid", default="easd", choices=("easd", "mti", "rsd"), help="whose thresholds to sweep")
     parser.add_argument("--tau-hs", default="1,1.5,2", help="τ_H values of the grid, comma-separated")
     parser.add_argument("--tau-os", default="0.2,0.4,0.6,0.8,1.0", help="τ_O values of the grid, comma-separated")
-    parser.add_argument("--mti-taus", default="0.1,0.5,1,1.5,2", help="MTI's τ values (--grid mti): its authors' grid")
+    parser.add_argument("--mti-taus", default="0.1,0.5,1,1.5,2", help="MTI's entropy thresholds τ (--grid mti)")
+    parser.add_argument(
+        "--mti-omegas",
+        help="MTI's guidance strengths ω ≥ 1 (--grid mti), swept with each τ (default: --mti-omega's one value); the "
+        "paper's β grid {0.5, 1, 1.5, 2} read as ω − 1 is 1.5,2,2.5,3",
+    )
     parser.add_argument("--rsd-deltas", default="0.5,0.6,0.7,0.8,0.9", help="RSD's δ values (--grid rsd; needs --prm)")
     parser.add_argument("--with-target", action="store_true", help="also run target-only as a reference (--grid easd)")
     parser.add_argument("--out", type=Path, required=True, help="output folder: results.csv, sweep.csv, sweep.html")
@@ -55,9 +60,12 @@ def run(args: argparse.Namespace) -> int:
     from ..lab.report import write_sweep
 
     base = settings_from_args(args)
-    if args.grid in ("mti", "rsd"):
-        option = {"mti": "--mti-taus", "rsd": "--rsd-deltas"}[args.grid]
-        variants = baseline_variants(base, args.grid, numbers(option, getattr(args, option[2:].replace("-", "_"))))
+    if args.grid == "mti":
+        omegas = numbers("--mti-omegas", args.mti_omegas) if args.mti_omegas is not None else [base.mti_omega]
+        grid = {"mti_tau": numbers("--mti-taus", args.mti_taus), "mti_omega": omegas}
+        variants = baseline_variants(base, "mti", grid)
+    elif args.grid == "rsd":
+        variants = baseline_variants(base, "rsd", {"rsd_delta": numbers("--rsd-deltas", args.rsd_deltas)})
         check_prm_flag(args, [args.grid])
     else:
         variants = grid_variants(base, numbers("--tau-hs", args.tau_hs), numbers("--tau-os", args.tau_os))

@@ -29,7 +29,10 @@ MAX_MTI_NEGATIVE_CHARS = 1_000  # the negative prompt is a short instruction; it
 class DecodeSettings:
     method: str = "easd"  # target | draft | sd | easd | mti | rsd
     rule: str = "full"  # which EASD trigger rule (docs/method.md, "The method"); SD runs still record it
-    k: int = 4  # draft tokens per block: the paper's default and a good fit for a 3x size gap
+    # Draft tokens per block. The paper gives no k; 4 suits a draft a third of the target's size (Leviathan et al.'s
+    # acceptance argument). Greedy EASD's text depends on k, since a block's bonus token is never judged
+    # (docs/benchmarks.md measures k = 2, 4, 8).
+    k: int = 4
     tau_h: float = 1.0  # entropy threshold in nats, applied to draft and target alike
     tau_o: float = 0.8  # top-n overlap threshold: 0.8 with n=5 means at least 4 of 5 shared
     top_n: int = 5  # size of the top-n candidate sets compared by the overlap test
@@ -42,8 +45,9 @@ class DecodeSettings:
     # decide the rule (docs/method.md, "Fragile decisions"); "model" uses the model's own logits, in its dtype.
     signals: str = "float32"
     # MTI (docs/method.md, "The paper's baselines"): where the target's entropy exceeds mti_tau, the next token comes from
-    # log p_u + ω (log p_c − log p_u), p_u being the target's distribution after the negative prompt. Its authors fix
-    # ω = 1.5 and tune τ in {0.1, 0.5, 1.0, 1.5, 2.0}; ω = 1 is plain target-only.
+    # log p_u + ω (log p_c − log p_u), p_u being the target's distribution after the negative prompt; ω = 1 is plain
+    # target-only. MTI's reference code sets neither default; the EASD paper searches an "intervention scale β" in
+    # {0.5, 1.0, 1.5, 2.0}, which may be τ or ω − 1: `sweep --grid mti` sweeps both (docs/method.md).
     mti_tau: float = 1.0
     mti_omega: float = 1.5
     mti_negative: str = "OUTPUT ERROR"

@@ -9,6 +9,7 @@ picks up where it stopped. `summary.csv`, `paired.csv` and `report.html` are rew
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -72,13 +73,22 @@ def grid_variants(base: DecodeSettings, tau_hs: list[float], tau_os: list[float]
     return [Variant("sd", replace(base, method="sd")), *grid]
 
 
-GRIDS = {"mti": "mti_tau", "rsd": "rsd_delta"}  # the baseline methods `sweep --grid` runs over one threshold each
+# The baseline methods `sweep --grid` runs, and the settings each sweeps: MTI's threshold τ and guidance strength ω
+# (the paper's "intervention scale β" may be either: docs/method.md), RSD's δ. A variant is labelled by its values,
+# in this order: mti@1/1.5, rsd@0.7.
+GRIDS = {"mti": ("mti_tau", "mti_omega"), "rsd": ("rsd_delta",)}
 
 
-def baseline_variants(base: DecodeSettings, method: str, values: list[float]) -> list[Variant]:
-    """Target-only plus `method` (mti or rsd) at every value of its threshold (τ, δ), for `sweep --grid METHOD`."""
-    grid = [Variant(f"{method}@{value:g}", replace(base, method=method, **{GRIDS[method]: value})) for value in values]
-    return [Variant("target", replace(base, method="target")), *grid]
+def baseline_variants(base: DecodeSettings, method: str, grid: dict[str, list[float]]) -> list[Variant]:
+    """Target-only plus `method` (mti or rsd) at every point of its grid (each setting of GRIDS[method] by its
+    values), for `sweep --grid METHOD`."""
+    names = GRIDS[method]
+    points = itertools.product(*(grid[name] for name in names))
+    variants = [
+        Variant(f"{method}@{'/'.join(f'{v:g}' for v in point)}", replace(base, method=method, **dict(zip(names, point))))
+        for point in points
+    ]
+    return [Variant("target", replace(base, method="target")), *variants]
 
 
 # --- the work -----------------------------------------------------------------------------------

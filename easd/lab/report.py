@@ -304,9 +304,9 @@ def write_sweep(out: Path, format: str) -> pd.DataFrame:
     For MTI's grid (methods mti@τ), one row per τ and a line of accuracy over τ instead."""
     results = load_results(out / "results.csv")
     summary = summary_table(results, format)
-    for method, column in GRIDS.items():
+    for method, columns in GRIDS.items():
         if summary["method"].str.startswith(f"{method}@").any():
-            return _write_baseline_sweep(out, summary, method, column)
+            return _write_baseline_sweep(out, summary, method, columns)
     taus = results.groupby("method", sort=False)[["tau_h", "tau_o"]].first()  # each variant ran at one (τ_H, τ_O)
     cells = summary[summary["method"].str.startswith("easd@")].merge(taus, left_on="method", right_index=True)
     cells = cells[["tau_h", "tau_o", "runs", "accuracy", "ci95_low", "ci95_high", "penalized_token_rate", "tokens_per_s"]]
@@ -318,15 +318,29 @@ def write_sweep(out: Path, format: str) -> pd.DataFrame:
     return cells
 
 
-def _write_baseline_sweep(out: Path, summary: pd.DataFrame, method: str, column: str) -> pd.DataFrame:
-    """MTI's or RSD's grid (methods mti@τ, rsd@δ): one row per value, and accuracy over it with target-only's line."""
+def _write_baseline_sweep(out: Path, summary: pd.DataFrame, method: str, columns: tuple[str, ...]) -> pd.DataFrame:
+    """MTI's or RSD's grid (methods mti@τ/ω, rsd@δ): one row per point, and accuracy over the first setting, a line
+    per value of the second (MTI's ω), with target-only's line."""
     cells = summary[summary["method"].str.startswith(f"{method}@")].copy()
-    cells.insert(0, column, cells["method"].str.removeprefix(f"{method}@").astype(float))
-    cells = cells[[column, "runs", "accuracy", "ci95_low", "ci95_high", "interventions_per_1k", "tokens_per_s"]]
-    cells = cells.sort_values(column)
+    values = cells["method"].str.removeprefix(f"{method}@").str.split("/", expand=True).astype(float)
+    for i, column in reversed(list(enumerate(columns))):
+        cells.insert(0, column, values[i])
+    cells = cells[[*columns, "runs", "accuracy", "ci95_low", "ci95_high", "interventions_per_1k", "tokens_per_s"]]
+    cells = cells.sort_values(list(columns[::-1]))
     cells.to_csv(out / "sweep.csv", index=False, float_format="%.4f")
-    name = method.upper()
-    figure = go.Figure(go.Scatter(x=cells[column], y=cells["accuracy"], mode="lines+markers", name=name))
+    name, column, lines = method.upper(), columns[0], columns[1:]
+    groups = cells.groupby(list(lines)) if lines else [((), cells)]
+    figure = go.Figure(
+        [
+            go.Scatter(
+                x=group[column],
+                y=group["accuracy"],
+                mode="lines+markers",
+                name=", ".join([name, *(f"{n} = {v:g}" for n, v in zip(lines, key if isinstance(key, tuple) else (key,)))]),
+            )
+            for key, group in groups
+        ]
+    )
     target = summary.loc[summary["method"] == "target", "accuracy"]
     if len(target):
         figure.add_hline(y=target.iloc[0], line_dash="dash", annotation_text=f"target {target.iloc[0]:.1%}")
