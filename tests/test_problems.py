@@ -165,6 +165,7 @@ OLYMPIAD = {
     "final_answer": ["$2$", "$3$"],
     "is_multiple_answer": True,
 }
+LIMO = {"question": "What is $1 + 1$?", "solution": "It is $\\boxed{2}$.", "answer": "2"}  # LIMO as distributed
 GPQA_HEADER = "Record ID,Question,Correct Answer,Incorrect Answer 1,Incorrect Answer 2,Incorrect Answer 3,Subdomain\n"
 
 
@@ -195,6 +196,7 @@ GPQA_ROWS = [
         ({"question": "Q?", "answer": "#### 4"}, "gsm8k", "0", "4"),
         ({"problem": "P", "answer": "x^2"}, "math", "0", "x^2"),
         ({"question": "Q", "options": ["a", "b"], "answer": "B"}, "choice", "0", "B"),
+        (LIMO, "limo", "0", "2"),
     ],
 )
 def test_auto_detects_each_benchmark_and_reads_its_fields(tmp_path, row, format, problem_id, gold):
@@ -264,6 +266,7 @@ def test_a_file_matching_no_format_names_its_fields_and_the_formats(tmp_path):
         ([MINERVA, {**MINERVA, "solution": "no box"}], "line 2 .* no \\\\boxed"),
         ([AIME, {**AIME, "problem": "again"}], "line 2 .* repeats the id '60' of line 1"),
         ([AIME, "{not json"], "line 2 .* not a JSON object"),
+        ([LIMO, {**LIMO, "answer": " "}], "line 2 .* not a limo problem .*the answer is empty"),
     ],
 )
 def test_a_bad_line_anywhere_stops_loading_with_its_number(tmp_path, rows, message):
@@ -306,3 +309,19 @@ def test_a_csv_of_another_shape_names_its_columns(tmp_path):
     path.write_text("text,label\nhello,1,surplus cell\n")
     with pytest.raises(EasdError, match=r"fields \(label, text\) that match no known format"):
         load_problems(path, "auto")
+
+
+def test_calibrate_reads_limo_as_distributed(tmp_path, capsys):
+    """The paper calibrates τ_H on LIMO: its question / solution / answer records load as they are; a record without
+    its answer is one line naming the file's line."""
+    from easd.cli import main
+
+    data = write_jsonl(tmp_path / "limo.jsonl", [LIMO, {**LIMO, "question": "What is $2 + 2$?", "answer": "4"}])
+    out = tmp_path / "calibration"
+    assert main(["calibrate", "--pair", "tiny-random", "--data", str(data), "--max-new-tokens", "8", "--out", str(out)]) == 0
+    assert "target: mean entropy of the top 5% of 16 greedy tokens" in capsys.readouterr().out
+    assert json.loads((out / "calibration.json").read_text())
+    no_answer = write_jsonl(tmp_path / "bad.jsonl", [LIMO, {k: v for k, v in LIMO.items() if k != "answer"}])
+    assert main(["calibrate", "--pair", "tiny-random", "--data", str(no_answer), "--format", "limo", "--out", str(out)]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: --data: line 2 of ") and "is not a limo problem (KeyError: 'answer')" in line

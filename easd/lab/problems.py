@@ -9,6 +9,7 @@ Formats (one JSON object per line, except gpqa's CSV); docs/evaluation.md, "Benc
   minerva   Minerva Math: problem, solution whose last \\boxed{} is the answer
   olympiad  OlympiadBench: question, final_answer (a list), context prepended when present
   gpqa      GPQA-Diamond's CSV: Question, Correct Answer, Incorrect Answer 1..3
+  limo      LIMO as distributed (the paper calibrates τ_H on it): question, solution, answer
 `auto` picks one from the first record's fields (`detect_format`).
 """
 
@@ -38,6 +39,7 @@ GRADING = {
     "minerva": "math",
     "olympiad": "all_answers",
     "gpqa": "letter",
+    "limo": "math",
 }
 FORMATS = tuple(GRADING)
 INSTRUCTION = "Solve the problem step by step, then give the final answer in \\boxed{}."
@@ -120,6 +122,7 @@ def detect_format(row: dict, path: Path) -> str:
         ("math500", {"problem", "answer", "unique_id"} <= keys),
         ("choice", "question" in keys and bool({"options", "choices"} & keys)),
         ("gsm8k", "question" in keys and "####" in str(answer)),
+        ("limo", {"question", "solution", "answer"} <= keys),
         ("aime", bool({"problem", "question"} & keys) and {"answer", "id"} <= keys),
         ("minerva", {"problem", "solution"} <= keys and "answer" not in keys),
         ("math", {"problem", "answer"} <= keys),
@@ -207,6 +210,13 @@ def _choice(row: dict) -> tuple[str, str, tuple]:
     return _with_options(row["question"], items), gold, ()
 
 
+def _limo(row: dict) -> tuple[str, str, tuple]:
+    gold = str(row["answer"] if row["answer"] is not None else "").strip()
+    if not gold:
+        raise ValueError("the answer is empty")
+    return row["question"].strip(), gold, ()
+
+
 def _gpqa(row: dict) -> tuple[str, str, tuple]:
     texts = [row[name] for name in GPQA_FIELDS]
     if any(text is None or not text.strip() for text in texts):
@@ -238,6 +248,7 @@ _LOADERS = {
     "minerva": _minerva,
     "olympiad": _olympiad,
     "gpqa": _gpqa,
+    "limo": _limo,
 }
 
 
