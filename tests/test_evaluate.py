@@ -315,15 +315,23 @@ def test_eval_compares_mti_with_target_only_and_writes_the_papers_table(data, tm
     assert (mti["target_calls"] == 2 * mti["new_tokens"]).all()  # one extra target pass per guided token
     paired = pd.read_csv(out / "paired.csv")
     assert {("mti", "target"), ("easd", "target")} <= set(zip(paired["a"], paired["b"]))
-    table = (out / "paper.md").read_text().splitlines()
-    header = "| method | problems | average | tokens/s | interventions / 1k tokens | target passes / token |"
+    table, *warnings = (out / "paper.md").read_text().split("\n\n")
+    table = table.splitlines()
+    header = "| method | problems | average | tokens/s | interventions / 1k tokens | target passes / token | cut off |"
     assert table[0] == header + " problems: − target-only (paired 95%) |"
     assert [line.split("|")[1].strip() for line in table[2:]] == ["target", "easd", "mti"]
     cells = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[5:-1]] for line in table[2:]}
-    assert cells["mti"][:2] == ["1000.0", "2.000"] and cells["target"] == ["0.0", "1.000", "—"]  # τ = 0: a pass more a token
+    assert cells["mti"][:2] == ["1000.0", "2.000"] and cells["target"][:2] == ["0.0", "1.000"]  # τ = 0: a pass more a token
+    assert cells["target"][3] == "—"  # target-only against itself
+    summary = pd.read_csv(out / "summary.csv").set_index("method")
+    for method in ("target", "easd", "mti"):  # 16 tokens cut most runs short: each such method is named under the table
+        share = summary.loc[method, "cut_off"]
+        assert cells[method][2] == f"{share:.1%}"
+        warned = f"warning: {method} on problems: {share:.0%} of runs were cut off by the token budget"
+        assert (warned in "".join(warnings)) == (share > 0.05)
     mti_vs_target = paired[(paired["a"] == "mti") & (paired["b"] == "target")].iloc[0]
     assert (
-        cells["mti"][2]
+        cells["mti"][3]
         == f"{mti_vs_target['difference']:+.3f} ({mti_vs_target['boot95_low']:+.3f} to {mti_vs_target['boot95_high']:+.3f})"
     )
     assert "| mti |" in capsys.readouterr().out
@@ -331,9 +339,9 @@ def test_eval_compares_mti_with_target_only_and_writes_the_papers_table(data, tm
     assert main([*arguments.split(), "--offset", "3", "--out", str(second)]) == 0
     capsys.readouterr()
     assert main(["table", str(out), str(second)]) == 0
-    header, _, *rows = capsys.readouterr().out.splitlines()
-    # two benchmarks, their average, tokens/s, interventions, passes, and each benchmark's paired difference
-    assert header.count("|") == 10 and len(rows) == 3
+    header, _, *rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
+    # two benchmarks, their average, tokens/s, interventions, passes, cut off, and each benchmark's paired difference
+    assert header.count("|") == 11 and len(rows) == 3
 
 
 def test_sweep_over_mtis_tau_and_omega(data, tmp_path, capsys):

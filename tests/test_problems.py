@@ -5,7 +5,16 @@ import json
 import pytest
 
 from easd.errors import EasdError
-from easd.lab.problems import LETTERS, choice_letter, extract_answer, is_correct, last_boxed, load_problems, normalize_number
+from easd.lab.problems import (
+    FORMATS,
+    LETTERS,
+    choice_letter,
+    extract_answer,
+    is_correct,
+    last_boxed,
+    load_problems,
+    normalize_number,
+)
 
 
 @pytest.mark.parametrize(
@@ -325,3 +334,19 @@ def test_calibrate_reads_limo_as_distributed(tmp_path, capsys):
     assert main(["calibrate", "--pair", "tiny-random", "--data", str(no_answer), "--format", "limo", "--out", str(out)]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("error: --data: line 2 of ") and "is not a limo problem (KeyError: 'answer')" in line
+
+
+def test_eval_and_sweep_give_each_format_its_budget_unless_told(tmp_path):
+    """A solution cut by the budget is graded wrong whatever the method: long-solution benchmarks get RSD's 4,096."""
+    import argparse
+
+    from easd.cli.flags import apply_budget, problems
+    from easd.lab.problems import BUDGETS
+
+    for row, format, given, budget in ((AIME, "aime", None, 4096), (LIMO, "limo", None, 4096), (AIME, "aime", 64, 64)):
+        data = write_jsonl(tmp_path / f"{format}.jsonl", [row])
+        args = argparse.Namespace(data=data, format="auto", limit=None, offset=0, shuffle=None, max_new_tokens=given)
+        problems(args)
+        apply_budget(args)
+        assert (args.format, args.max_new_tokens) == (format, budget)
+    assert BUDGETS["gsm8k"] == 1024 and set(BUDGETS) == set(FORMATS)

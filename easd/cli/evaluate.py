@@ -17,6 +17,7 @@ from .flags import (
     add_decode_flags,
     add_model_flags,
     add_ray_flags,
+    apply_budget,
     check_batch_size,
     check_prm_flag,
     load_models,
@@ -40,7 +41,7 @@ def add(parser: argparse.ArgumentParser) -> None:
     add_model_flags(parser)
     add_data_flags(parser, limit=None)
     decoding = ("k", "tau_h", "tau_o", "top_n", "temperature", "top_p", "max_new_tokens", "seed", "signals", *BASELINE_FLAGS)
-    add_decode_flags(parser, max_new_tokens=512, include=decoding)
+    add_decode_flags(parser, include=decoding, budget_by_format=True)
     parser.add_argument("--methods", default="sd,easd", help="comma-separated: target, draft, sd, easd, mti, easd:RULE")
     parser.add_argument("--samples", type=int, default=1, help="runs per problem, with seeds seed, seed+1, …")
     parser.add_argument(
@@ -59,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
     from ..lab.evaluate import parse_methods, run_evaluation
     from ..lab.report import write_reports
 
+    chosen = problems(args)
+    apply_budget(args)
     base = settings_from_args(args)
     variants = parse_methods(args.methods, base)
     check_prm_flag(args, [v.settings.method for v in variants])
@@ -66,7 +69,6 @@ def run(args: argparse.Namespace) -> int:
         raise SettingsError("--samples", f"must be ≥ 1 (got {args.samples})")
     check_batch_size(args)
     checked = _check_reproducible_flag(args, variants)
-    chosen = problems(args)
     started = time.perf_counter()
     try:
         with runner(args, len(chosen) * args.samples) as (decoder, pair):

@@ -86,8 +86,14 @@ def load_models(args: argparse.Namespace):
 # --- decoding -----------------------------------------------------------------------------------
 
 
-def add_decode_flags(parser: argparse.ArgumentParser, max_new_tokens: int | None = None, include: tuple[str, ...] | None = None):
-    """The DecodeSettings flags (those in `include`, or all), with the settings' defaults."""
+def add_decode_flags(
+    parser: argparse.ArgumentParser,
+    max_new_tokens: int | None = None,
+    include: tuple[str, ...] | None = None,
+    budget_by_format: bool = False,
+):
+    """The DecodeSettings flags (those in `include`, or all), with the settings' defaults; `budget_by_format` leaves
+    --max-new-tokens to the data's format (`apply_budget`)."""
     d = DecodeSettings()
     group = _Only(parser.add_argument_group("decoding"), include)
     group.add_argument("--method", default=d.method, choices=METHODS, help="target-only, draft-only, SD, EASD, MTI or RSD")
@@ -98,7 +104,13 @@ def add_decode_flags(parser: argparse.ArgumentParser, max_new_tokens: int | None
     group.add_argument("--top-n", type=int, default=d.top_n, help="n, the size of the top-n sets compared (1 to 100)")
     group.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy, else at least 0.001")
     group.add_argument("--top-p", type=float, default=d.top_p, help="nucleus mass in [0.001, 1]")
-    group.add_argument("--max-new-tokens", type=int, default=max_new_tokens or d.max_new_tokens, help="most new tokens (≥ 1)")
+    if budget_by_format:
+        from ..lab.problems import BUDGETS
+
+        budgets = ", ".join(f"{name} {tokens}" for name, tokens in BUDGETS.items())
+        group.add_argument("--max-new-tokens", type=int, help=f"most new tokens (≥ 1); default by the data's format: {budgets}")
+    else:
+        group.add_argument("--max-new-tokens", type=int, default=max_new_tokens or d.max_new_tokens, help="most new tokens (≥ 1)")
     group.add_argument("--seed", type=int, default=d.seed, help="random seed (≥ 0)")
     group.add_argument(
         "--signals", default=d.signals, choices=SIGNALS, help="logits the rule reads: float32, or the model's dtype"
@@ -177,6 +189,14 @@ def add_data_flags(parser: argparse.ArgumentParser, limit: int | None) -> None:
     group.add_argument("--limit", type=int, default=limit, help="how many problems (after --shuffle and --offset)")
     group.add_argument("--offset", type=int, default=0, help="skip this many problems first")
     group.add_argument("--shuffle", type=int, metavar="SEED", help="take the problems in an order shuffled with this seed")
+
+
+def apply_budget(args: argparse.Namespace) -> None:
+    """--max-new-tokens, when not given, from the (resolved) format's budget."""
+    from ..lab.problems import BUDGETS
+
+    if args.max_new_tokens is None:
+        args.max_new_tokens = BUDGETS[args.format]
 
 
 def problems(args: argparse.Namespace):

@@ -16,6 +16,7 @@ from .flags import (
     add_decode_flags,
     add_model_flags,
     add_ray_flags,
+    apply_budget,
     check_batch_size,
     check_prm_flag,
     numbers,
@@ -24,7 +25,7 @@ from .flags import (
     settings_from_args,
 )
 
-HELP = "EASD accuracy and penalty frequency over a τ_H × τ_O grid, or MTI's over τ"
+HELP = "EASD accuracy and penalty frequency over a τ_H × τ_O grid, or MTI's over τ × ω, or RSD's over δ"
 
 
 def add(parser: argparse.ArgumentParser) -> None:
@@ -32,7 +33,7 @@ def add(parser: argparse.ArgumentParser) -> None:
     add_data_flags(parser, limit=40)
     add_decode_flags(
         parser,
-        max_new_tokens=512,
+        budget_by_format=True,
         include=(
             *("k", "top_n", "temperature", "top_p", "max_new_tokens", "seed", "signals"),
             *("mti_omega", "mti_negative", "rsd_delimiter"),
@@ -59,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
     from ..lab.evaluate import Variant, baseline_variants, grid_variants, run_evaluation
     from ..lab.report import write_sweep
 
+    chosen = problems(args)
+    apply_budget(args)
     base = settings_from_args(args)
     if args.grid == "mti":
         omegas = numbers("--mti-omegas", args.mti_omegas) if args.mti_omegas is not None else [base.mti_omega]
@@ -77,7 +80,6 @@ def run(args: argparse.Namespace) -> int:
         except SettingsError as err:  # a grid value out of range: name the grid's flag
             raise SettingsError(f"--{err.setting.replace('_', '-')}s", err.message) from None
     check_batch_size(args)
-    chosen = problems(args)
     try:
         with runner(args, len(chosen)) as (decoder, pair):
             run_evaluation(decoder, chosen, variants, 1, args.out, folder_config(args, pair, base, 1), args.resume)

@@ -42,6 +42,20 @@ GRADING = {
     "limo": "math",
 }
 FORMATS = tuple(GRADING)
+# New tokens per problem when --max-new-tokens is not given. RSD's harness gives every benchmark 4,096; solutions of
+# AIME, OlympiadBench and LIMO run that long, so they get it, and the short-answer sets less, so that a CPU run is not
+# spent on budgets nobody reaches. The paper's table shows each method's share cut off by its budget and warns past 5%.
+BUDGETS = {
+    "gsm8k": 1024,
+    "choice": 1024,
+    "math": 2048,
+    "math500": 2048,
+    "minerva": 2048,
+    "gpqa": 2048,
+    "aime": 4096,
+    "olympiad": 4096,
+    "limo": 4096,
+}
 INSTRUCTION = "Solve the problem step by step, then give the final answer in \\boxed{}."
 CHOICE_INSTRUCTION = "Think step by step, then give the letter of the correct option in \\boxed{}."
 MATH_VERIFY_SECONDS = 10.0  # our own limit: math-verify's SIGALRM timeouts only work in the main thread

@@ -18,6 +18,8 @@ from .stats import majority, mcnemar_exact, paired_bootstrap, wilson
 # --- per method -------------------------------------------------------------------------------
 
 
+CUT_OFF_WARNING = 0.05  # the share of runs cut off by the budget past which the paper's table warns
+
 SUMMARY_COLUMNS = [
     "method",
     "runs",
@@ -193,10 +195,12 @@ def paper_table(summaries: dict[str, pd.DataFrame], paired: dict[str, pd.DataFra
     benchmark name); and where `paired` holds a benchmark's paired.csv, the method's accuracy minus target-only's
     there with its paired bootstrap 95% interval. A method run with several samples per problem (`--samples`) has
     a second row, its majority vote: the voted answer's accuracy (the paper's "majority voting" row), not the mean
-    of its samples'."""
+    of its samples'. "cut off" is the share of runs that hit the token budget (or the context) before their end;
+    past `CUT_OFF_WARNING` a line under the table names the method and benchmark, since a cut solution is graded
+    wrong whatever the method."""
     paired = paired or {}
     methods = list(dict.fromkeys(m for summary in summaries.values() for m in summary["method"]))
-    header = ["method", *summaries, "average", "tokens/s", "interventions / 1k tokens", "target passes / token"]
+    header = ["method", *summaries, "average", "tokens/s", "interventions / 1k tokens", "target passes / token", "cut off"]
     header += [f"{name}: − target-only (paired 95%)" for name in paired]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for method in methods:
@@ -209,7 +213,15 @@ def paper_table(summaries: dict[str, pd.DataFrame], paired: dict[str, pd.DataFra
         if voted:
             label = f"{method}, majority vote of {max(samples)} samples"
             lines.append(_table_row(label, voted, summaries, rows, ["—"] * len(paired)))
-    return "\n".join(lines)
+    warnings = [
+        f"warning: {method} on {name}: {r['cut_off']:.0%} of runs were cut off by the token budget (more than"
+        f" {CUT_OFF_WARNING:.0%}); give --max-new-tokens more, within the pair's context"
+        for method in methods
+        for name, s in summaries.items()
+        for _, r in s[s["method"] == method].iterrows()
+        if r.get("cut_off", 0) > CUT_OFF_WARNING
+    ]
+    return "\n".join([*lines, *([""] + warnings if warnings else [])])
 
 
 def _table_row(label: str, accuracy: dict, summaries: dict, rows: dict, against: list[str]) -> str:
@@ -224,7 +236,10 @@ def _table_row(label: str, accuracy: dict, summaries: dict, rows: dict, against:
     speed = f"{tokens / seconds:.2f}" if seconds else "—"
     rate = "—" if np.isnan(interventions) or not tokens else f"{1000 * interventions / tokens:.1f}"
     per_token = "—" if np.isnan(passes) or not tokens else f"{passes / tokens:.3f}"
-    return "| " + " | ".join([label, *cells, average, speed, rate, per_token, *against]) + " |"
+    runs = sum(r["runs"] for r in found)
+    cut = sum(r.get("cut_off", np.nan) * r["runs"] for r in found)
+    cut_off = "—" if np.isnan(cut) or not runs else f"{cut / runs:.1%}"
+    return "| " + " | ".join([label, *cells, average, speed, rate, per_token, cut_off, *against]) + " |"
 
 
 def _against_target(paired: pd.DataFrame, method: str) -> str:
