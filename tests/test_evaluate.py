@@ -317,10 +317,12 @@ def test_eval_compares_mti_with_target_only_and_writes_the_papers_table(data, tm
     assert {("mti", "target"), ("easd", "target")} <= set(zip(paired["a"], paired["b"]))
     table, *warnings = (out / "paper.md").read_text().split("\n\n")
     table = table.splitlines()
-    header = "| method | problems | average | tokens/s | interventions / 1k tokens | target passes / token | cut off |"
+    header = "| method | models | problems | average | tokens/s | interventions / 1k tokens | target passes / token | cut off |"
     assert table[0] == header + " problems: − target-only (paired 95%) |"
     assert [line.split("|")[1].strip() for line in table[2:]] == ["target", "easd", "mti"]
-    cells = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[5:-1]] for line in table[2:]}
+    models = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in table[2:]}
+    assert models == {"target": "TM", "easd": "TM + DM", "mti": "TM"}  # as the paper's Table 1 marks them
+    cells = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[6:-1]] for line in table[2:]}
     assert cells["mti"][:2] == ["1000.0", "2.000"] and cells["target"][:2] == ["0.0", "1.000"]  # τ = 0: a pass more a token
     assert cells["target"][3] == "—"  # target-only against itself
     summary = pd.read_csv(out / "summary.csv").set_index("method")
@@ -341,7 +343,18 @@ def test_eval_compares_mti_with_target_only_and_writes_the_papers_table(data, tm
     assert main(["table", str(out), str(second)]) == 0
     header, _, *rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
     # two benchmarks, their average, tokens/s, interventions, passes, cut off, and each benchmark's paired difference
-    assert header.count("|") == 11 and len(rows) == 3
+    assert header.count("|") == 12 and len(rows) == 3
+    import shutil
+
+    larger = tmp_path / "larger"  # the same benchmark run on another pair: the paper's second target scale
+    shutil.copytree(second, larger)
+    config = json.loads((larger / "run.json").read_text())
+    (larger / "run.json").write_text(json.dumps(config | {"pair": "a larger target"}))
+    assert main(["table", str(out), str(second), str(larger)]) == 0
+    printed = capsys.readouterr().out
+    blocks = [b for b in printed.split("### ") if b.strip()]
+    assert [b.splitlines()[0] for b in blocks] == [config["pair"], "a larger target"]
+    assert [sum(line.startswith("| ") for line in b.splitlines()) for b in blocks] == [4, 4]  # header and 3 methods
 
 
 def test_sweep_over_mtis_tau_and_omega(data, tmp_path, capsys):
@@ -417,5 +430,5 @@ def test_the_papers_table_prints_a_methods_vote_beside_its_mean(tmp_path):
     summary = summary_table(results, format)
     assert summary.loc[0, "vote_accuracy"] == 1.0 and summary.loc[0, "accuracy"] == pytest.approx(4 / 6)
     table = paper_table({"gsm8k": summary}).splitlines()
-    cells = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in table[2:]}
+    cells = {line.split("|")[1].strip(): line.split("|")[3].strip() for line in table[2:]}
     assert cells == {"sd, mean of 3 samples": "66.67", "sd, majority vote of 3 samples": "100.00"}

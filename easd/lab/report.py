@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,8 @@ from .stats import majority, mcnemar_exact, paired_bootstrap, wilson
 # --- per method -------------------------------------------------------------------------------
 
 
+# The models each method runs, as the paper's Table 1 marks them: target (TM), draft (DM), process reward model (PRM)
+MODELS = {"target": "TM", "draft": "DM", "beam": "DM", "sd": "TM + DM", "easd": "TM + DM", "mti": "TM", "rsd": "TM + DM + PRM"}
 CUT_OFF_WARNING = 0.05  # the share of runs cut off by the budget past which the paper's table warns
 
 SUMMARY_COLUMNS = [
@@ -200,7 +203,8 @@ def paper_table(summaries: dict[str, pd.DataFrame], paired: dict[str, pd.DataFra
     wrong whatever the method."""
     paired = paired or {}
     methods = list(dict.fromkeys(m for summary in summaries.values() for m in summary["method"]))
-    header = ["method", *summaries, "average", "tokens/s", "interventions / 1k tokens", "target passes / token", "cut off"]
+    header = ["method", "models", *summaries, "average", "tokens/s", "interventions / 1k tokens", "target passes / token"]
+    header.append("cut off")
     header += [f"{name}: − target-only (paired 95%)" for name in paired]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for method in methods:
@@ -239,7 +243,8 @@ def _table_row(label: str, accuracy: dict, summaries: dict, rows: dict, against:
     runs = sum(r["runs"] for r in found)
     cut = sum(r.get("cut_off", np.nan) * r["runs"] for r in found)
     cut_off = "—" if np.isnan(cut) or not runs else f"{cut / runs:.1%}"
-    return "| " + " | ".join([label, *cells, average, speed, rate, per_token, cut_off, *against]) + " |"
+    models = MODELS.get(re.split("[:@, ]", label, maxsplit=1)[0], "?")
+    return "| " + " | ".join([label, models, *cells, average, speed, rate, per_token, cut_off, *against]) + " |"
 
 
 def _against_target(paired: pd.DataFrame, method: str) -> str:
