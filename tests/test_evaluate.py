@@ -432,3 +432,25 @@ def test_the_papers_table_prints_a_methods_vote_beside_its_mean(tmp_path):
     table = paper_table({"gsm8k": summary}).splitlines()
     cells = {line.split("|")[1].strip(): line.split("|")[3].strip() for line in table[2:]}
     assert cells == {"sd, mean of 3 samples": "66.67", "sd, majority vote of 3 samples": "100.00"}
+
+
+def test_the_table_adds_the_papers_best_on_test_row_from_a_sweep_of_the_same_problems(data, tmp_path, capsys):
+    """The paper picks MTI's setting as the best on the test problems; our rows pick on held-out ones. A sweep run on
+    the eval's own problems adds its best point, marked as the paper's protocol; a sweep of other problems is refused."""
+    common = f"--pair tiny-random --data {data} --limit 3 --max-new-tokens 12"
+    assert main([*f"eval {common} --methods target,mti".split(), "--out", str(tmp_path / "eval")]) == 0
+    assert main([*f"sweep --grid mti {common} --mti-taus 0,100".split(), "--out", str(tmp_path / "sweep")]) == 0
+    capsys.readouterr()
+    assert main(["table", str(tmp_path / "eval"), "--best-on-test", str(tmp_path / "sweep")]) == 0
+    table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]  # warnings follow it
+    rows = {line.split("|")[1].strip(): line.split("|")[3].strip() for line in table}
+    sweep = pd.read_csv(tmp_path / "sweep" / "sweep.csv")
+    best = sweep.loc[sweep["accuracy"].idxmax()]
+    label = f"mti@{best['mti_tau']:g}/{best['mti_omega']:g}, best on these problems (the paper's protocol)"
+    assert set(rows) == {"target", "mti", label} and rows[label] == f"{100 * best['accuracy']:.2f}"
+    other = f"sweep --grid mti --pair tiny-random --data {data} --offset 3 --limit 3 --max-new-tokens 12 --mti-taus 0"
+    assert main([*other.split(), "--out", str(tmp_path / "other")]) == 0
+    capsys.readouterr()
+    assert main(["table", str(tmp_path / "eval"), "--best-on-test", str(tmp_path / "other")]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: --best-on-test: ") and "ran no eval folder's problems on its pair" in line

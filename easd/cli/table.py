@@ -14,6 +14,15 @@ HELP = "the paper's table (accuracy per benchmark and average, tokens/s, interve
 
 def add(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("folders", type=Path, nargs="+", help="eval output folders (each holds a summary.csv)")
+    parser.add_argument(
+        "--best-on-test",
+        type=Path,
+        nargs="+",
+        default=[],
+        metavar="SWEEP",
+        help="sweep folders run on an eval folder's own problems: adds the best grid point's row, marked as chosen on "
+        "the test problems (the paper's protocol for MTI); the eval's own rows stay chosen on held-out problems",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -22,20 +31,54 @@ def run(args: argparse.Namespace) -> int:
     from ..lab.report import benchmark_name, paper_table
 
     blocks: dict[str, tuple[dict, dict]] = {}  # by pair: (summaries, paired), each by benchmark
+    names: dict[Path, str] = {}  # each folder's benchmark column
     for folder in args.folders:
         if not (folder / "summary.csv").is_file():
             raise EasdError(f"{folder}: holds no summary.csv; give folders that `python -m easd eval --out` wrote")
         summaries, paired = blocks.setdefault(_pair_of(folder), ({}, {}))
         name = benchmark_name(folder)
-        name = name if name not in summaries else str(folder)
+        names[folder] = name = name if name not in summaries else str(folder)
         summaries[name] = pd.read_csv(folder / "summary.csv")
         if (folder / "paired.csv").is_file():
             paired[name] = pd.read_csv(folder / "paired.csv")
+    for sweep in args.best_on_test:
+        _add_best_on_test(sweep, names, blocks)
     for i, (pair, (summaries, paired)) in enumerate(blocks.items()):
         if len(blocks) > 1:
             print(f"{chr(10) if i else ''}### {pair}\n")
         print(paper_table(summaries, paired))
     return 0
+
+
+def _add_best_on_test(sweep: Path, names: dict[Path, str], blocks: dict) -> None:
+    """The sweep's best grid point (by accuracy), as a row of the eval folder that ran the same problems on the same
+    pair, labelled as chosen on those problems; EasdError naming --best-on-test when no folder ran them."""
+    import pandas as pd
+
+    from ..lab.report import summary_table
+    from ..lab.results import load_results
+
+    if not (sweep / "results.csv").is_file():
+        raise EasdError(f"--best-on-test: {sweep} holds no results.csv; give folders that `python -m easd sweep` wrote")
+    results = load_results(sweep / "results.csv")
+    grid = results[results["method"].str.contains("@")]
+    if not len(grid):
+        raise EasdError(f"--best-on-test: {sweep} holds no grid points (mti@τ/ω, easd@τ_H/τ_O, rsd@δ)")
+    problems = set(grid["problem_id"])
+    twin = next(
+        (f for f in names if _pair_of(f) == _pair_of(sweep) and set(load_results(f / "results.csv")["problem_id"]) == problems),
+        None,
+    )
+    if twin is None:
+        raise EasdError(
+            f"--best-on-test: {sweep} ran no eval folder's problems on its pair; run the sweep on the same --data, --shuffle, --offset and --limit"
+        )
+    config = json.loads((sweep / "run.json").read_text(encoding="utf-8"))
+    summary = summary_table(grid, config["format"])
+    best = summary.loc[[summary["accuracy"].idxmax()]].copy()
+    best["method"] = best["method"] + ", best on these problems (the paper's protocol)"
+    summaries = blocks[_pair_of(twin)][0]
+    summaries[names[twin]] = pd.concat([summaries[names[twin]], best], ignore_index=True)
 
 
 def _pair_of(folder: Path) -> str:
