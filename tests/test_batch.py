@@ -166,3 +166,14 @@ def test_kv_memory_per_row_stays_bounded(hf_tiny_pair):
 def test_batch_size_below_one_is_refused(tiny_pair):
     with pytest.raises(SettingsError, match="--batch-size"):
         Batch(tiny_pair, [], max_rows=0)
+
+
+def test_a_system_prompt_is_the_chat_templates_system_turn_and_the_trace_keeps_it(tiny_pair):
+    """The Qwen2.5-Math evaluation's prompt style asks under a system prompt (easd.lab.problems)."""
+    system = "Please reason step by step, and put your final answer within \\boxed{}."
+    turns = [{"role": "system", "content": system}, {"role": "user", "content": PROMPTS[0]}]
+    ids = encode_prompt(tiny_pair, PROMPTS[0], True, system)
+    assert ids == tiny_pair.tokenizer.encode(tiny_pair.tokenizer.render_chat(turns)) != encode_prompt(tiny_pair, PROMPTS[0], True)
+    assert encode_prompt(tiny_pair, PROMPTS[0], False, system) == tiny_pair.tokenizer.encode(f"{system}\n\n{PROMPTS[0]}")
+    trace = Generation(tiny_pair, PROMPTS[0], DecodeSettings(method="sd", max_new_tokens=4), system=system).run()
+    assert trace.system == system and trace.stats.prompt_tokens == len(ids)

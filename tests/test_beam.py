@@ -1,10 +1,13 @@
 """Beam search on the draft (the paper's draft-model baseline), on both backends (tiny pair)."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 from conftest import PROMPTS
 
-from easd.core.beam import beam_search
+from easd.core import acceptance as acc
+from easd.core.beam import Beam, BeamSearch, _settled, beam_search
 from easd.core.decoding import Generation, encode_prompt
 from easd.core.settings import DecodeSettings
 from easd.errors import SettingsError
@@ -12,43 +15,75 @@ from easd.errors import SettingsError
 DRAFT = DecodeSettings(method="draft", max_new_tokens=24)
 
 
-def summed_log_prob(pair, prompt: str, tokens: list[int]) -> float:
-    """log q(tokens | prompt) from one pass over fresh caches: no beam's cache copy involved."""
+SUMMED = BeamSearch(4, length_penalty=0)
+
+
+def draft_logits(pair, prompt: str, tokens: list[int]) -> torch.Tensor:
+    """The draft's logits for each of `tokens` from one pass over fresh caches: no beam's cache copy involved.  [n, V]"""
     context = encode_prompt(pair, prompt, chat=True)
     caches = pair.draft.caches(pair.vocab_size)
     caches.add_row([], len(context) + len(tokens) + 1)
-    logits = caches.logits({0: context + tokens}, {0: len(tokens) + 1})[0][:-1]  # [n, V]: each predicts the next token
+    return caches.logits({0: context + tokens}, {0: len(tokens) + 1})[0][:-1]  # each predicts the next token
+
+
+def summed_log_prob(pair, prompt: str, tokens: list[int]) -> float:
+    """log q(tokens | prompt), the draft's own probabilities."""
+    logits = draft_logits(pair, prompt, tokens)
     return float(torch.log_softmax(logits.double(), dim=-1)[torch.arange(len(tokens)), tokens].sum())
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_one_beam_is_greedy_draft_only(tiny_pair, prompt):
     greedy = Generation(tiny_pair, prompt, DRAFT).run()
-    beam = beam_search(tiny_pair, prompt, DRAFT, beams=1)
+    beam = beam_search(tiny_pair, prompt, DRAFT, BeamSearch(1))
     assert beam.token_ids == greedy.token_ids
     assert [r.h_draft for r in beam.records] == pytest.approx([r.h_draft for r in greedy.records], abs=1e-5)
     assert beam.stats.draft_calls == len(greedy.records) and beam.stats.target_calls == 0
 
 
 def test_more_beams_find_a_likelier_text_whose_score_a_full_recompute_confirms(tiny_pair):
-    greedy = beam_search(tiny_pair, PROMPTS[0], DRAFT, beams=1)
-    four = beam_search(tiny_pair, PROMPTS[0], DRAFT, beams=4)
+    greedy = beam_search(tiny_pair, PROMPTS[0], DRAFT, BeamSearch(1, 0))
+    four = beam_search(tiny_pair, PROMPTS[0], DRAFT, SUMMED)
     assert four.token_ids != greedy.token_ids and four.info["beam_score"] > greedy.info["beam_score"]  # the search acts
     for trace in (greedy, four):  # the copied caches computed what a fresh pass computes
         assert trace.info["beam_score"] == pytest.approx(summed_log_prob(tiny_pair, PROMPTS[0], trace.token_ids), abs=1e-3)
     assert four.settings.method == "draft" and {r.origin for r in four.records} == {"draft"} and four.info["beams"] == 4
 
 
+def test_a_length_penalty_ranks_by_the_mean_so_a_long_beam_can_still_beat_a_short_finished_one():
+    short = Beam([1, 2], score=-2.0, done=True)  # mean -1 per token
+    long = Beam([1, 2, 3, 4, 5, 6], score=-3.0)  # mean -0.5 per token, still growing
+    assert _settled([long], [short], alpha=0)  # summed: -3 can only fall further below -2, so the search is over
+    assert not _settled([long], [short], alpha=1)  # per token it ranks above the finished beam: go on
+    assert long.rank(1) == -0.5 and short.rank(0) == -2.0
+
+
+def test_sampled_beams_draw_from_the_nucleus_at_the_temperature_and_score_what_they_drew(tiny_pair):
+    sampled = DecodeSettings(method="draft", max_new_tokens=16, temperature=0.7, top_p=0.8, seed=3)
+    runs = [beam_search(tiny_pair, PROMPTS[0], replace(sampled, seed=seed), BeamSearch(4)) for seed in (3, 3, 4, 5, 6)]
+    assert runs[0].token_ids == runs[1].token_ids  # a seed fixes the draw
+    assert len({tuple(run.token_ids) for run in runs}) > 1  # other seeds draw again
+    for trace in runs:
+        tokens = trace.token_ids
+        q = acc.sampling_probs(draft_logits(tiny_pair, PROMPTS[0], tokens), 0.7, 0.8)[torch.arange(len(tokens)), tokens]
+        assert (q > 0).all()  # no token from outside the top-p nucleus
+        assert trace.info["beam_score"] == pytest.approx(float(q.double().log().sum()), abs=1e-3)
+        assert trace.info["beam_rank"] == pytest.approx(trace.info["beam_score"] / len(tokens))  # α = 1 by default
+    greedy = beam_search(tiny_pair, PROMPTS[0], DRAFT, BeamSearch(4))
+    assert runs[0].token_ids != greedy.token_ids  # sampling changed the search
+
+
 @pytest.mark.parametrize(
-    "settings, beams, message",
+    "settings, search, flag, message",
     [
-        (DRAFT, 0, "from 1 to 64"),
-        (DRAFT, 65, "from 1 to 64"),
-        (DecodeSettings(method="sd"), 4, "use it with method draft"),
-        (DecodeSettings(method="draft", temperature=0.7), 4, "set temperature 0"),
+        (DRAFT, BeamSearch(0), "--beams", "from 1 to 64"),
+        (DRAFT, BeamSearch(65), "--beams", "from 1 to 64"),
+        (DecodeSettings(method="sd"), BeamSearch(4), "--beams", "use it with method draft"),
+        (DRAFT, BeamSearch(4, -1), "--length-penalty", "must be from 0"),
+        (DRAFT, BeamSearch(4, float("nan")), "--length-penalty", "must be from 0"),
     ],
 )
-def test_bad_beams_are_refused_naming_the_flag(hf_tiny_pair, settings, beams, message):
+def test_bad_beams_are_refused_naming_the_flag(hf_tiny_pair, settings, search, flag, message):
     with pytest.raises(SettingsError) as err:
-        beam_search(hf_tiny_pair, PROMPTS[0], settings, beams)
-    assert err.value.flag == "--beams" and message in err.value.message
+        beam_search(hf_tiny_pair, PROMPTS[0], settings, search)
+    assert err.value.flag == flag and message in err.value.message

@@ -155,6 +155,9 @@ def test_output_folders_are_never_mixed(tiny_pair, data, tmp_path):
         run_evaluation(
             LocalRunner(tiny_pair), problems, variants, 1, tmp_path, {**config, "settings": {"k": 2}}, resume=True, progress=False
         )
+    with pytest.raises(EasdError, match="--resume: .* other prompt_style"):  # no style said: ours, as before there were two
+        asked = {**config, "prompt_style": "qwen25-math-cot"}
+        run_evaluation(LocalRunner(tiny_pair), problems, variants, 1, tmp_path, asked, resume=True, progress=False)
     rows = run_evaluation(
         LocalRunner(tiny_pair),
         problems,
@@ -377,13 +380,23 @@ def test_sweep_over_mtis_tau_and_omega(data, tmp_path, capsys):
 
 
 def test_eval_runs_beam_search_on_the_draft_beside_the_batch(data, tmp_path, capsys):
-    arguments = f"eval --pair tiny-random --data {data} --limit 3 --max-new-tokens 12 --methods draft,beam:1,beam:3,sd"
+    arguments = f"eval --pair tiny-random --data {data} --limit 3 --max-new-tokens 12 --methods draft,beam:1,beam:3,beam:3/0,sd"
     assert main([*arguments.split(), "--out", str(tmp_path / "beams")]) == 0
     results = load_results(tmp_path / "beams" / "results.csv")
     text = {m: results[results["method"] == m]["text"].tolist() for m in ("draft", "beam:1", "beam:3")}
     assert text["beam:1"] == text["draft"] and text["beam:3"] != text["draft"]  # one beam is greedy; three search
-    assert (results[results["method"] == "beam:3"]["draft_calls"] > 0).all() and len(results) == 12
-    for label, message in (("beam:x", "must be beam:N"), ("beam:0", "from 1 to 64")):
+    assert (results[results["method"] == "beam:3"]["draft_calls"] > 0).all() and len(results) == 15
+    capsys.readouterr()
+    assert main(["table", str(tmp_path / "beams")]) == 0  # the table says how each beam row searched
+    notes = capsys.readouterr().out
+    assert "beam:3 on problems: 3 beams on the draft, greedy, ranked by log-probability / length^1" in notes
+    assert "beam:3/0 on problems: 3 beams on the draft, greedy, ranked by summed log-probability" in notes
+    for label, message in (
+        ("beam:x", "must be beam:N"),
+        ("beam:0", "from 1 to 64"),
+        ("beam:3/x", "must be beam:N or beam:N/α"),
+        ("beam:3/-1", "must be from 0"),
+    ):
         capsys.readouterr()
         assert main([*arguments.split()[:-1], label, "--out", str(tmp_path / "bad")]) == 2
         assert message in capsys.readouterr().err

@@ -6,7 +6,9 @@ import pytest
 
 from easd.errors import EasdError
 from easd.lab.problems import (
+    CHOICE_INSTRUCTION,
     FORMATS,
+    INSTRUCTION,
     LETTERS,
     choice_letter,
     extract_answer,
@@ -103,7 +105,7 @@ def write_jsonl(path, rows):
 
 def test_loading_every_format(tmp_path):
     gsm = load_problems(write_jsonl(tmp_path / "g.jsonl", [{"question": "Q?", "answer": "work\n#### 1,234"}]), "gsm8k")
-    assert gsm[0].gold == "1,234" and "\\boxed{}" in gsm[0].prompt and gsm[0].id == "0"
+    assert gsm[0].gold == "1,234" and gsm[0].id == "0"
     math = load_problems(
         write_jsonl(
             tmp_path / "m.jsonl", [{"problem": "P", "solution": "so \\boxed{\\frac{1}{2}}"}, {"problem": "P2", "answer": 7}]
@@ -211,7 +213,30 @@ GPQA_ROWS = [
 def test_auto_detects_each_benchmark_and_reads_its_fields(tmp_path, row, format, problem_id, gold):
     [problem] = load_problems(write_jsonl(tmp_path / "d.jsonl", [row]), "auto")
     assert (problem.format, problem.id, problem.gold) == (format, problem_id, gold)
-    assert "\\boxed{}" in problem.prompt
+    assert "\\boxed{}" in problem.system + problem.prompt  # asked for a boxed answer in either prompt style
+
+
+@pytest.mark.parametrize(
+    "format, row",
+    [("gsm8k", {"question": " Q? ", "answer": "#### 4"}), ("math", {"problem": "Q?", "answer": "x^2"}), ("limo", LIMO)],
+)
+def test_math_formats_are_asked_as_the_qwen25_math_evaluation_asks_them(tmp_path, format, row):
+    """Its system prompt and the bare question (RSD's harness and the paper's benchmarks); ours on request."""
+    path = write_jsonl(tmp_path / "d.jsonl", [row])
+    [qwen] = load_problems(path, format)
+    assert qwen.system == "Please reason step by step, and put your final answer within \\boxed{}."
+    assert qwen.prompt == qwen.question and "boxed" not in qwen.prompt
+    [ours] = load_problems(path, format, style="easd")
+    assert ours.system == "" and ours.prompt == f"{ours.question}\n\n{INSTRUCTION}"
+
+
+def test_option_formats_keep_our_letter_instruction_which_that_harness_has_no_prompt_for(tmp_path):
+    [problem] = load_problems(
+        write_jsonl(tmp_path / "c.jsonl", [{"question": "Q", "options": ["a", "b"], "answer": "B"}]), "auto"
+    )
+    assert problem.system == "" and problem.prompt.endswith(CHOICE_INSTRUCTION)
+    with pytest.raises(EasdError, match="--prompt-style: must be auto or one of qwen25-math-cot, easd"):
+        load_problems(tmp_path / "c.jsonl", "auto", style="qwen")
 
 
 def test_olympiad_prepends_the_context_and_skips_a_null_one(tmp_path):
@@ -345,8 +370,21 @@ def test_eval_and_sweep_give_each_format_its_budget_unless_told(tmp_path):
 
     for row, format, given, budget in ((AIME, "aime", None, 4096), (LIMO, "limo", None, 4096), (AIME, "aime", 64, 64)):
         data = write_jsonl(tmp_path / f"{format}.jsonl", [row])
-        args = argparse.Namespace(data=data, format="auto", limit=None, offset=0, shuffle=None, max_new_tokens=given)
+        args = argparse.Namespace(
+            data=data, format="auto", limit=None, offset=0, shuffle=None, prompt_style="auto", max_new_tokens=given
+        )
         problems(args)
         apply_budget(args)
         assert (args.format, args.max_new_tokens) == (format, budget)
     assert BUDGETS["gsm8k"] == 1024 and set(BUDGETS) == set(FORMATS)
+
+
+def test_answers_with_dollars_inside_or_in_words_are_graded_as_the_harness_grades_them(tmp_path):
+    """Found by scripts/compare_graders.py against the Qwen2.5-Math harness: OlympiadBench writes a list of answers as
+    "$1$,$2$" (one string), Minerva boxes "x+$ $y", and words no parser reads must still match their own gold."""
+    row = {**OLYMPIAD, "final_answer": ["$1$,$\\frac{3+\\sqrt{21}}{2}$"]}
+    [problem] = load_problems(write_jsonl(tmp_path / "o.jsonl", [row]), "olympiad")
+    assert problem.gold == "1,\\frac{3+\\sqrt{21}}{2}"
+    assert is_correct("\\frac{3+\\sqrt{21}}{2}, 1", problem.gold, "olympiad")
+    assert is_correct("x_{0} \\cos (\\omega t)+$ $y", "x_{0} \\cos (\\omega t)+$ $y", "math")
+    assert is_correct("all odd $n$", "All odd n", "math") and not is_correct("all even n", "all odd n", "math")

@@ -90,7 +90,7 @@ def test_the_prm_reads_the_bare_question_not_our_instruction(rsd_pair, tmp_path)
     """RSD's code gives its PRM the problem as the data states it; the model is asked it with our instruction."""
     data = tmp_path / "one.jsonl"
     data.write_text(json.dumps({"question": " Tom has 3 apples. How many? ", "answer": "3\n#### 3"}) + "\n")
-    [problem] = load_problems(data, "gsm8k")
+    [problem] = load_problems(data, "gsm8k", style="easd")
     assert (problem.question, problem.prompt) == ("Tom has 3 apples. How many?", f"{problem.question}\n\n{INSTRUCTION}")
     settings = DecodeSettings(**RSD, rsd_delta=0.0)
     rsd = Generation(rsd_pair, problem.prompt, settings, question=problem.question).run()

@@ -65,7 +65,16 @@ def tricky_trace() -> Trace:
     settings = DecodeSettings(method="easd", rule="no_overlap", tau_h=1.25, temperature=0.7, top_p=0.9, seed=11)
     stats = RunStats(prompt_tokens=3, seconds=1.5, target_calls=7, draft_calls=20, stop_reason="eos")
     blocks = [BlockInfo(0, [(1, "a"), (2, "=b")], "target_resample"), BlockInfo(9, [], "bonus")]
-    return Trace(settings, '=draft, "quoted"', "target\nmodel", records, prompt="why?", stats=stats, blocks=blocks)
+    return Trace(
+        settings,
+        '=draft, "quoted"',
+        "target\nmodel",
+        records,
+        prompt="why?",
+        system="Reason\nstep by step.",
+        stats=stats,
+        blocks=blocks,
+    )
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".json"])
@@ -77,7 +86,12 @@ def test_tricky_trace_round_trips_exactly(tmp_path, suffix):
     assert loaded.settings == original.settings
     assert (loaded.draft_model, loaded.target_model) == (original.draft_model, original.target_model)
     if suffix == ".json":  # CSV rows cannot hold these
-        assert (loaded.blocks, loaded.stats, loaded.prompt) == (original.blocks, original.stats, original.prompt)
+        assert (loaded.blocks, loaded.stats, loaded.prompt, loaded.system) == (
+            original.blocks,
+            original.stats,
+            original.prompt,
+            original.system,
+        )
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".json"])

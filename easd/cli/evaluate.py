@@ -117,6 +117,7 @@ def folder_config(args: argparse.Namespace, pair: str, base: DecodeSettings, sam
         "data": str(args.data.resolve()),
         "format": args.format,
         "shuffle": args.shuffle,
+        "prompt_style": args.prompt_style,
         "samples": samples,
         "settings": settings,
         "command": " ".join(sys.argv),

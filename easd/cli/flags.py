@@ -181,7 +181,7 @@ def whole_numbers(option: str, text: str) -> list[int]:
 
 
 def add_data_flags(parser: argparse.ArgumentParser, limit: int | None) -> None:
-    from ..lab.problems import FORMATS
+    from ..lab.problems import FORMATS, PROMPT_STYLES
 
     group = parser.add_argument_group("data")
     group.add_argument("--data", type=Path, required=True, help="a JSONL file of problems, or GPQA-Diamond's CSV")
@@ -189,6 +189,13 @@ def add_data_flags(parser: argparse.ArgumentParser, limit: int | None) -> None:
     group.add_argument("--limit", type=int, default=limit, help="how many problems (after --shuffle and --offset)")
     group.add_argument("--offset", type=int, default=0, help="skip this many problems first")
     group.add_argument("--shuffle", type=int, metavar="SEED", help="take the problems in an order shuffled with this seed")
+    group.add_argument(
+        "--prompt-style",
+        default="auto",
+        choices=("auto", *PROMPT_STYLES),
+        help="how a problem is asked: qwen25-math-cot (the Qwen2.5-Math evaluation's system prompt, the question bare) "
+        "or easd (our instruction after the question); auto: qwen25-math-cot for the math formats, easd for choice and gpqa",
+    )
 
 
 def apply_budget(args: argparse.Namespace) -> None:
@@ -207,8 +214,9 @@ def problems(args: argparse.Namespace):
         value = getattr(args, option)
         if value is not None and value < (1 if option == "limit" else 0):
             raise SettingsError(f"--{option}", f"must be {'≥ 1' if option == 'limit' else '≥ 0'} (got {value})")
-    found = load_problems(args.data, args.format, args.limit, args.offset, args.shuffle)
+    found = load_problems(args.data, args.format, args.limit, args.offset, args.shuffle, args.prompt_style)
     args.format = found[0].format  # config, grading and reports name the real format
+    args.prompt_style = "qwen25-math-cot" if found[0].system else "easd"
     return found
 
 

@@ -20,22 +20,28 @@ def add(parser: argparse.ArgumentParser) -> None:
     prompt.add_argument("--prompt-file", type=Path, help="read the prompt from this UTF-8 file")
     parser.add_argument("--no-chat", action="store_true", help="send the prompt as raw text, without the chat template")
     parser.add_argument("--beams", type=int, default=1, help="beam search on the draft with this many beams (--method draft)")
+    parser.add_argument(
+        "--length-penalty",
+        type=float,
+        default=1.0,
+        help="α: beams are ranked by summed log-probability / length^α (transformers' length_penalty; 0 ranks by the sum)",
+    )
     parser.add_argument("--trace", type=Path, metavar="FILE.csv", help="write the per-token trace as CSV")
     parser.add_argument("--json", type=Path, metavar="FILE.json", help="write the trace as JSON, with settings and summary")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..core.beam import beam_search, check_beams
+    from ..core.beam import BeamSearch, beam_search
 
     settings = settings_from_args(args)
-    check_beams(args.beams, settings)
+    search = BeamSearch(args.beams, args.length_penalty).check(settings)
     prompt = _read_prompt(args)
     for option, path in (("--trace", args.trace), ("--json", args.json)):
         if path is not None and not path.parent.resolve().is_dir():
             raise SettingsError(option, f"the folder {path.parent} does not exist")
     pair = load_models(args)
     if args.beams > 1:  # the search ends before any beam is known to be the answer: printed whole
-        trace = beam_search(pair, prompt, settings, args.beams, chat=not args.no_chat)
+        trace = beam_search(pair, prompt, settings, search, chat=not args.no_chat)
         print(trace.text)
     else:
         trace = _stream(pair, prompt, settings, chat=not args.no_chat)

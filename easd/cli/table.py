@@ -47,7 +47,26 @@ def run(args: argparse.Namespace) -> int:
         if len(blocks) > 1:
             print(f"{chr(10) if i else ''}### {pair}\n")
         print(paper_table(summaries, paired))
+        notes = [note for folder in names if _pair_of(folder) == pair for note in _beam_notes(folder, names[folder])]
+        if notes:
+            print("\n" + "\n".join(notes))
     return 0
+
+
+def _beam_notes(folder: Path, name: str) -> list[str]:
+    """How each beam row of an eval folder searched (sampled or greedy, ranked how), from its run.json."""
+    import pandas as pd
+
+    from ..core.settings import DecodeSettings
+    from ..lab.evaluate import parse_methods
+
+    methods = pd.read_csv(folder / "summary.csv")["method"]
+    beams = [m for m in methods if str(m).startswith("beam:")]
+    config = folder / "run.json"
+    if not beams or not config.is_file():
+        return []
+    base = DecodeSettings(**json.loads(config.read_text(encoding="utf-8"))["settings"])
+    return [f"{v.label} on {name}: {v.beams.describe(v.settings)}" for v in parse_methods(",".join(beams), base)]
 
 
 def _add_best_on_test(sweep: Path, names: dict[Path, str], blocks: dict) -> None:

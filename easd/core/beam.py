@@ -1,14 +1,19 @@
-"""Beam search on the draft model: one of the paper's draft-model baselines (N beams, scored by summed log-probability).
+"""Beam search on the draft model: one of the paper's draft-model baselines (N beams on the draft alone).
 
 It is not a decoding method of the loop (easd.core.decoding): its N beams are N rows of ONE generation, copied
 and dropped as the search goes, so it runs on its own, on the draft's caches (easd.core.seam), and returns a
-draft-only trace of the best beam. One step:
-  1. ONE draft pass over every unfinished beam: log q(· | beam) for each.
-  2. Every (beam, token) among each beam's N most likely tokens, and every finished beam as it is, ranked by
-     summed log-probability; the best N are the new beams (a beam that chose EOS is finished).
+draft-only trace of the best beam. Words: a beam's *score* is the sum of its tokens' log-probabilities; it is
+*ranked* by score / length^α, α the length penalty (transformers' `length_penalty`: 1, its default, ranks by the mean
+log-probability per token; 0 by the sum, where longer beams lose). One step:
+  1. ONE draft pass over every unfinished beam: log q(· | beam) for each; when sampling (temperature > 0, as the
+     paper's beam search at 0.7 and top-p 0.8), log of q at that temperature within the top-p nucleus.
+  2. Candidates: greedy, each beam's N most likely next tokens; sampled, N (beam, token) pairs drawn without
+     replacement from softmax(score + log q) over every beam and token (transformers' beam-search multinomial
+     sampling). With every finished beam as it is, the N best ranked are the new beams (EOS finishes a beam).
   3. The caches follow: a beam kept once keeps its row, one kept more than once gets copies of it.
-It stops when no unfinished beam can still beat the best finished one (scores only fall as a beam grows), when
-every beam has finished, or at max_new_tokens or the context. With N = 1 it is greedy draft-only, token for token.
+It stops when no unfinished beam ranks above the best finished one (exact with α = 0, where scores only fall as a
+beam grows; a heuristic otherwise, like transformers' early_stopping=False), when every beam has finished, or at
+max_new_tokens or the context. With N = 1, greedy and α = 0 it is greedy draft-only, token for token.
 """
 
 from __future__ import annotations
@@ -20,80 +25,134 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import SettingsError
+from . import acceptance as acc
 from .decoding import Recorder, encode_prompt
 from .pair import ModelPair
 from .settings import DecodeSettings
 from .trace import RunStats, TokenRecord, Trace, software_versions
 
 MAX_BEAMS = 64  # each beam is a row of the draft's caches: more only multiplies the cost
+MAX_LENGTH_PENALTY = 10.0  # α past this ranks by length alone
+
+
+@dataclass(frozen=True)
+class BeamSearch:
+    """How many beams, and how they are ranked; the run's settings say whether they are sampled."""
+
+    beams: int
+    length_penalty: float = 1.0  # α: ranked by score / length^α; 1 as transformers' default, 0 the plain sum
+
+    def check(self, settings: DecodeSettings) -> BeamSearch:
+        """SettingsError (named --beams or --length-penalty) unless it fits `settings`: a whole number of beams, on the draft."""
+        beams = self.beams
+        if isinstance(beams, bool) or not isinstance(beams, int) or not 1 <= beams <= MAX_BEAMS:
+            raise SettingsError("beams", f"must be a whole number from 1 to {MAX_BEAMS} (got {beams!r})")
+        if beams > 1 and settings.method != "draft":
+            raise SettingsError("beams", f"searches with the draft model: use it with method draft (got {settings.method})")
+        if not 0 <= self.length_penalty <= MAX_LENGTH_PENALTY:  # also refuses NaN
+            raise SettingsError(
+                "length_penalty",
+                f"must be from 0 (summed log-probability) to {MAX_LENGTH_PENALTY:g} (got {self.length_penalty!r})",
+            )
+        return self
+
+    def describe(self, settings: DecodeSettings) -> str:
+        """What a table says about the row: "4 beams, sampled at temperature 0.7, top-p 0.8, ranked by …"."""
+        drawn = "greedy" if settings.greedy else f"sampled at temperature {settings.temperature:g}, top-p {settings.top_p:g}"
+        ranked = "summed log-probability" if self.length_penalty == 0 else f"log-probability / length^{self.length_penalty:g}"
+        return f"{self.beams} beams on the draft, {drawn}, ranked by {ranked}"
 
 
 @dataclass
 class Beam:
     tokens: list[int]  # generated so far
-    score: float = 0.0  # summed log-probability of `tokens` under the draft (temperature 1)
+    score: float = 0.0  # summed log-probability of `tokens` under the draft (at the run's temperature, in its nucleus)
     records: list[TokenRecord] = field(default_factory=list)
     done: bool = False  # ended with EOS
 
-
-def check_beams(beams: int, settings: DecodeSettings) -> None:
-    """SettingsError (named --beams) unless `beams` fits `settings`: a whole number of beams, on the draft, greedily."""
-    if isinstance(beams, bool) or not isinstance(beams, int) or not 1 <= beams <= MAX_BEAMS:
-        raise SettingsError("beams", f"must be a whole number from 1 to {MAX_BEAMS} (got {beams!r})")
-    if beams > 1 and settings.method != "draft":
-        raise SettingsError("beams", f"searches with the draft model: use it with method draft (got {settings.method})")
-    if beams > 1 and not settings.greedy:
-        raise SettingsError("beams", "ranks beams by their probability, with no sampling: set temperature 0")
+    def rank(self, alpha: float) -> float:
+        return self.score / max(len(self.tokens), 1) ** alpha
 
 
-def beam_search(pair: ModelPair, prompt: str, settings: DecodeSettings, beams: int, chat: bool = True) -> Trace:
-    """The draft's most likely continuation that `beams` beams find; a draft-only trace (info["beams"], info["beam_score"])."""
-    check_beams(beams, settings.validate())
+def beam_search(
+    pair: ModelPair, prompt: str, settings: DecodeSettings, search: BeamSearch, chat: bool = True, system: str = ""
+) -> Trace:
+    """The best continuation `search` finds on the draft; a draft-only trace (info: beams, beam_length_penalty, beam_score,
+    the best beam's rank)."""
+    search.check(settings.validate())
+    generator = None if settings.greedy else torch.Generator(device=pair.device).manual_seed(settings.seed)
     started = time.perf_counter()
-    prompt_ids = encode_prompt(pair, prompt, chat)
+    prompt_ids = encode_prompt(pair, prompt, chat, system)
     limit = min(settings.max_new_tokens, pair.context_length - len(prompt_ids))
     recorder = Recorder(pair, dataclasses.replace(settings, method="draft"))
     caches, room = pair.draft.caches(pair.vocab_size), len(prompt_ids) + limit + 1
     caches.add_row(prompt_ids[:-1], room)
     live, finished, steps, draft_seconds = [Beam([])], [], 0, 0.0
-    while live and len(live[0].tokens) < limit and not _settled(live, finished):
+    while live and len(live[0].tokens) < limit and not _settled(live, finished, search.length_penalty):
         sequences = {row: prompt_ids + beam.tokens for row, beam in enumerate(live)}
         passed = time.perf_counter()
         out = caches.logits(sequences, dict.fromkeys(sequences, 1))  # {row: [1, V]}
         draft_seconds += time.perf_counter() - passed
         steps += 1
-        chosen = _best(live, finished, out, beams)
-        finished = [beam for _, beam, _ in chosen if beam.done]
-        extended = [(row, _extend(beam, token, out[row], recorder, pair)) for row, beam, token in chosen if token is not None]
+        chosen = _best(live, finished, out, search, settings, generator)
+        finished = [beam for _, beam, _, _ in chosen if beam.done]
+        extended = [
+            (row, _extend(beam, token, value, out[row], recorder, pair))
+            for row, beam, token, value in chosen
+            if token is not None
+        ]
         live = [beam for _, beam in extended if not beam.done]
         finished += [beam for _, beam in extended if beam.done]
         _follow(caches, [row for row, beam in extended if not beam.done], live, prompt_ids, room)
-    best = max(live + finished, key=lambda beam: beam.score)
-    return _trace(pair, prompt, settings, beams, best, len(prompt_ids), steps, time.perf_counter() - started, draft_seconds)
+    best = max(live + finished, key=lambda beam: beam.rank(search.length_penalty))
+    trace = _trace(pair, prompt, settings, search, best, len(prompt_ids), steps, time.perf_counter() - started, draft_seconds)
+    trace.system = system
+    return trace
 
 
-def _settled(live: list[Beam], finished: list[Beam]) -> bool:
-    """No unfinished beam can still beat the best finished one: a longer beam's score only falls."""
-    return bool(finished) and max(b.score for b in finished) >= max(b.score for b in live)
+def _settled(live: list[Beam], finished: list[Beam], alpha: float) -> bool:
+    """No unfinished beam ranks above the best finished one (with α = 0 none can again: a longer beam's score only falls)."""
+    return bool(finished) and max(b.rank(alpha) for b in finished) >= max(b.rank(alpha) for b in live)
 
 
-def _best(live: list[Beam], finished: list[Beam], out: dict, beams: int) -> list[tuple[int, Beam, int | None]]:
-    """The `beams` best of every live beam's `beams` most likely next tokens and every finished beam (token None)."""
-    candidates = [(beam.score, -1, beam, None) for beam in finished]
-    for row, beam in enumerate(live):
-        log_q = torch.log_softmax(out[row][0].float(), dim=-1)  # [V]
-        values, tokens = log_q.topk(beams)
-        candidates += [(beam.score + value, row, beam, token) for value, token in zip(values.tolist(), tokens.tolist())]
-    candidates.sort(key=lambda c: c[0], reverse=True)  # stable: among equal scores, the earlier beam and token first
-    return [(row, beam, token) for _, row, beam, token in candidates[:beams]]
+def _best(
+    live: list[Beam], finished: list[Beam], out: dict, search: BeamSearch, settings: DecodeSettings, generator
+) -> list[tuple[int, Beam, int | None, float]]:
+    """(row, beam, token, log q of token) for the `beams` best ranked of the live beams' candidates (step 2 of the
+    module docstring) and every finished beam (row -1, token None)."""
+    beams, alpha = search.beams, search.length_penalty
+    log_q = torch.stack([_log_q(out[row][0], settings) for row in range(len(live))])  # [R, V]
+    if generator is None:  # each beam's `beams` most likely tokens
+        values, tokens = log_q.topk(beams, dim=-1)  # [R, beams]
+        rows = torch.arange(len(live))[:, None].expand_as(tokens)
+    else:  # `beams` pairs without replacement from softmax(score + log q): the Gumbel top-k trick
+        joint = log_q + torch.tensor([b.score for b in live], device=log_q.device)[:, None]  # [R, V]
+        uniform = torch.rand(joint.shape, generator=generator, device=joint.device).clamp_min(1e-20)
+        drawn = (joint - torch.log(-torch.log(uniform))).flatten().topk(min(beams, int(torch.isfinite(joint).sum())))
+        rows, tokens = drawn.indices // joint.shape[1], drawn.indices % joint.shape[1]
+        values = log_q.flatten()[drawn.indices]
+    candidates = [(beam.rank(alpha), -1, beam, None, 0.0) for beam in finished]
+    for row, token, value in zip(rows.flatten().tolist(), tokens.flatten().tolist(), values.flatten().tolist()):
+        beam = live[row]
+        rank = (beam.score + value) / (len(beam.tokens) + 1) ** alpha
+        candidates.append((rank, row, beam, token, value))
+    candidates.sort(key=lambda c: c[0], reverse=True)  # stable: among equal ranks, the earlier beam and token first
+    return [(row, beam, token, value) for _, row, beam, token, value in candidates[:beams]]
 
 
-def _extend(beam: Beam, token: int, logits: torch.Tensor, recorder: Recorder, pair: ModelPair) -> Beam:
+def _log_q(logits: torch.Tensor, settings: DecodeSettings) -> torch.Tensor:
+    """log q(·) as the search scores it: the draft's own when greedy; when sampling, at the run's temperature within
+    its top-p nucleus (-inf outside it).  [V] -> [V]"""
+    if settings.greedy:
+        return torch.log_softmax(logits.float(), dim=-1)
+    return torch.log(acc.sampling_probs(logits[None], settings.temperature, settings.top_p)[0])
+
+
+def _extend(beam: Beam, token: int, log_q: float, logits: torch.Tensor, recorder: Recorder, pair: ModelPair) -> Beam:
     """`beam` followed by `token`, with the token's draft-only record (its entropy and top candidates).  logits: [1, V]"""
     position = len(beam.tokens)
     record = recorder.single_record(position, position, token, logits)
-    score = beam.score + float(torch.log_softmax(logits[0].float(), dim=-1)[token])
-    return Beam(beam.tokens + [token], score, beam.records + [record], token in pair.eos_ids)
+    return Beam(beam.tokens + [token], beam.score + log_q, beam.records + [record], token in pair.eos_ids)
 
 
 def _follow(caches, parents: list[int], live: list[Beam], prompt_ids: list[int], room: int) -> None:
@@ -114,7 +173,7 @@ def _trace(
     pair: ModelPair,
     prompt: str,
     settings: DecodeSettings,
-    beams: int,
+    search: BeamSearch,
     best: Beam,
     prompt_tokens: int,
     steps: int,
@@ -127,7 +186,14 @@ def _trace(
         pair.target_name,
         records=best.records,
         prompt=prompt,
-        info={**pair.info, **software_versions(), "beams": beams, "beam_score": best.score},
+        info={
+            **pair.info,
+            **software_versions(),
+            "beams": search.beams,
+            "beam_length_penalty": search.length_penalty,
+            "beam_score": best.score,
+            "beam_rank": best.rank(search.length_penalty),
+        },
     )
     trace.stats = RunStats(
         prompt_tokens=prompt_tokens,

@@ -263,6 +263,7 @@ class Generation:
     use_cache: bool = True  # False recomputes every pass from the first token (tests compare both)
     keep_kv: bool = False
     question: str | None = None  # what RSD's PRM reads as the question: the bare problem, without our instruction
+    system: str = ""  # a system prompt for the chat template ("" for none), as the Qwen2.5-Math evaluation's
     trace: Trace = field(init=False)
     checkpoints: list[Checkpoint] = field(init=False, default_factory=list)  # one per block started
     first_block: int = field(init=False, default=0)
@@ -270,7 +271,7 @@ class Generation:
 
     def __post_init__(self):
         self.settings.validate()
-        self.prompt_ids = encode_prompt(self.pair, self.prompt, self.chat)
+        self.prompt_ids = encode_prompt(self.pair, self.prompt, self.chat, self.system)
         self.prompt_length = len(self.prompt_ids)
         self.negative_ids = negative_prompt(self.pair, self.settings, self.prompt_length)  # MTI's; [] for other methods
         self.tokens = list(self.prompt_ids)
@@ -280,6 +281,7 @@ class Generation:
             self.pair.draft_name,
             self.pair.target_name,
             prompt=self.prompt,
+            system=self.system,
             info={**self.pair.info, **software_versions()},
         )
         self.trace.stats = RunStats(
@@ -377,7 +379,9 @@ class Generation:
         """
         if self.final is None:
             raise ValueError("resume_at needs a finished generation that kept its caches (Generation(..., keep_kv=True))")
-        resumed = Generation(self.pair, self.prompt, settings, chat=self.chat, use_cache=self.use_cache, question=self.question)
+        resumed = Generation(
+            self.pair, self.prompt, settings, self.chat, self.use_cache, question=self.question, system=self.system
+        )
         shared = checkpoint.position
         resumed.tokens.extend(self.tokens[self.prompt_length : self.prompt_length + shared])
         resumed.trace.records = [dataclasses.replace(r) for r in self.trace.records[:shared]]
@@ -901,8 +905,9 @@ def negative_prompt(pair: ModelPair, settings: DecodeSettings, prompt_length: in
     return ids
 
 
-def encode_prompt(pair: ModelPair, prompt: str, chat: bool) -> list[int]:
-    """Token ids of the prompt, through the chat template when asked and when there is one."""
+def encode_prompt(pair: ModelPair, prompt: str, chat: bool, system: str = "") -> list[int]:
+    """Token ids of the prompt, through the chat template when asked and when there is one; a `system` prompt is
+    the template's system turn, or the text's first paragraph without a template."""
     if not prompt or not prompt.strip():
         raise SettingsError("prompt", "is empty; give the text the models should continue or answer")
     if len(prompt) > pair.context_length * MAX_PROMPT_CHARS_PER_TOKEN:
@@ -910,7 +915,11 @@ def encode_prompt(pair: ModelPair, prompt: str, chat: bool) -> list[int]:
             "prompt", f"is {len(prompt):,} characters, more than the model's context of {pair.context_length:,} tokens can hold"
         )
     tokenizer = pair.tokenizer
-    text = tokenizer.render_chat([{"role": "user", "content": prompt}]) if chat and tokenizer.chat_template else prompt
+    turns = [{"role": "system", "content": system}] * bool(system) + [{"role": "user", "content": prompt}]
+    if chat and tokenizer.chat_template:
+        text = tokenizer.render_chat(turns)
+    else:
+        text = f"{system}\n\n{prompt}" if system else prompt
     ids = tokenizer.encode(text)
     if len(ids) >= pair.context_length:
         raise SettingsError(

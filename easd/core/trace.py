@@ -107,6 +107,7 @@ class Trace:
     target_model: str = ""
     records: list[TokenRecord] = field(default_factory=list)
     prompt: str = ""
+    system: str = ""  # the system prompt the prompt was asked under ("" for none)
     stats: RunStats = field(default_factory=RunStats)
     info: dict = field(default_factory=dict)  # versions and model revisions
     blocks: list[BlockInfo] = field(default_factory=list)  # JSON only: CSV rows cannot hold it
@@ -453,6 +454,7 @@ def _run_to_json(trace: Trace) -> dict:
         "draft_model": trace.draft_model,
         "target_model": trace.target_model,
         "prompt": trace.prompt,
+        "system": trace.system,
         "info": trace.info,
         "stats": asdict(trace.stats),
         "summary": trace.summary(),
@@ -486,7 +488,7 @@ def read_json(path: str | Path) -> list[Trace]:
         raise EasdError(f"{path.name}: {err}") from None
 
 
-_RUN_KEYS = {"settings", "draft_model", "target_model", "prompt", "info", "stats", "summary", "blocks", "rows"}
+_RUN_KEYS = {"settings", "draft_model", "target_model", "prompt", "system", "info", "stats", "summary", "blocks", "rows"}
 _JSON_ROW_FIELDS = {name: schema.ROW_FIELDS[name] for name in _RECORD_SCALARS}
 _JSON_ROW_FIELDS |= {
     name: schema.candidate_field(name) for side in schema.CANDIDATE_NAMES.values() for names in side for name in names
@@ -519,7 +521,12 @@ def _run_from_json(run, version: int) -> Trace:
     if "settings" not in run or "rows" not in run:
         raise SchemaError("", "a run needs settings and rows")
     trace = Trace(settings=_nested(_settings, _object(run, "settings"), "settings"))
-    for name, spec in (("draft_model", schema.NAME), ("target_model", schema.NAME), ("prompt", schema.PROMPT)):
+    for name, spec in (
+        ("draft_model", schema.NAME),
+        ("target_model", schema.NAME),
+        ("prompt", schema.PROMPT),
+        ("system", schema.PROMPT),
+    ):
         if run.get(name) is not None:
             schema.check_value(name, run[name], spec)
             setattr(trace, name, run[name])

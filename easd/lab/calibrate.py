@@ -55,7 +55,7 @@ def collect_entropies(
     `batch_size` rows decoded together (a row decodes as it would alone, so the entropies do not depend on it)."""
     greedy = replace(settings, temperature=0.0)
     rows = [
-        (model, Generation(pair, problem.prompt, replace(greedy, method=method)))
+        (model, Generation(pair, problem.prompt, replace(greedy, method=method), system=problem.system))
         for problem in problems
         for model, method in (("target", "sd"), ("draft", "draft"))
     ]

@@ -18,7 +18,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ..core import trace as trace_io
-from ..core.beam import beam_search, check_beams
+from ..core.beam import BeamSearch, beam_search
 from ..core.decoding import Batch, Generation, encode_prompt
 from ..core.pair import ModelPair
 from ..core.prefix import easd_start
@@ -34,11 +34,11 @@ from .results import prepare_folder
 class Variant:
     label: str  # how results name it: sd, easd, easd:no_overlap, easd@1.5/0.6, beam:4 …
     settings: DecodeSettings
-    beams: int = 1  # more than 1: beam search on the draft (easd.core.beam), decoded outside the batch
+    beams: BeamSearch | None = None  # beam search on the draft (easd.core.beam), decoded outside the batch
 
 
 def parse_methods(text: str, base: DecodeSettings) -> list[Variant]:
-    """`target,draft,sd,easd,mti,easd:no_overlap,beam:4` → variants; SD first, so EASD variants can reuse it."""
+    """`target,draft,sd,easd,mti,easd:no_overlap,beam:4,beam:4/0` → variants; SD first, so EASD variants can reuse it."""
     variants = []
     for label in [part.strip() for part in text.split(",") if part.strip()]:
         method, _, rule = label.partition(":")
@@ -47,7 +47,7 @@ def parse_methods(text: str, base: DecodeSettings) -> list[Variant]:
             continue
         if method not in METHODS or (rule and (method != "easd" or rule not in RULES)):
             raise EasdError(
-                f"--methods: {label!r} is not one of {', '.join(METHODS)}, easd:RULE (RULE: {', '.join(RULES)}) or beam:N"
+                f"--methods: {label!r} is not one of {', '.join(METHODS)}, easd:RULE (RULE: {', '.join(RULES)}), beam:N or beam:N/α"
             )
         variants.append(Variant(label, replace(base, method=method, rule=rule or base.rule)))
     if not variants:
@@ -55,16 +55,23 @@ def parse_methods(text: str, base: DecodeSettings) -> list[Variant]:
     return sorted(variants, key=lambda v: v.settings.method != "sd")
 
 
-def _beam_variant(label: str, beams: str, base: DecodeSettings) -> Variant:
-    """beam:N, beam search on the draft with N beams."""
+def _beam_variant(label: str, spec: str, base: DecodeSettings) -> Variant:
+    """beam:N, beam search on the draft with N beams ranked by mean log-probability per token (α = 1, transformers'
+    default); beam:N/α with another length penalty (beam:4/0 ranks by the sum). Sampled at the run's --temperature
+    and --top-p (the paper's beams: 0.7 and 0.8), greedy at temperature 0."""
     settings = replace(base, method="draft")
-    if not beams.isdigit():
-        raise EasdError(f"--methods: {label!r} must be beam:N, N the number of beams (e.g. beam:4)")
+    beams, _, alpha = spec.partition("/")
     try:
-        check_beams(int(beams), settings)
+        search = BeamSearch(int(beams), float(alpha) if alpha else 1.0)
+    except ValueError:
+        raise EasdError(
+            f"--methods: {label!r} must be beam:N or beam:N/α, N beams, α the length penalty (e.g. beam:4, beam:4/0)"
+        ) from None
+    try:
+        search.check(settings)
     except SettingsError as err:
         raise EasdError(f"--methods: {label}: {err.message}") from None
-    return Variant(label, settings, beams=int(beams))
+    return Variant(label, settings, beams=search)
 
 
 def grid_variants(base: DecodeSettings, tau_hs: list[float], tau_os: list[float]) -> list[Variant]:
@@ -145,8 +152,9 @@ def decode_items(
         sd = next((v for v in item.variants if v.settings.method == "sd"), None)
         followers = [v for v in item.variants if v.settings.method == "easd"] if sd else []
         for variant in item.variants:
-            if variant.beams > 1:  # its beams are rows of their own caches: decoded now, outside the batch
-                trace = beam_search(pair, item.problem.prompt, _seeded(variant, item), variant.beams)
+            if variant.beams is not None:  # its beams are rows of their own caches: decoded now, outside the batch
+                problem = item.problem
+                trace = beam_search(pair, problem.prompt, _seeded(variant, item), variant.beams, system=problem.system)
                 ready.extend(finish(item, variant, trace, 0.0))
             elif variant not in followers:
                 generation = Generation(
@@ -155,6 +163,7 @@ def decode_items(
                     _seeded(variant, item),
                     keep_kv=variant is sd and bool(followers),
                     question=item.problem.question,
+                    system=item.problem.system,
                 )
                 add(generation, item, variant, 0.0)
 
@@ -205,7 +214,7 @@ class LocalRunner:
 
     def __call__(self, items: list[WorkItem]) -> Iterator[tuple[WorkItem, list[tuple[dict, Trace]]]]:
         # refused before anything is decoded: a prompt too long for the context, or more rows than memory holds
-        prompts = [encode_prompt(self.pair, p.prompt, chat=True) for p in {i.problem.id: i.problem for i in items}.values()]
+        prompts = [encode_prompt(self.pair, p.prompt, True, p.system) for p in {i.problem.id: i.problem for i in items}.values()]
         settings = [v.settings for item in items for v in item.variants]
         longest = max((len(p) for p in prompts), default=0) + max((s.max_new_tokens + s.k for s in settings), default=0)
         check_batch_fits(self.pair, min(self.batch_size, sum(len(i.variants) for i in items)), longest)

@@ -56,6 +56,12 @@ BUDGETS = {
     "olympiad": 4096,
     "limo": 4096,
 }
+# How a problem is put to the model. "qwen25-math-cot" is the Qwen2.5-Math evaluation's (RSD's harness and the
+# paper's benchmarks use it): the bare question as the user's turn under QWEN25_MATH_SYSTEM. "easd" is ours: no system
+# prompt, our instruction after the question. The math formats default to the first; the option formats have no
+# prompt in that harness and keep ours, which asks for a letter.
+PROMPT_STYLES = ("qwen25-math-cot", "easd")
+QWEN25_MATH_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
 INSTRUCTION = "Solve the problem step by step, then give the final answer in \\boxed{}."
 CHOICE_INSTRUCTION = "Think step by step, then give the letter of the correct option in \\boxed{}."
 MATH_VERIFY_SECONDS = 10.0  # our own limit: math-verify's SIGALRM timeouts only work in the main thread
@@ -67,25 +73,34 @@ GPQA_FIELDS = ("Question", "Correct Answer", "Incorrect Answer 1", "Incorrect An
 @dataclass(frozen=True)
 class Problem:
     id: str  # the dataset's own id (unique_id, id) where it has one, else the line number: stable under --shuffle
-    prompt: str  # what the model is asked: the question and our instruction
+    prompt: str  # the user's turn: the question, and our instruction in the "easd" prompt style
     question: str  # the problem as the data states it (its options listed): what RSD's PRM reads, as RSD's code passes it
     gold: str  # the reference answer, as the data gives it (several OlympiadBench answers joined by ", ")
     format: str
     options: tuple[str, ...] = ()  # the options in the order shown, for formats that shuffle them (gpqa)
+    system: str = ""  # the system prompt ("" for none): QWEN25_MATH_SYSTEM in the qwen25-math-cot prompt style
 
 
 # --- loading ------------------------------------------------------------------------------------
 
 
 def load_problems(
-    path: str | Path, format: str, limit: int | None = None, offset: int = 0, shuffle: int | None = None
+    path: str | Path,
+    format: str,
+    limit: int | None = None,
+    offset: int = 0,
+    shuffle: int | None = None,
+    style: str = "auto",
 ) -> list[Problem]:
-    """Problems from a JSONL (or gpqa CSV) file; with `shuffle` a fixed seeded order, then `offset` and `limit`.
+    """Problems from a JSONL (or gpqa CSV) file; with `shuffle` a fixed seeded order, then `offset` and `limit`;
+    asked in the prompt `style` (one of PROMPT_STYLES, or "auto" for the format's `default_style`).
 
     Every record is checked before any is returned, so a bad line stops a run before it decodes anything.
     """
     if format not in FORMATS + ("auto",):
         raise EasdError(f"--format: must be auto or one of {', '.join(FORMATS)} (got {format!r})")
+    if style not in PROMPT_STYLES + ("auto",):
+        raise EasdError(f"--prompt-style: must be auto or one of {', '.join(PROMPT_STYLES)} (got {style!r})")
     path = Path(path)
     if not path.is_file():
         raise EasdError(f"--data: no such file: {path}")
@@ -97,7 +112,8 @@ def load_problems(
         if not isinstance(first, dict):
             raise EasdError(f"--data: line {number + 1} of {path} is not a JSON object, so --format auto cannot read its fields")
         format = detect_format(first, path)
-    problems = [_problem(number, row, format, path) for number, row in records]
+    style = default_style(format) if style == "auto" else style
+    problems = [_problem(number, row, format, path, style) for number, row in records]
     _check_unique_ids(problems, records, path)
     if shuffle is not None:
         random.Random(shuffle).shuffle(problems)
@@ -150,13 +166,20 @@ def detect_format(row: dict, path: Path) -> str:
     )
 
 
-def _problem(number: int, row: dict | str, format: str, path: Path) -> Problem:
+def default_style(format: str) -> str:
+    """qwen25-math-cot for the math formats; ours for the option formats, which that harness does not prompt."""
+    return "easd" if GRADING[format] == "letter" else "qwen25-math-cot"
+
+
+def _problem(number: int, row: dict | str, format: str, path: Path, style: str) -> Problem:
     try:
         if not isinstance(row, dict):
             raise ValueError("not a JSON object")
         question, gold, options = _LOADERS[format](row)
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as err:
         raise EasdError(f"--data: line {number + 1} of {path} is not a {format} problem ({type(err).__name__}: {err})") from None
+    if style == "qwen25-math-cot":
+        return Problem(_problem_id(row, number), question, question, gold, format, options, system=QWEN25_MATH_SYSTEM)
     instruction = CHOICE_INSTRUCTION if GRADING[format] == "letter" else INSTRUCTION
     return Problem(_problem_id(row, number), f"{question}\n\n{instruction}", question, gold, format, options)
 
@@ -208,7 +231,7 @@ def _aime(row: dict) -> tuple[str, str, tuple]:
 def _olympiad(row: dict) -> tuple[str, str, tuple]:
     answers = row["final_answer"]
     answers = [answers] if isinstance(answers, str) else list(answers)
-    answers = [str(a).strip().strip("$").strip() for a in answers]
+    answers = [re.sub(r"(?<!\\)\$", "", str(a)).strip() for a in answers]  # "$1$,$2$" is one answer, a list
     if not answers or not all(answers):
         raise ValueError("final_answer is empty")
     context = (row.get("context") or "").strip()
@@ -306,7 +329,14 @@ def is_correct(prediction: str | None, gold: str, format: str) -> bool:
         return choice_letter(prediction) == gold.upper()
     if grading == "all_answers":
         return all_answers_equal(prediction, gold)
-    return math_equal(prediction, gold)
+    return _same_text(prediction, gold) or math_equal(prediction, gold)
+
+
+def _same_text(a: str, b: str) -> bool:
+    """Equal but for spaces, case and dollar signs: a written-out answer ("all odd n") that no parser reads is still
+    right when it is the gold's own words (as the Qwen2.5-Math harness's math_equal checks first)."""
+    squeeze = lambda s: re.sub(r"\s+|(?<!\\)\$", "", s).lower()  # noqa: E731
+    return squeeze(a) == squeeze(b)
 
 
 def same_answer(a: str, b: str, format: str) -> bool:
@@ -324,6 +354,8 @@ def same_answer(a: str, b: str, format: str) -> bool:
 def all_answers_equal(prediction: str, gold: str) -> bool:
     """OlympiadBench: with several answers the prediction must give every one of them, in any order
     (as OlympiadBench's own judge does); one answer is compared whole, so "(1, 2)" stays a pair."""
+    if _same_text(prediction, gold):
+        return True
     wanted = split_answers(gold)
     if len(wanted) == 1:
         return math_equal(prediction, gold)
@@ -401,7 +433,9 @@ def _math_verify(prediction: str, gold: str, result) -> None:
     from math_verify import parse, verify
 
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # it warns that its timeouts are off: ours is on
-    wrap = lambda s: s if "\\boxed" in s or "$" in s else f"${s}$"
+    # an answer is one formula: dollars inside it ("x$, $y", as OlympiadBench writes lists) would split it, so
+    # math-verify reads it without them (an escaped \\$ is a currency sign and stays)
+    wrap = lambda s: s if "\\boxed" in s else "$" + re.sub(r"(?<!\\)\$", "", s) + "$"
     result.put(
         bool(verify(parse(wrap(gold), parsing_timeout=None), parse(wrap(prediction), parsing_timeout=None), timeout_seconds=None))
     )

@@ -44,7 +44,8 @@ RESULT_COLUMNS = [
     "text",
 ]
 # What must match for --resume to add to an output folder (methods and --limit may grow).
-RESUME_KEYS = ("pair", "data", "format", "shuffle", "samples", "settings")
+RESUME_KEYS = ("pair", "data", "format", "shuffle", "prompt_style", "samples", "settings")
+UNSAID = {"prompt_style": "easd"}  # what a folder made before a key existed was run with
 
 
 TEXT_COLUMNS = {"problem_id", "method", "prediction", "extraction", "gold", "correct", "stop_reason", "text"}
@@ -140,7 +141,7 @@ def prepare_folder(out: Path, config: dict, resume: bool) -> ResultsFile:
         raise EasdError(f"--out: {out} already holds results; add --resume to continue them, or choose another folder")
     if resume and config_path.exists():
         saved = json.loads(config_path.read_text(encoding="utf-8"))
-        different = [key for key in RESUME_KEYS if saved.get(key) != config.get(key)]
+        different = [key for key in RESUME_KEYS if saved.get(key, UNSAID.get(key)) != config.get(key, UNSAID.get(key))]
         if different:
             raise EasdError(f"--resume: {out} was run with other {', '.join(different)}; choose another --out")
     out.mkdir(parents=True, exist_ok=True)
