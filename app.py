@@ -18,16 +18,16 @@ import os
 import sys
 from pathlib import Path
 
-from components.host import ModelHost
 from components.page import SESSION_TTL_S
 from components.server import ASSETS, serve
 from components.wiring import build_app
 from easd.cli import add_weight_flags, check_model_flags, runtime_of
-from easd.core.sharing import RESULTS_BYTES
-from easd.core.worker import check_max_rows
 from easd.errors import EasdError
 from easd.pairs.loading import load_pair, loaded_with_prm
 from easd.pairs.registry import PAIRS, default_pair_name, load_named_pair
+from easd.serving.host import ModelHost
+from easd.serving.results import RESULTS_BYTES
+from easd.serving.worker import check_max_rows
 
 # Every flag can come from the environment, which is how a Space sets them: --max-batch is EASD_MAX_BATCH, and so on.
 ENVIRONMENT = "EASD_"

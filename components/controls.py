@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass, replace
 
 import gradio as gr
 
-from easd.core.acceptance import rule_fires
-from easd.core.settings import RULES, DecodeSettings, overlap_needed
 from easd.errors import SettingsError
+from easd.method.acceptance import rule_fires
+from easd.method.settings import RULES, DecodeSettings, overlap_needed
 
 from .lanes import TITLES
 
@@ -135,7 +135,7 @@ def _shown(value) -> str:
 class RuleView:
     """The settings a finished trace is re-read under without regenerating (the what-if), checked.
 
-    Field names match `easd.core.whatif`'s keyword arguments, so `**view.as_kwargs()` passes it whole.
+    Field names match `easd.method.whatif`'s keyword arguments, so `**view.as_kwargs()` passes it whole.
     """
 
     rule: str = DEFAULTS.rule

@@ -1,7 +1,7 @@
 """The Plotly figures: signal timeline, top-5 heatmaps, the what-if map and the speed map (`FIGURES`: one entry each).
 
 All three read a finished (or growing) trace; the what-if map re-evaluates the rule with
-`easd.core.whatif`, the same rule function the decoding loop runs. Token text shown inside a figure
+`easd.method.whatif`, the same rule function the decoding loop runs. Token text shown inside a figure
 is escaped too: Plotly interprets a small set of HTML tags in text.
 """
 
@@ -14,9 +14,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from easd.core import whatif
-from easd.core.speed import Speed, predicted_speedup
-from easd.core.trace import Trace
+from easd.method import whatif
+from easd.method.speed import Speed, predicted_speedup
+from easd.method.trace import Trace
 
 from .controls import RuleView
 from .lanes import lane_window, visible_text
@@ -187,7 +187,7 @@ class Focus:
 
 def speed_map(speculative: Trace | None) -> go.Figure:
     """SD's predicted speed-up over target-only against k and the acceptance rate, with this machine's measured
-    costs (easd.core.speed), the break-even line, and the run's own point."""
+    costs (easd.method.speed), the break-even line, and the run's own point."""
     speed = Speed.of_trace(speculative)
     if speed is None:
         return empty_figure("the speed map needs a finished SD or EASD run, with its passes timed by this app")

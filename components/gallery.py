@@ -3,7 +3,7 @@
 `assets/gallery/index.json` lists each recording: a key, a title, one sentence on what to look
 at, its trace file, and the prompt and settings it was made with. The browser only ever sends a
 key from that list; the file behind it is the server's choice, and it passes the same checks as
-an upload (`easd.core.trace.load`).
+an upload (`easd.method.trace.load`).
 
 Record them again (the embedded pair, every comparison in one batch; float32 rows do not depend
 on the batch they are in):
@@ -18,12 +18,12 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from easd.core import trace as trace_io
-from easd.core.compare import Comparison
-from easd.core.decoding import Batch
-from easd.core.settings import DecodeSettings
-from easd.core.trace import Trace
 from easd.errors import SettingsError
+from easd.method import trace as trace_io
+from easd.method.compare import Comparison
+from easd.method.decoding import Batch
+from easd.method.settings import DecodeSettings
+from easd.method.trace import Trace
 from easd.pairs.loading import Runtime
 
 from .controls import WHATIF_TOP

@@ -4,7 +4,7 @@
   anyone listens, and what it yields waits in a queue per session until the client's event
   stream takes it. A client that takes anything at all is reading, however slowly; one whose
   queue has not moved for the worker's patience, or whose connection closed, is not
-  (easd.core.worker stops its run as "unread").
+  (easd.serving.worker stops its run as "unread").
 - The result said once (`say_results_once`): Gradio sends a generator's every value as a
   `generating` message and then the last one again as `complete`. An API call's last value is
   its whole result, so its `generating` copy is dropped and the result travels once.

@@ -17,18 +17,18 @@ from functools import partial
 
 import gradio as gr
 
-from easd.core import trace as trace_io
-from easd.core.compare import DEFAULT_METHODS, LANES, Comparison
-from easd.core.sharing import Stream
-from easd.core.trace import Trace
-from easd.core.whatif import would_penalize
 from easd.errors import EasdError, SettingsError
+from easd.method import trace as trace_io
+from easd.method.compare import DEFAULT_METHODS, LANES, Comparison
+from easd.method.trace import Trace
+from easd.method.whatif import would_penalize
+from easd.serving.host import Client, ModelHost
+from easd.serving.tickets import Stream
 
 from . import figures
 from .controls import DEFAULTS, RuleView, api_words, check_flag, check_method, check_prompt, page_words, read_settings
 from .gallery import Gallery
 from .gradio_internals import Outbox, Watch, event_data
-from .host import Client, ModelHost
 from .html import Html, join, tag
 from .inspector import inspector_html
 from .lanes import lane_html, lane_title
@@ -95,8 +95,8 @@ def render_panels(page: Page, session: Session, view: RuleView) -> dict:
     return out
 
 
-def render_files(page: Page, session: Session) -> dict:
-    paths = None if session.running else session.export(page.downloads)
+def render_files(page: Page, paths: tuple[str, str] | None) -> dict:
+    """The download buttons, for the files at `paths` (CSV, JSON) or off for None."""
     if paths is None:
         return {button: gr.DownloadButton(value=None, interactive=False) for button in (page.download_csv, page.download_json)}
     return {
@@ -110,7 +110,7 @@ def render_all(page: Page, session: Session, view: RuleView, message: str = "") 
     return (
         render_lanes(page, session, view)
         | render_panels(page, session, view)
-        | render_files(page, session)
+        | render_files(page, None if session.running else session.export(page.downloads))
         | {page.message: say(message), page.state: session}
     )
 
@@ -239,7 +239,7 @@ def sharing(stream: Stream) -> str:
     return " ".join(filter(None, (SHARED.get(stream.how, ""), batch)))
 
 
-SHARED = {  # where a stream's result comes from, when not from its own request (easd.core.sharing)
+SHARED = {  # where a stream's result comes from, when not from its own request (easd.serving.results)
     "joined": "Someone asked for exactly this a moment ago: you are watching the same run, computed once.",
     "replayed": "This exact request was computed a moment ago: replayed at once, no model time.",
 }
@@ -347,7 +347,7 @@ async def watch(page: Page, host: ModelHost, values: dict, request: gr.Request):
             context |= {page.methods[lane]: settings.method for lane, settings in showing.lanes.items()}
             context |= {page.message: say(f"👀 Room {room.code}: the presenter's run {shown}."), page.state: session}
             empty = _for_viewer(room, (shown, "start"), stream, session, partial(_lanes_and_panels, page, session, view))
-            yield empty | render_files(page, session) | context  # the figures, once for the room, not once a viewer
+            yield empty | render_files(page, None) | context  # the figures, once for the room, not once a viewer
             seen = -1
             while not stream.done and not room.ended and room.showing is showing:
                 tick = await _room_tick()
@@ -361,7 +361,7 @@ async def watch(page: Page, host: ModelHost, values: dict, request: gr.Request):
             done = (shown, stream.version, stream.cancelled, session.step_lane, session.step)
             final = _for_viewer(room, done, stream, session, partial(_lanes_and_panels, page, session, view))
             files = (
-                render_files(page, session)
+                render_files(page, session.export(page.downloads))
                 if stream.left is not None
                 else room.shared((*done, "files"), partial(_room_files, page, room, session))
             )
@@ -387,10 +387,7 @@ def _lanes_and_panels(page: Page, session: Session, view: RuleView) -> dict:
 def _room_files(page: Page, room: Room, session: Session) -> dict:
     """The finished run's downloads, written once into the room's own folder for every viewer who kept the whole run
     (a folder no viewer's Clear or next run deletes: it goes when the room ends)."""
-    if room.files is None:
-        room.files = Session()
-    room.files.traces = dict(session.traces)
-    return render_files(page, room.files)
+    return render_files(page, room.files.write(list(session.traces.values()), page.downloads))
 
 
 def _for_viewer(room: Room, key: tuple, stream: Stream, session: Session, render) -> dict:

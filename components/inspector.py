@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from easd.core.acceptance import RULE_CONDITIONS, rule_conditions
-from easd.core.settings import DecodeSettings, overlap_needed
-from easd.core.trace import TokenRecord, Trace
-from easd.core.whatif import record_overlap
+from easd.method.acceptance import RULE_CONDITIONS, rule_conditions
+from easd.method.settings import DecodeSettings, overlap_needed
+from easd.method.trace import TokenRecord, Trace
+from easd.method.whatif import record_overlap
 
 from .controls import RuleView
 from .html import Html, join, number, tag

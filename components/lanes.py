@@ -3,14 +3,14 @@
 Token text is model output and a loaded trace may hold anything in any field, so every span is
 built with `components.html` (text and attributes escaped by construction), and the CSS class of an
 origin comes from a fixed table, never from the trace. Nothing here decides anything about the
-method; it only draws what a trace (and `easd.core.whatif`) says.
+method; it only draws what a trace (and `easd.method.whatif`) says.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from easd.core.trace import TokenRecord, Trace
+from easd.method.trace import TokenRecord, Trace
 
 from .html import Html, join, number, tag
 

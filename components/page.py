@@ -8,12 +8,12 @@ from pathlib import Path
 import gradio as gr
 from gradio.utils import get_upload_folder
 
-from easd.core.compare import DEFAULT_METHODS, LANES
+from easd.method.compare import DEFAULT_METHODS, LANES
+from easd.serving.host import ModelHost
 
 from . import figures
 from .controls import Controls, RuleView, build_controls
 from .gallery import Gallery
-from .host import ModelHost
 from .html import tag
 from .inspector import inspector_html
 from .lanes import TITLES, Spans, lane_html, lane_title, legend_html

@@ -2,7 +2,7 @@
 
 The presenter presses Present and gets a short code; whoever opens the app with `?room=CODE` sees
 the presenter's prompt, settings and lanes as they stream, and each new run the presenter starts.
-A viewer's page follows the presenter's ticket through a passive Stream (easd.core.sharing): it
+A viewer's page follows the presenter's ticket through a passive Stream (easd.serving.results): it
 reads the same traces the presenter's page reads, so a room costs no decoding, and a viewer's Stop
 only stops their own view. Everything else on a viewer's page (the inspector, the what-if, the
 step-through, the figures, the downloads) works on their own copy of the traces. A room ends with
@@ -15,14 +15,12 @@ import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from easd.core.settings import DecodeSettings
-from easd.core.worker import Ticket
 from easd.errors import EasdError
+from easd.method.settings import DecodeSettings
+from easd.serving.tickets import Ticket
 
-if TYPE_CHECKING:
-    from .session import Session
+from .downloads import Downloads
 
 CODE_LETTERS = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O or 1/I: a code is read aloud and typed
 CODE_LENGTH = 5  # 32^5, about 33 million codes
@@ -51,7 +49,7 @@ class Room:
         self.viewers = 0
         self._lock = threading.Lock()
         self._rendered: dict[object, dict] = {}  # the latest updates every viewer shares, by what they show
-        self.files: Session | None = None  # the room's own downloads of a finished run, written once for every viewer
+        self.files = Downloads()  # the room's own downloads of a finished run, written once for every viewer
 
     def show(self, ticket: Ticket, prompt: str, lanes: dict[str, DecodeSettings]) -> None:
         with self._lock:
@@ -84,8 +82,7 @@ class Room:
 
     def end(self) -> None:
         self.ended = True
-        if self.files is not None:
-            self.files.close()  # its download folder goes with it
+        self.files.delete()  # its download folder goes with it
 
 
 class Rooms:

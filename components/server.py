@@ -16,7 +16,7 @@ from . import gradio_internals, handlers
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 LIGHT_EVENTS = 4  # uploads and the Evaluation tab's events served at once (generation has its own limit: ModelHost.slots)
-MAX_UPLOAD = "60mb"  # a little above easd.core.trace.MAX_TRACE_BYTES, so the app's own message explains the limit
+MAX_UPLOAD = "60mb"  # a little above easd.method.trace.MAX_TRACE_BYTES, so the app's own message explains the limit
 
 
 def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, forwarded_allow_ips: str = "", **options):

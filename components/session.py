@@ -1,30 +1,25 @@
 """What one browser session holds: its two lanes' traces, the selected token, the step-through position,
-and the one folder its downloads are written to.
+and its downloads (components.downloads).
 
 Lives in `gr.State`, one copy per user; the model pair is never in here. A session ends when its
 tab closes (`Sessions.close`, from the page's unload event) or when its state expires (Gradio
 calls `Session.close` after the page's time limit): its run leaves the shared batch, its traces
-are dropped and its download folder is deleted. The folder lies inside Gradio's own file cache,
-so Gradio serves the downloads from there without copying them: deleting it leaves nothing behind.
+are dropped and its download folder is deleted.
 """
 
 from __future__ import annotations
 
-import datetime
-import re
-import shutil
-import tempfile
 import threading
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from easd.core import trace as trace_io
-from easd.core.compare import LANES
-from easd.core.decoding import SPECULATIVE
-from easd.core.sharing import Stream
-from easd.core.trace import TokenRecord, Trace
+from easd.method.compare import LANES
+from easd.method.decoding import SPECULATIVE
+from easd.method.trace import TokenRecord, Trace
+from easd.serving.tickets import Stream
 
+from .downloads import Downloads
 from .lanes import fork_position
 from .rooms import Room
 
@@ -37,7 +32,7 @@ class Session:
     step: int = 0
     running: bool = False
     stream: Stream | None = None  # this page's stream of its run in the shared batch (Stop and Clear end it)
-    folder: Path | None = None  # made on the first export, reused (files replaced) by later ones
+    downloads: Downloads = field(default_factory=Downloads)
     room: Room | None = None  # the room this page presents to (components.rooms)
     watching: Room | None = None  # the room this page watches
 
@@ -57,8 +52,7 @@ class Session:
     def _forget(self, why: str) -> None:
         if self.stream is not None:
             self.stream.cancel(why)
-        if self.folder is not None:
-            shutil.rmtree(self.folder, ignore_errors=True)
+        self.downloads.delete()
         self.__dict__.update(Session().__dict__)
 
     def show(self, stream: Stream) -> None:
@@ -107,20 +101,8 @@ class Session:
         return f"Loaded {len(shown)} run(s) from {source}" + (f"; {skipped} more run(s) in the file not shown" if skipped else "")
 
     def export(self, root: Path) -> tuple[str, str] | None:
-        """Both traces as CSV and JSON files in the session's folder under `root` (one `method` column tells the runs apart)."""
-        traces = [t for t in self.traces.values() if t is not None and t.records]
-        if not traces:
-            return None
-        if self.folder is None or not self.folder.is_dir():
-            root.mkdir(parents=True, exist_ok=True)
-            self.folder = Path(tempfile.mkdtemp(prefix="easd-session-", dir=root))
-        for old in self.folder.iterdir():  # one pair of files per session: the latest export
-            old.unlink()
-        name = export_name(traces[0], datetime.date.today())
-        paths = self.folder / f"{name}.csv", self.folder / f"{name}.json"
-        trace_io.write_csv(traces, paths[0])
-        trace_io.write_json(traces, paths[1])
-        return str(paths[0]), str(paths[1])
+        """Both lanes' traces as the session's downloads under `root`; None while there is nothing to export."""
+        return self.downloads.write(list(self.traces.values()), root)
 
 
 class Sessions:
@@ -146,15 +128,3 @@ class Sessions:
 
     def __len__(self) -> int:
         return len(self._open)
-
-
-def export_name(trace: Trace, day: datetime.date) -> str:
-    """easd-2026-12-01-qwen2.5-coder-0.5b-instruct-to-qwen2.5-coder-1.5b-instruct-natalia-sold-clips-to-48:
-    the date, the pair and the prompt's first words, in characters every file system takes."""
-    pair = f"{_slug(trace.draft_model, 40)}-to-{_slug(trace.target_model, 40)}" if trace.draft_model else ""
-    words = _slug(" ".join(trace.prompt.split()[:5]), 40)
-    return "-".join(part for part in ("easd", day.isoformat(), pair, words) if part)
-
-
-def _slug(text: str, limit: int) -> str:
-    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-.")[:limit].strip("-.")

@@ -5,8 +5,8 @@ Built with `components.html`: a loaded trace's summary (its stop reason, its cou
 
 from __future__ import annotations
 
-from easd.core.speed import Speed
-from easd.core.trace import Trace, intervened
+from easd.method.speed import Speed
+from easd.method.trace import Trace, intervened
 
 from .html import Html, join, number, tag
 from .lanes import TITLES
@@ -88,7 +88,7 @@ def _is_real(value) -> bool:
 
 
 def speed_html(trace: Trace | None) -> Html:
-    """The Speed panel: why this speculative run was as fast as it was, from its own measured passes (easd.core.speed)."""
+    """The Speed panel: why this speculative run was as fast as it was, from its own measured passes (easd.method.speed)."""
     speed = Speed.of_trace(trace)
     if speed is None:
         return Html("")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from easd.core.trace import TokenRecord, Trace
+from easd.method.trace import TokenRecord, Trace
 
 from .html import Html, join, number, tag
 from .lanes import visible_text

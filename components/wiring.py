@@ -10,11 +10,12 @@ import functools
 
 import gradio as gr
 
+from easd.serving.host import ModelHost
+
 from . import evaluation, gradio_internals, handlers
 from .evaluation import EvaluationTab, build_evaluation_tab
 from .failures import refuse_in_one_line, wire
 from .gallery import Gallery
-from .host import ModelHost
 from .page import SESSION_TTL_S, Page, build_page
 
 VIEW_EVENTS = 2  # what-if re-reads, token clicks and steps served at once: one user's heavy trace cannot stall the rest

@@ -7,12 +7,12 @@ print(trace.text, trace.summary())
 """
 
 from ._version import __version__
-from .core import trace
-from .core.decoding import Block, Generation
-from .core.pair import ModelPair
-from .core.settings import DecodeSettings
-from .core.trace import TokenRecord, Trace
 from .errors import EasdError, ModelLoadError, SettingsError
+from .method import trace
+from .method.decoding import Block, Generation
+from .method.pair import ModelPair
+from .method.settings import DecodeSettings
+from .method.trace import TokenRecord, Trace
 from .pairs.loading import load_pair
 from .pairs.registry import PAIRS, default_pair_name, load_named_pair
 

@@ -42,7 +42,7 @@ part "Tests marked cuda" 120 python -m pytest -m cuda -n 0 -rP tests/test_cuda.p
 part "Bench, bfloat16" 60 python -m easd bench --pair qwen-coder --backend transformers --dtype bfloat16 --prompts 3
 part "Bench, float32" 60 python -m easd bench --pair qwen-coder --backend transformers --dtype float32 --prompts 3
 part "Batched, bfloat16, B = 1, 8, 32" 75 python -m easd bench --pair qwen-coder --backend transformers --dtype bfloat16 --batch-sizes 1,8,32
-part "ZeroGPU simulated: the first examples through the worker" 60 python -m components.zerogpu --pair qwen-coder --backend transformers
+part "ZeroGPU simulated: the first examples through the worker" 60 python -m tools.zerogpu --pair qwen-coder --backend transformers
 printf '\nIn all %s s.\n' $((SECONDS - began)) >>"$report"
 echo "device check: $([ $failed = 0 ] && echo green || echo 'a part failed'); report in $report ($((SECONDS - began)) s)" >&2
 exit $failed

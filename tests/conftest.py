@@ -6,7 +6,7 @@ import tempfile
 import pytest
 import torch
 
-from easd.core.settings import DecodeSettings
+from easd.method.settings import DecodeSettings
 from easd.pairs.loading import Runtime
 from easd.pairs.tiny import load_tiny_pair
 
@@ -54,8 +54,8 @@ def hf_tiny_pair():
 @pytest.fixture(scope="session")
 def trace_sources(tmp_path_factory, hf_tiny_pair):
     """A folder with t.csv and t.json: an SD and an EASD run of 24 tokens, for tests that spoil their fields."""
-    from easd.core import trace as trace_io
-    from easd.core.decoding import Generation
+    from easd.method import trace as trace_io
+    from easd.method.decoding import Generation
 
     folder = tmp_path_factory.mktemp("sources")
     runs = [
@@ -70,7 +70,7 @@ def trace_sources(tmp_path_factory, hf_tiny_pair):
 @pytest.fixture
 def run(tiny_pair):
     """run(prompt, **settings) -> Trace, on the tiny pair."""
-    from easd.core.decoding import Generation
+    from easd.method.decoding import Generation
 
     def _run(prompt: str = PROMPTS[0], pair=None, use_cache: bool = True, chat: bool = True, **settings):
         return Generation(pair or tiny_pair, prompt, DecodeSettings(**settings), chat=chat, use_cache=use_cache).run()
@@ -119,8 +119,8 @@ def launch_app(host, eval_dirs=(), loaded=True, **app_options):
 @pytest.fixture(scope="session")
 def app_server(eval_folder):
     """The web app on the tiny random pair, served on a free local port for the session: (url, host)."""
-    from components.host import ModelHost
     from easd.pairs.tiny import load_tiny_pair
+    from easd.serving.host import ModelHost
 
     host = ModelHost({"tiny-random": load_tiny_pair}, "tiny-random", max_new_tokens_cap=400, max_batch=16)
     url, demo = launch_app(host, eval_dirs=[str(eval_folder)])

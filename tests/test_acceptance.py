@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from easd.core import acceptance as acc
-from easd.core.settings import overlap_needed
+from easd.method import acceptance as acc
+from easd.method.settings import overlap_needed
 
 
 def logits_of(probs) -> torch.Tensor:

@@ -9,7 +9,7 @@ from itertools import accumulate
 import pytest
 from gradio_client import Client
 
-from easd.core import trace as trace_io
+from easd.method import trace as trace_io
 
 
 def runs_of(result: dict):
@@ -133,8 +133,8 @@ def test_one_client_flooding_does_not_lock_out_another(app_url):
 
 def test_eight_users_at_once_each_get_what_they_get_alone(app_url, hf_tiny_pair):
     """Eight API users with their own prompts and seeds share the batch; each result equals the same request run alone."""
-    from easd.core.compare import Comparison
-    from easd.core.settings import DecodeSettings
+    from easd.method.compare import Comparison
+    from easd.method.settings import DecodeSettings
 
     requests = {f"u{i}": dict(prompt=f"user {i} counts apples", seed=40 + i, max_new_tokens=48) for i in range(8)}
     results = {}

@@ -15,7 +15,7 @@ from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 from test_app_render import NASTY, nasty_trace  # noqa: E402
 
-from easd.core import trace as trace_io  # noqa: E402
+from easd.method import trace as trace_io  # noqa: E402
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 if os.environ.get("EASD_REQUIRE_BROWSER") and not (CHROMIUM and CHROMEDRIVER):
@@ -272,7 +272,7 @@ def test_stop_keeps_what_was_produced_and_frees_the_worker(browser):
 def test_a_loaded_trace_brings_its_prompt_and_settings(browser, tmp_path, run):
     import dataclasses
 
-    from easd.core.settings import DecodeSettings
+    from easd.method.settings import DecodeSettings
 
     settings = DecodeSettings(tau_h=1.5, top_n=3, k=3, max_new_tokens=16)
     traces = [
@@ -398,7 +398,7 @@ def test_a_file_name_with_a_script_in_it_is_shown_as_text(browser, trace_sources
 def one_at_a_time(hf_tiny_pair):
     """A second app whose shared batch holds one comparison (--max-batch 2): (url, the pair's worker)."""
 
-    from components.host import ModelHost
+    from easd.serving.host import ModelHost
 
     host = ModelHost({"tiny-random": lambda: hf_tiny_pair}, "tiny-random", max_new_tokens_cap=400, max_batch=2)
     url, demo = launch_app(host)
@@ -505,7 +505,7 @@ def test_closing_the_tab_deletes_its_traces_and_files(app_url):
 
     from gradio.utils import get_upload_folder
 
-    from easd.core.trace import Trace
+    from easd.method.trace import Trace
 
     folders = Path(get_upload_folder()) / "easd-sessions"
     before = set(folders.glob("*")) if folders.exists() else set()
@@ -536,8 +536,8 @@ def test_the_first_example_on_the_embedded_pair_streams_from_its_first_block():
         pytest.skip("qwen-coder part packages not installed")
     import json
 
-    from components.host import ModelHost
     from components.server import ASSETS
+    from easd.serving.host import ModelHost
 
     pair = load_named_pair("qwen-coder")  # the app's own choice of backend here
     host = ModelHost({"qwen-coder": lambda: pair}, "qwen-coder", max_new_tokens_cap=256)
@@ -566,7 +566,7 @@ def lecture(hf_tiny_pair):
     """An app whose runs can last (2,000 tokens, no end token): (url, host)."""
     import dataclasses
 
-    from components.host import ModelHost
+    from easd.serving.host import ModelHost
 
     long_pair = dataclasses.replace(hf_tiny_pair, context_length=4096, eos_ids=frozenset())
     host = ModelHost({"tiny-random": lambda: long_pair}, "tiny-random", max_new_tokens_cap=2000, max_batch=4)

@@ -25,14 +25,14 @@ from conftest import launch_app
 from gradio_client import Client
 
 from components.handlers import compare
-from components.host import ModelHost
 from components.server import api_parameters
-from easd.core import trace as trace_io
-from easd.core.compare import Comparison
-from easd.core.settings import DecodeSettings
-from easd.core.trace import Trace
 from easd.errors import EasdError
+from easd.method import trace as trace_io
+from easd.method.compare import Comparison
+from easd.method.settings import DecodeSettings
+from easd.method.trace import Trace
 from easd.pairs.tiny import load_tiny_pair
+from easd.serving.host import ModelHost
 
 ARGUMENTS = dict(prompt="x", tau_h=1.0, tau_o=0.8, top_n=5, k=4, temperature=0.0, top_p=1.0, max_new_tokens=8)
 ARGUMENTS |= dict(rule="full", seed=0, pair="", chat=True, left="sd", right="easd")  # /compare's parameters, in order
@@ -141,7 +141,7 @@ def test_a_400_token_stream_sends_its_result_once_on_the_plain_route(app_url):
 
 
 def test_a_400_token_stream_sends_its_result_once_on_the_queue_protocol(app_url):
-    # not the plain route's prompt: the same request again would be replayed whole (easd.core.sharing), not streamed
+    # not the plain route's prompt: the same request again would be replayed whole (easd.serving.results), not streamed
     session = queue_join(app_url, list((ARGUMENTS | {"prompt": "A long story about plums.", "max_new_tokens": 400}).values()))
     stream = httpx.get(f"{app_url}gradio_api/queue/data", params={"session_hash": session}, timeout=120).content
     messages = [json.loads(line[len(b"data: ") :]) for line in stream.split(b"\n\n") if line.startswith(b"data: ")]

@@ -11,9 +11,9 @@ from components.lanes import lane_html, tooltip
 from components.session import Session
 from components.stats import comparison_html
 from components.stepper import block_views, stepper_html
-from easd.core import trace as trace_io
-from easd.core.settings import DecodeSettings
-from easd.core.trace import TokenRecord, Trace
+from easd.method import trace as trace_io
+from easd.method.settings import DecodeSettings
+from easd.method.trace import TokenRecord, Trace
 
 NASTY = ['<img src=x onerror="window.__xss=1">', '"><script>window.__xss=2</script>', "${window.__xss=3}", "{{value}}", "a&b"]
 

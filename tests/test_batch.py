@@ -8,10 +8,10 @@ import torch
 from conftest import PROMPTS
 
 from easd.backends.transformers import COMPACT_SLACK
-from easd.core import acceptance as acc
-from easd.core.decoding import Batch, Generation, encode_prompt
-from easd.core.settings import DecodeSettings
 from easd.errors import SettingsError
+from easd.method import acceptance as acc
+from easd.method.decoding import Batch, Generation, encode_prompt
+from easd.method.settings import DecodeSettings
 
 LONG = "A small draft model proposes a few tokens, and the larger target model checks them all in one pass. " * 3
 MIXED = [

@@ -6,11 +6,11 @@ import pytest
 import torch
 from conftest import PROMPTS
 
-from easd.core import acceptance as acc
-from easd.core.beam import Beam, BeamSearch, _settled, beam_search
-from easd.core.decoding import Generation, encode_prompt
-from easd.core.settings import DecodeSettings
 from easd.errors import SettingsError
+from easd.method import acceptance as acc
+from easd.method.beam import Beam, BeamSearch, _settled, beam_search
+from easd.method.decoding import Generation, encode_prompt
+from easd.method.settings import DecodeSettings
 
 DRAFT = DecodeSettings(method="draft", max_new_tokens=24)
 

@@ -1,4 +1,4 @@
-"""Decoding in chunks (easd.core.chunks), as a ZeroGPU Space runs the shared batch: each chunk a separate call that
+"""Decoding in chunks (easd.serving.chunks), as a ZeroGPU Space runs the shared batch: each chunk a separate call that
 re-prefills every row, the worker between calls. Forced into chunks of 1 to 3 steps on the CPU, every row must
 equal its continuous run."""
 
@@ -8,12 +8,12 @@ from dataclasses import replace
 
 import pytest
 
-from easd.core.chunks import GenerationSnapshot, decode_chunk
-from easd.core.compare import DEFAULT_METHODS
-from easd.core.decoding import Generation
-from easd.core.settings import DecodeSettings
-from easd.core.worker import Worker
 from easd.errors import QuotaSpent
+from easd.method.compare import DEFAULT_METHODS
+from easd.method.decoding import Generation
+from easd.method.settings import DecodeSettings
+from easd.serving.chunks import GenerationSnapshot, decode_chunk
+from easd.serving.worker import Worker
 
 USERS = {
     "user a": DecodeSettings(max_new_tokens=40, seed=3),

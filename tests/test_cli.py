@@ -7,7 +7,7 @@ import time
 import pytest
 
 from easd.cli import build_parser, main
-from easd.core import trace as trace_io
+from easd.method import trace as trace_io
 
 TINY = ["generate", "--pair", "tiny-random"]
 

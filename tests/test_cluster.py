@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from easd.cli import main
-from easd.core.settings import DecodeSettings
 from easd.errors import SettingsError
 from easd.lab.evaluate import LocalRunner, parse_methods, run_evaluation
 from easd.lab.problems import load_problems
+from easd.method.settings import DecodeSettings
 from easd.pairs.tiny import load_tiny_pair
 
 if os.environ.get("EASD_REQUIRE_CLUSTER") == "1":  # CI installs requirements-cluster.txt: these tests must run

@@ -11,20 +11,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from easd.core.chunks import GenerationSnapshot, catch_up, decode_chunk
-from easd.core.decoding import Batch, Generation
-from easd.core.seam import row_bytes
-from easd.core.settings import DecodeSettings
+from easd.method.decoding import Batch, Generation
+from easd.method.seam import row_bytes
+from easd.method.settings import DecodeSettings
 from easd.pairs.loading import Runtime
 from easd.pairs.registry import load_named_pair
 from easd.pairs.tiny import load_tiny_pair
+from easd.serving.chunks import GenerationSnapshot, catch_up, decode_chunk
 
 ROOT = Path(__file__).resolve().parent.parent
 CUDA = torch.cuda.is_available()
 on_cuda = pytest.mark.skipif(not CUDA, reason="no CUDA GPU here: the device check runs these on one")
 
 PROMPTS = ["Tom has 3 apples and buys 5 more.", "def add(a, b):", "The answer is", "Once upon a time"]
-APP_ROW_TOKENS = 2048 + 512  # a row's room in the app (components.host: PROMPT_TOKENS + the default token cap)
+APP_ROW_TOKENS = 2048 + 512  # a row's room in the app (easd.serving.host: PROMPT_TOKENS + the default token cap)
 
 
 def problems(count: int) -> list[str]:

@@ -7,9 +7,9 @@ from collections import Counter
 import pytest
 from conftest import PROMPTS
 
-from easd.core.decoding import Generation
-from easd.core.settings import DecodeSettings
 from easd.errors import SettingsError
+from easd.method.decoding import Generation
+from easd.method.settings import DecodeSettings
 
 SAMPLING = dict(temperature=1.0, top_p=0.95)
 
@@ -177,7 +177,7 @@ LONG_PROMPT = "apples and pears " * 50  # about 350 tokens: a prompt computed in
 
 
 def test_a_long_prompt_computed_in_pieces_decodes_as_in_one_pass(tiny_pair, monkeypatch):
-    from easd.core import decoding
+    from easd.method import decoding
 
     settings = DecodeSettings(method="sd", max_new_tokens=24)
     pieces = Generation(tiny_pair, LONG_PROMPT, settings, chat=False)
@@ -191,7 +191,7 @@ def test_a_long_prompt_computed_in_pieces_decodes_as_in_one_pass(tiny_pair, monk
 
 def test_stop_during_a_long_prompt_is_heard_before_the_row_takes_a_step(tiny_pair, monkeypatch):
     """On the embedded pair a 2,375-token prompt took 75 s in one pass, and Stop waited for it all."""
-    from easd.core import decoding
+    from easd.method import decoding
 
     monkeypatch.setattr(decoding, "PREFILL_CHUNK", 1)  # a pass per prompt token: the prompt takes a while even here
     generation = Generation(tiny_pair, LONG_PROMPT, DecodeSettings(method="sd", max_new_tokens=24), chat=False)
@@ -208,7 +208,7 @@ def test_stop_during_a_long_prompt_is_heard_before_the_row_takes_a_step(tiny_pai
 
 def test_a_long_prompt_is_computed_between_the_other_rows_steps(tiny_pair, monkeypatch):
     """In the app's shared batch a long prompt no longer pauses everyone: the others step between its pieces."""
-    from easd.core import decoding
+    from easd.method import decoding
 
     monkeypatch.setattr(decoding, "PREFILL_CHUNK", 16)  # about 22 pieces for this prompt
     settings = DecodeSettings(method="sd", max_new_tokens=200)

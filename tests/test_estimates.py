@@ -1,14 +1,14 @@
-"""The wait's arithmetic (easd.core.estimates), checked on simulated lines, and the worker's estimates on real models."""
+"""The wait's arithmetic (easd.serving.estimates), checked on simulated lines, and the worker's estimates on real models."""
 
 from dataclasses import replace
 
 import pytest
 
-from easd.core.compare import DEFAULT_METHODS
-from easd.core.decoding import Generation
-from easd.core.estimates import GUESS_ROW_S, Job, Pace, schedule
-from easd.core.settings import DecodeSettings
-from easd.core.worker import Worker
+from easd.method.compare import DEFAULT_METHODS
+from easd.method.decoding import Generation
+from easd.method.settings import DecodeSettings
+from easd.serving.estimates import GUESS_ROW_S, Job, Pace, schedule
+from easd.serving.worker import Worker
 
 
 def per_row(seconds: float):

@@ -13,7 +13,6 @@ import pandas as pd
 import pytest
 
 from easd.cli import main
-from easd.core.settings import DecodeSettings
 from easd.errors import EasdError
 from easd.lab.calibrate import nearest_candidate, top_share_mean
 from easd.lab.evaluate import LocalRunner, WorkItem, decode_items, grid_variants, parse_methods, run_evaluation
@@ -30,6 +29,7 @@ from easd.lab.report import (
     write_sweep,
 )
 from easd.lab.results import RESULT_COLUMNS, load_results
+from easd.method.settings import DecodeSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from easd.backends.transformers import float32_head
-from easd.core import acceptance as acc
-from easd.core import trace as trace_io
-from easd.core.decoding import Batch, Generation
-from easd.core.settings import DecodeSettings
-from easd.core.whatif import would_be_fragile
 from easd.lab.bench import head_copy_bytes
+from easd.method import acceptance as acc
+from easd.method import trace as trace_io
+from easd.method.decoding import Batch, Generation
+from easd.method.settings import DecodeSettings
+from easd.method.whatif import would_be_fragile
 from easd.pairs.loading import Runtime
 from easd.pairs.tiny import load_tiny_pair
 

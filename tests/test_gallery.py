@@ -6,9 +6,9 @@ from dataclasses import replace
 import pytest
 
 from components.gallery import Gallery
-from easd.core.compare import DEFAULT_METHODS
 from easd.errors import SettingsError
 from easd.lab.problems import extract_answer
+from easd.method.compare import DEFAULT_METHODS
 
 
 @pytest.fixture(scope="module")
@@ -54,9 +54,9 @@ def test_the_viewer_opens_a_recording_with_no_model_and_refuses_other_keys():
 
     from components import handlers
     from components.failures import wire
-    from components.host import ModelHost
     from components.page import build_page
     from components.session import Session
+    from easd.serving.host import ModelHost
 
     viewer, gallery = ModelHost({}, None), Gallery()
     with gr.Blocks():

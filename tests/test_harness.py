@@ -21,10 +21,10 @@ from lm_eval import simple_evaluate  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
 
 from easd.cli import main  # noqa: E402
-from easd.core.decoding import Generation  # noqa: E402
-from easd.core.settings import DecodeSettings  # noqa: E402
 from easd.errors import EasdError  # noqa: E402
 from easd.lab.harness import EasdLM, cut_at_stops  # noqa: E402
+from easd.method.decoding import Generation  # noqa: E402
+from easd.method.settings import DecodeSettings  # noqa: E402
 
 QUESTIONS = ["What is 2+2?", "Name a colour.", "Count to three."]
 MAX_GEN_TOKS = 12

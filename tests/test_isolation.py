@@ -12,12 +12,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from easd.core import acceptance as acc
-from easd.core.compare import DEFAULT_METHODS
-from easd.core.decoding import Batch, Generation
-from easd.core.settings import MIN_TEMPERATURE, MIN_TOP_P, DecodeSettings
-from easd.core.worker import Worker
 from easd.errors import SettingsError
+from easd.method import acceptance as acc
+from easd.method.compare import DEFAULT_METHODS
+from easd.method.decoding import Batch, Generation
+from easd.method.settings import MIN_TEMPERATURE, MIN_TOP_P, DecodeSettings
+from easd.serving.worker import Worker
 
 HONEST = [
     DecodeSettings(method="sd", max_new_tokens=40),

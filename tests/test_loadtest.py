@@ -1,10 +1,10 @@
-"""The load test (components.loadtest) runs end to end on the tiny pair: users at once, then a watched room."""
+"""The load test (tools.loadtest) runs end to end on the tiny pair: users at once, then a watched room."""
 
 from __future__ import annotations
 
 import re
 
-from components import loadtest
+from tools import loadtest
 
 
 def test_the_load_test_measures_users_and_a_room_and_every_result_equals_its_lone_run(capsys):

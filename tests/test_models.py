@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from easd.backends.transformers import HFTokenizer, make_pair, resolve_dtype, with_int8
-from easd.core.decoding import Generation
-from easd.core.pair import check_same_tokenizer
-from easd.core.settings import DecodeSettings
 from easd.errors import ModelLoadError
+from easd.method.decoding import Generation
+from easd.method.pair import check_same_tokenizer
+from easd.method.settings import DecodeSettings
 from easd.pairs.loading import Runtime
 from easd.pairs.registry import PAIRS, load_named_pair, pairs_table
 from easd.pairs.tiny import CORPUS, build_models, build_tokenizer

@@ -3,11 +3,11 @@
 import pytest
 from conftest import PROMPTS
 
-from easd.core import acceptance as acc
-from easd.core import trace as trace_io
-from easd.core.decoding import Batch, Generation, encode_prompt
-from easd.core.settings import DecodeSettings
 from easd.errors import SettingsError
+from easd.method import acceptance as acc
+from easd.method import trace as trace_io
+from easd.method.decoding import Batch, Generation, encode_prompt
+from easd.method.settings import DecodeSettings
 
 MTI = dict(method="mti", max_new_tokens=32)
 

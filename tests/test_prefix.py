@@ -5,9 +5,9 @@ import dataclasses
 import pytest
 from conftest import PROMPTS
 
-from easd.core.decoding import Generation
-from easd.core.prefix import easd_after_sd
-from easd.core.settings import DecodeSettings
+from easd.method.decoding import Generation
+from easd.method.prefix import easd_after_sd
+from easd.method.settings import DecodeSettings
 from easd.pairs.loading import Runtime
 
 VARIANTS = [

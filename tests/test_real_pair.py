@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from easd.core.decoding import Batch, Generation, encode_prompt
-from easd.core.settings import DecodeSettings
+from easd.method.decoding import Batch, Generation, encode_prompt
+from easd.method.settings import DecodeSettings
 from easd.pairs.loading import Runtime
 from easd.pairs.packaged import DRAFT, TARGET, installed
 

@@ -6,11 +6,11 @@ import pytest
 
 from components.rooms import CODE_LENGTH, CODE_LETTERS, MAX_VIEWERS, Rooms
 from components.session import Session
-from easd.core.compare import DEFAULT_METHODS
-from easd.core.decoding import Generation
-from easd.core.settings import DecodeSettings
-from easd.core.worker import Worker
 from easd.errors import EasdError
+from easd.method.compare import DEFAULT_METHODS
+from easd.method.decoding import Generation
+from easd.method.settings import DecodeSettings
+from easd.serving.worker import Worker
 
 LONG = DecodeSettings(max_new_tokens=300, temperature=0.8)
 

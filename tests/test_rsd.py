@@ -7,12 +7,12 @@ import json
 import pytest
 from conftest import PROMPTS
 
-from easd.core import decoding
-from easd.core import trace as trace_io
-from easd.core.decoding import Generation
-from easd.core.settings import DecodeSettings
 from easd.errors import ModelLoadError, SettingsError
 from easd.lab.problems import INSTRUCTION, load_problems
+from easd.method import decoding
+from easd.method import trace as trace_io
+from easd.method.decoding import Generation
+from easd.method.settings import DecodeSettings
 from easd.pairs.loading import load_prm, with_prm
 from easd.pairs.tiny import write_tiny_prm
 
@@ -168,7 +168,7 @@ def test_the_command_line_runs_rsd_with_a_prm_and_refuses_it_without(prm_folder,
 
 def test_rsd_decoded_in_chunks_equals_its_continuous_run(rsd_pair):
     """ZeroGPU decodes in chunks, each a fresh start from a snapshot: the steps so far travel with it."""
-    from easd.core.chunks import GenerationSnapshot, decode_chunk
+    from easd.serving.chunks import GenerationSnapshot, decode_chunk
 
     rewards = [r.rsd_reward for r in run(rsd_pair, **RSD, rsd_delta=0.0).records]
     settings = DecodeSettings(**RSD, rsd_delta=(min(rewards) + max(rewards)) / 2)

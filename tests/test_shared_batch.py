@@ -1,4 +1,4 @@
-"""The shared batch (easd.core.worker): many users' rows decode together, each as it would alone.
+"""The shared batch (easd.serving.worker): many users' rows decode together, each as it would alone.
 
 Real tiny models in float32, where a row's tokens do not depend on the batch it is in, so every
 result can be compared token for token with the same request run alone.
@@ -10,11 +10,11 @@ from dataclasses import replace
 
 import pytest
 
-from easd.core.compare import DEFAULT_METHODS
-from easd.core.decoding import Generation
-from easd.core.settings import DecodeSettings
-from easd.core.worker import MAX_DEFAULT_ROWS, Worker, default_max_rows
 from easd.errors import SettingsError
+from easd.method.compare import DEFAULT_METHODS
+from easd.method.decoding import Generation
+from easd.method.settings import DecodeSettings
+from easd.serving.worker import MAX_DEFAULT_ROWS, Worker, default_max_rows
 
 SAMPLING = DecodeSettings(temperature=0.9, top_p=0.95, max_new_tokens=40)
 

@@ -1,4 +1,4 @@
-"""The same request computed once (easd.core.sharing): joined while it decodes, replayed once it finished.
+"""The same request computed once (easd.serving.results): joined while it decodes, replayed once it finished.
 
 Real tiny models on both backends, each in its exact mode (transformers in float32, llama.cpp with
 its exact kernels), where a shared result can be held token for token against a solo run.
@@ -11,12 +11,12 @@ from dataclasses import replace
 import pytest
 
 from easd import _version
-from easd.core.compare import DEFAULT_METHODS
-from easd.core.decoding import Generation
-from easd.core.settings import DecodeSettings
-from easd.core.sharing import Results, request_key
-from easd.core.trace import to_json_dict
-from easd.core.worker import Worker
+from easd.method.compare import DEFAULT_METHODS
+from easd.method.decoding import Generation
+from easd.method.settings import DecodeSettings
+from easd.method.trace import to_json_dict
+from easd.serving.results import Results, request_key
+from easd.serving.worker import Worker
 
 SETTINGS = DecodeSettings(temperature=0.9, top_p=0.95, max_new_tokens=60, seed=7)
 PROMPT = "Tom has 3 apples and buys 5 more."

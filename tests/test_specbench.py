@@ -6,10 +6,10 @@ import time
 import pytest
 
 from easd.cli import main
-from easd.core.decoding import Generation
-from easd.core.settings import DecodeSettings
 from easd.errors import EasdError
 from easd.lab.specbench import BASELINE, MT_BENCH_GROUP, Answer, Question, chat_text, load_questions, table
+from easd.method.decoding import Generation
+from easd.method.settings import DecodeSettings
 
 # our own made-up questions: two categories (one of Spec-Bench's, one it does not have), one question with two turns
 QUESTIONS = [

@@ -1,4 +1,4 @@
-"""SD's speed taken apart (easd.core.speed): the formula, the counts it reads from a trace, and the Speed panel."""
+"""SD's speed taken apart (easd.method.speed): the formula, the counts it reads from a trace, and the Speed panel."""
 
 import dataclasses
 import math
@@ -7,10 +7,10 @@ import pytest
 
 from components.figures import speed_map
 from components.stats import speed_html
-from easd.core import trace as trace_io
-from easd.core.decoding import Batch, Generation
-from easd.core.settings import DecodeSettings
-from easd.core.speed import (
+from easd.method import trace as trace_io
+from easd.method.decoding import Batch, Generation
+from easd.method.settings import DecodeSettings
+from easd.method.speed import (
     EXTRA_ROW,
     ONE_PASS,
     PassCost,

@@ -6,10 +6,10 @@ import json
 import pandas as pd
 import pytest
 
-from easd.core import trace as trace_io
-from easd.core.settings import DecodeSettings
-from easd.core.trace import BlockInfo, RunStats, TokenRecord, Trace
 from easd.errors import EasdError
+from easd.method import trace as trace_io
+from easd.method.settings import DecodeSettings
+from easd.method.trace import BlockInfo, RunStats, TokenRecord, Trace
 
 TRICKY = [
     "a,b",
@@ -409,8 +409,8 @@ def test_the_margin_columns_are_the_fields_of_margins_named_alike_in_the_record(
     """One list: acceptance.Margins' fields are the trace's margin columns, and a record holds each under that name."""
     from dataclasses import fields
 
-    from easd.core.acceptance import Margins
-    from easd.core.trace import MARGIN_COLUMNS, TokenRecord
+    from easd.method.acceptance import Margins
+    from easd.method.trace import MARGIN_COLUMNS, TokenRecord
 
     assert MARGIN_COLUMNS == [f.name for f in fields(Margins)]
     names = [f.name for f in fields(TokenRecord)]

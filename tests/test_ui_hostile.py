@@ -21,14 +21,14 @@ from components import handlers
 from components.controls import DEFAULTS, RuleView
 from components.failures import wire
 from components.gallery import Gallery
-from components.host import ModelHost
 from components.html import Html
 from components.inspector import inspector_html
 from components.lanes import ORIGIN_CLASSES
 from components.page import build_page
 from components.session import Session
 from components.stepper import block_views, stepper_html
-from easd.core.compare import LANES
+from easd.method.compare import LANES
+from easd.serving.host import ModelHost
 
 TAGS = {"span", "div", "p", "h3", "h4", "code", "b", "table", "tr", "td", "th", "pre", "button"}
 CLASSES = set(ORIGIN_CLASSES.values()) | {"o-unknown", "tok", "sel", "fork", "whatif", "empty", "inspector", "stepper"}

@@ -9,11 +9,11 @@ from components import handlers
 from components.controls import FIELDS, RuleView, page_words, read_settings
 from components.failures import wire
 from components.gallery import Gallery
-from components.host import Client, ModelHost
 from components.html import Html, join, number, tag, text
 from components.page import build_page
 from components.session import Session
 from easd.errors import Busy, SettingsError
+from easd.serving.host import Client, ModelHost
 
 
 def test_text_and_attributes_are_escaped():
@@ -109,8 +109,8 @@ def test_unexpected_failures_are_one_generic_line(page, caplog):
 def test_one_client_gets_its_share_of_the_line_and_a_closed_tab_stops_its_runs(hf_tiny_pair):
     from dataclasses import replace
 
-    from easd.core.decoding import Generation
-    from easd.core.settings import DecodeSettings
+    from easd.method.decoding import Generation
+    from easd.method.settings import DecodeSettings
 
     host = ModelHost({"tiny": lambda: hf_tiny_pair}, "tiny", max_queued_per_client=2, max_batch=8)
     host.ensure_loading("tiny")
@@ -136,13 +136,13 @@ def test_session_folder_is_removed_on_clear_and_close(run, tmp_path):
     session = Session()
     session.load_traces([run(method="easd", max_new_tokens=4)], "t.json")
     csv, _ = session.export(tmp_path)
-    folder = session.folder
+    folder = session.downloads.folder
     assert folder.is_dir() and folder.parent == tmp_path and session.export(tmp_path)[0] == csv  # replaces, not adds
     session.clear()
     assert not folder.exists() and session.traces == {"left": None, "right": None}
     session.load_traces([run(method="easd", max_new_tokens=4)], "t.json")
     session.export(tmp_path)
-    folder = session.folder
+    folder = session.downloads.folder
     session.close()
     assert not folder.exists() and session.traces == {"left": None, "right": None}  # closed: the traces are dropped too
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from easd.core import whatif
+from easd.method import whatif
 
 
 @pytest.mark.parametrize("rule", ["full", "no_overlap", "no_draft_entropy", "target_entropy_only"])

@@ -1,4 +1,4 @@
-"""The ZeroGPU path (components.zerogpu): off a Space it changes nothing; on one, the app decodes its shared batch in calls.
+"""The ZeroGPU path (easd.serving.zerogpu): off a Space it changes nothing; on one, the app decodes its shared batch in calls.
 
 A real ZeroGPU needs a Space and a CUDA build of torch, neither of which exists here: `spaces` refuses
 to start in ZeroGPU mode on a CPU torch. So the app is tested as ZeroGPU runs it with only the GPU
@@ -19,14 +19,14 @@ import torch
 from conftest import launch_app
 from gradio_client import Client
 
-from components import zerogpu
-from components.host import ModelHost
-from easd.core.chunks import GenerationSnapshot
-from easd.core.compare import Comparison
-from easd.core.decoding import Generation
-from easd.core.settings import DecodeSettings
 from easd.errors import QuotaSpent
+from easd.method.compare import Comparison
+from easd.method.decoding import Generation
+from easd.method.settings import DecodeSettings
 from easd.pairs.tiny import load_tiny_pair
+from easd.serving import zerogpu
+from easd.serving.chunks import GenerationSnapshot
+from easd.serving.host import ModelHost
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,7 +81,7 @@ def test_a_spent_quota_reads_as_one_line_that_says_what_to_do(monkeypatch):
 def test_a_zerogpu_space_with_a_cpu_torch_is_told_to_install_a_cuda_build():
     env = dict(os.environ, SPACES_ZERO_GPU="true", SPACES_ZERO_DEVICE_API_URL="http://127.0.0.1:9")
     run = subprocess.run(
-        [sys.executable, "-c", "import components.zerogpu"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", "import easd.serving.zerogpu"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
     assert run.returncode != 0 and "the installed torch is a CPU build" in run.stderr
 
@@ -132,7 +132,7 @@ def test_across_zerogpus_process_boundary_a_user_gets_the_run_and_this_process_n
 
     def counted(*args):
         spawned.append(len(args[2]))
-        return zerogpu._in_a_fresh_process(*args)
+        return zerogpu.in_a_fresh_process(*args)
 
     monkeypatch.setattr(zerogpu, "decode_on_gpu", counted)
     host = ModelHost({"tiny-random": load_tiny_pair}, "tiny-random", max_batch=4)
@@ -155,7 +155,7 @@ def test_across_zerogpus_process_boundary_a_user_gets_the_run_and_this_process_n
 
 def test_the_simulation_command_prints_what_each_call_asked_for():
     run = subprocess.run(
-        [sys.executable, "-m", "components.zerogpu", "--pair", "tiny-random", "--max-new-tokens", "8"],
+        [sys.executable, "-m", "tools.zerogpu", "--pair", "tiny-random", "--max-new-tokens", "8"],
         cwd=ROOT,
         capture_output=True,
         text=True,

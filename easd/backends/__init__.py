@@ -1,4 +1,4 @@
-"""The two runtimes behind the seam of easd.core.seam: transformers (PyTorch) and llama.cpp (GGUF).
+"""The two runtimes behind the seam of easd.method.seam: transformers (PyTorch) and llama.cpp (GGUF).
 
 Each module implements `Model`, `Caches` and `Tokenizer` for its runtime, and loads a pair of its
 own models (`llamacpp.load_llama_pair`, `transformers.make_pair`). Which runtime runs a pair, and

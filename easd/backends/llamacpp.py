@@ -19,7 +19,7 @@ the other rows, so greedy SD equals target-only and a batched row its solo run, 
                        which llama.cpp has only the one-pass attention)
   fast                 llama.cpp's defaults, faster for batches: EASD_LLAMA_KERNELS=fast
 `measure_shift` finds the largest change of a logit between the pass shapes the loop uses (0 when
-exact); the fragile flag counts it as rounding (easd.core.acceptance.Rounding).
+exact); the fragile flag counts it as rounding (easd.method.acceptance.Rounding).
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..core.pair import ModelPair, check_same_tokenizer
 from ..errors import EasdError, ModelLoadError
 from ..files import write_text_whole
+from ..method.pair import ModelPair, check_same_tokenizer
 from . import configure_threads
 
 KERNELS = os.environ.get("EASD_LLAMA_KERNELS", "exact")
@@ -71,7 +71,7 @@ def _start_backend() -> None:
 
 @dataclass(eq=False)
 class LlamaModel:
-    """One GGUF file loaded by llama.cpp (easd.core.seam.Model)."""
+    """One GGUF file loaded by llama.cpp (easd.method.seam.Model)."""
 
     path: Path
     name: str
@@ -127,7 +127,7 @@ class Capacity:
 
 
 class LlamaCaches:
-    """One context whose sequences are the rows of a batch (easd.core.seam.Caches).
+    """One context whose sequences are the rows of a batch (easd.method.seam.Caches).
 
     The context is made when the first row joins, sized for the rows and their room; when a row
     needs more, a bigger context takes every row's cache over (as llama.cpp's sequence bytes).
@@ -313,7 +313,7 @@ def restream(state: bytes, streams: int) -> bytes:
 
 
 class LlamaTokenizer:
-    """The GGUF's own tokenizer and chat template, through llama.cpp (easd.core.seam.Tokenizer)."""
+    """The GGUF's own tokenizer and chat template, through llama.cpp (easd.method.seam.Tokenizer)."""
 
     def __init__(self, model: LlamaModel):
         self.model, self.vocab_handle = model, model.vocab

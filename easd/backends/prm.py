@@ -28,7 +28,7 @@ STEP_TAG = "\n\n"
 
 @dataclass(eq=False)
 class ProcessRewardModel:
-    """A loaded PRM (easd.core.seam.RewardModel)."""
+    """A loaded PRM (easd.method.seam.RewardModel)."""
 
     body: PreTrainedModel  # the causal LM whose last hidden states the head reads
     head: torch.nn.Linear  # hidden -> 1

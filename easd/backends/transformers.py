@@ -1,7 +1,7 @@
 """The transformers backend: PyTorch models from folders, hub ids or GGUF files, on a CPU or a GPU.
 
 `HFModel` wraps a loaded transformers model, `HFCaches` holds its key/value caches for the rows
-of a batch, and `HFTokenizer` wraps its tokenizer (easd.core.seam). `from_pretrained` reads a
+of a batch, and `HFTokenizer` wraps its tokenizer (easd.method.seam). `from_pretrained` reads a
 model, `make_pair` pairs two, `with_int8` quantizes them for a CPU. In float32 a row's numbers
 do not depend on the batch it is in: the exact regime the tests hold the other backend against.
 
@@ -32,8 +32,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from ..core.pair import ModelPair, check_same_tokenizer
 from ..errors import ModelLoadError
+from ..method.pair import ModelPair, check_same_tokenizer
 from . import DTYPES, INT8
 
 INT8_EPS = 2.0**-7  # dynamic int8: 255 levels per tensor, about bfloat16's relative step
@@ -44,7 +44,7 @@ RowKV = list[tuple[torch.Tensor, torch.Tensor]]  # one (keys, values) per layer,
 
 @dataclass(eq=False)
 class HFModel:
-    """A transformers model as the loop sees it (easd.core.seam.Model); `module` is the model itself."""
+    """A transformers model as the loop sees it (easd.method.seam.Model); `module` is the model itself."""
 
     module: PreTrainedModel
     name: str
@@ -86,7 +86,7 @@ class HFModel:
 
 @dataclass(eq=False)
 class HFTokenizer:
-    """A transformers tokenizer as the loop sees it (easd.core.seam.Tokenizer)."""
+    """A transformers tokenizer as the loop sees it (easd.method.seam.Tokenizer)."""
 
     tokenizer: PreTrainedTokenizerBase
 
@@ -155,7 +155,7 @@ def float32_head(model: PreTrainedModel) -> torch.nn.Module:
 
 class HFCaches:
     """One model's caches for the rows of a batch, and the forward pass that reads and extends them
-    (easd.core.seam.Caches). `use_cache=False` keeps nothing and recomputes every row from its
+    (easd.method.seam.Caches). `use_cache=False` keeps nothing and recomputes every row from its
     first token on each pass; tests compare both."""
 
     def __init__(self, model, vocab_size: int, pad_id: int, use_cache: bool = True):

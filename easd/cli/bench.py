@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..core.settings import DecodeSettings
 from ..errors import SettingsError
+from ..method.settings import DecodeSettings
 from .flags import add_model_flags, load_models, numbers, runtime_of, whole_numbers
 
 HELP = "tokens/s of target-only, SD, EASD, MTI and RSD on the same prompts, against each backend's own generation"

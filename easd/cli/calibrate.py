@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..core.settings import DecodeSettings
 from ..errors import SettingsError
+from ..method.settings import DecodeSettings
 from .flags import add_batch_flag, add_data_flags, add_model_flags, check_batch_size, load_models, problems
 
 HELP = "choose τ_H from the models' greedy entropies (the paper's procedure)"

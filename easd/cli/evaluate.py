@@ -9,8 +9,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..core.settings import DecodeSettings
 from ..errors import SettingsError
+from ..method.settings import DecodeSettings
 from .flags import (
     add_batch_flag,
     add_data_flags,

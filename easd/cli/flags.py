@@ -8,8 +8,8 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from ..core.settings import METHODS, RULES, SIGNALS, DecodeSettings
 from ..errors import SettingsError
+from ..method.settings import METHODS, RULES, SIGNALS, DecodeSettings
 
 # --- models -------------------------------------------------------------------------------------
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..core import trace as trace_io
 from ..errors import SettingsError
+from ..method import trace as trace_io
 from .flags import add_decode_flags, add_model_flags, load_models, settings_from_args
 
 HELP = "generate text with one method and print a summary"
@@ -31,7 +31,7 @@ def add(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..core.beam import BeamSearch, beam_search
+    from ..method.beam import BeamSearch, beam_search
 
     settings = settings_from_args(args)
     search = BeamSearch(args.beams, args.length_penalty).check(settings)
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _stream(pair, prompt: str, settings, chat: bool):
     """Decode, printing each token as it comes; Ctrl-C stops and keeps what was emitted.  -> the trace"""
-    from ..core.decoding import Generation
+    from ..method.decoding import Generation
 
     generation = Generation(pair, prompt, settings, chat=chat)
     try:

@@ -57,8 +57,8 @@ def _beam_notes(folder: Path, name: str) -> list[str]:
     """How each beam row of an eval folder searched (sampled or greedy, ranked how), from its run.json."""
     import pandas as pd
 
-    from ..core.settings import DecodeSettings
     from ..lab.evaluate import parse_methods
+    from ..method.settings import DecodeSettings
 
     methods = pd.read_csv(folder / "summary.csv")["method"]
     beams = [m for m in methods if str(m).startswith("beam:")]

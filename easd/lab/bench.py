@@ -10,7 +10,7 @@ of the target, and a minimal SD loop written directly against llama-cpp-python
 SD also runs with its logits in the model's own dtype (`--signals model`) when transformers'
 heads are not float32, so the cost of float32 signals is measured in the same run.
 
-After the ratios, SD's speed at each k is taken apart (easd.core.speed): what a draft token and a
+After the ratios, SD's speed at each k is taken apart (easd.method.speed): what a draft token and a
 verify pass cost in 1-token target passes, the acceptance per draft position, and Leviathan et
 al.'s predicted speed-up with these costs next to the measured one.
 
@@ -30,11 +30,11 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from ..backends.transformers import float32_head
-from ..core.decoding import Batch, Generation, encode_prompt
-from ..core.pair import ModelPair
-from ..core.settings import DecodeSettings
-from ..core.speed import PassCost, Speed, measure_pass_cost
-from ..core.trace import Trace
+from ..method.decoding import Batch, Generation, encode_prompt
+from ..method.pair import ModelPair
+from ..method.settings import DecodeSettings
+from ..method.speed import PassCost, Speed, measure_pass_cost
+from ..method.trace import Trace
 
 PROMPTS = [
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether in April and May?",
@@ -299,7 +299,7 @@ def _print_ratios(pairs: list[tuple[str, Row, Row]]) -> None:
 
 
 def _print_speed(backend: str, plan: Plan, rows: dict) -> None:
-    """SD's speed taken apart at each k (easd.core.speed): measured costs, acceptance, predicted against measured."""
+    """SD's speed taken apart at each k (easd.method.speed): measured costs, acceptance, predicted against measured."""
     target = rows[f"{backend} target-only"].traces
     one_pass = sum(t.stats.target_seconds for t in target) / sum(t.stats.target_calls for t in target)
     target_rate = sum(len(t.records) for t in target) / sum(t.stats.seconds for t in target)

@@ -17,9 +17,9 @@ import numpy as np
 import plotly.graph_objects as go
 from tqdm import tqdm
 
-from ..core.decoding import Batch, Generation
-from ..core.pair import ModelPair
-from ..core.settings import DecodeSettings
+from ..method.decoding import Batch, Generation
+from ..method.pair import ModelPair
+from ..method.settings import DecodeSettings
 from .problems import Problem
 from .report import write_html
 

@@ -17,15 +17,15 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from ..core import trace as trace_io
-from ..core.beam import BeamSearch, beam_search
-from ..core.decoding import Batch, Generation, encode_prompt
-from ..core.pair import ModelPair
-from ..core.prefix import easd_start
-from ..core.seam import free_memory, row_bytes
-from ..core.settings import METHODS, RULES, DecodeSettings
-from ..core.trace import Trace
 from ..errors import EasdError, SettingsError
+from ..method import trace as trace_io
+from ..method.beam import BeamSearch, beam_search
+from ..method.decoding import Batch, Generation, encode_prompt
+from ..method.pair import ModelPair
+from ..method.prefix import easd_start
+from ..method.seam import free_memory, row_bytes
+from ..method.settings import METHODS, RULES, DecodeSettings
+from ..method.trace import Trace
 from .problems import Problem, extract_answer, is_correct
 from .results import prepare_folder
 
@@ -34,7 +34,7 @@ from .results import prepare_folder
 class Variant:
     label: str  # how results name it: sd, easd, easd:no_overlap, easd@1.5/0.6, beam:4 …
     settings: DecodeSettings
-    beams: BeamSearch | None = None  # beam search on the draft (easd.core.beam), decoded outside the batch
+    beams: BeamSearch | None = None  # beam search on the draft (easd.method.beam), decoded outside the batch
 
 
 def parse_methods(text: str, base: DecodeSettings) -> list[Variant]:
@@ -135,7 +135,7 @@ def decode_items(
     """Decode work items in one batch; yield each item with its (result row, trace) pairs once all its variants are done.
 
     Every variant of an item is a generation. An item's EASD variants wait for its SD generation and then
-    start from SD's checkpoint at their first penalty (easd.core.prefix), ahead of the others in line.
+    start from SD's checkpoint at their first penalty (easd.method.prefix), ahead of the others in line.
     New items join as generations leave, so the batch stays full until the work runs out.
     """
     batch = Batch(pair, max_rows=batch_size)

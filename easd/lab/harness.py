@@ -19,10 +19,10 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 
-from ..core.decoding import Batch, Generation
-from ..core.pair import ModelPair
-from ..core.settings import DecodeSettings
 from ..errors import EasdError, SettingsError
+from ..method.decoding import Batch, Generation
+from ..method.pair import ModelPair
+from ..method.settings import DecodeSettings
 from .evaluate import DEFAULT_BATCH_SIZE
 
 MODEL_NAME = "easd"

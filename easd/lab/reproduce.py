@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..core.pair import ModelPair
 from ..errors import SettingsError
+from ..method.pair import ModelPair
 from .evaluate import LocalRunner, Variant, WorkItem
 from .problems import Problem
 

@@ -24,11 +24,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..core.decoding import Generation
-from ..core.pair import ModelPair
-from ..core.settings import DecodeSettings
-from ..core.trace import Trace
 from ..errors import EasdError, SettingsError
+from ..method.decoding import Generation
+from ..method.pair import ModelPair
+from ..method.settings import DecodeSettings
+from ..method.trace import Trace
 
 BASELINE = "vanilla"  # Spec-Bench's name for plain autoregressive decoding with the target
 # MT-bench's categories, which Spec-Bench's leaderboard reports together as "Multi-turn Conversation"

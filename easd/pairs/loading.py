@@ -26,8 +26,8 @@ from urllib.parse import urlsplit
 import torch
 
 from ..backends import BACKENDS, DTYPES, INT8, configure_threads
-from ..core.pair import ModelPair, PairLoader
 from ..errors import ModelLoadError
+from ..method.pair import ModelPair, PairLoader
 
 # Each runtime's module is imported where a pair of its models loads: a llama.cpp start skips
 # transformers' 2 s of imports, and a machine without llama-cpp-python still runs transformers.

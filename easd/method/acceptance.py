@@ -6,7 +6,7 @@ Notation (stated once, as in the paper and in transformers' `_speculative_sampli
   temperature and top-p. Greedy decoding is temperature 0, where p̃ and q̃ are one-hot.
 
 Every function is batch-first: tensors have a leading dimension B (the drafted positions of one
-row's block: the loop judges each row of a batch apart, `easd.core.decoding.judge_block`). Nothing here knows about models or caches.
+row's block: the loop judges each row of a batch apart, `easd.method.decoding.judge_block`). Nothing here knows about models or caches.
 The rule functions use only `>=` and `&`, so they also work on NumPy arrays and pandas
 columns, which is how the app re-evaluates a finished trace under other thresholds.
 """
@@ -95,7 +95,7 @@ EXACT = Rounding()  # logits taken as exact: only exact ties are fragile
 class Margins:
     """For each drafted position of a block, how far the rule's decision is from flipping.  All [k]
 
-    Each field is the trace column of the same name (easd.core.trace.MARGIN_COLUMNS is this list)."""
+    Each field is the trace column of the same name (easd.method.trace.MARGIN_COLUMNS is this list)."""
 
     h_draft_margin: torch.Tensor  # H(q) − τ_H in nats
     h_target_margin: torch.Tensor  # H(p) − τ_H

@@ -1,6 +1,6 @@
 """What a trace file may hold: every field's type and range, and how much work one file may cause.
 
-A trace file is untrusted input (the app loads uploads), so `easd.core.trace` checks every value
+A trace file is untrusted input (the app loads uploads), so `easd.method.trace` checks every value
 against this schema before anything of the file is returned. A violation raises `SchemaError`,
 which names the field; the readers add the row or the JSON path and the file's base name.
 docs/app-and-api.md, "Trace files", states the same rules and limits.

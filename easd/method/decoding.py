@@ -1,7 +1,7 @@
 """The decoding loop: target-only, draft-only, SD, EASD, MTI and RSD for B ≥ 1 rows at once, streamed block by block.
 
 Layers, bottom-up (as in gpt-fast's generate.py):
-  Caches.logits    one forward pass over the tokens each row's cache has not seen (easd/core/seam.py)
+  Caches.logits    one forward pass over the tokens each row's cache has not seen (easd/method/seam.py)
   judge_block      pure decision for one row's block, given q_1..q_k and p_1..p_{k+1}
   Batch._step      plan, draft, verify, judge, commit: a block for every row
     _draft         every drafting row proposes c_1..c_k: one draft pass per drafted position, all rows in it
@@ -253,7 +253,7 @@ class Generation:
 
     Stop it at any time with `stop()` (from any thread) or by leaving the loop: the trace keeps
     every token emitted before that. `keep_kv` keeps a copy of its caches when it ends, so that other
-    generations can start from its checkpoints (`resume_at`, used by easd.core.prefix).
+    generations can start from its checkpoints (`resume_at`, used by easd.method.prefix).
     """
 
     pair: ModelPair
@@ -308,7 +308,7 @@ class Generation:
 
     @functools.cached_property
     def generator(self) -> torch.Generator:
-        """Its own random numbers, made on first use: a generation decoded elsewhere (easd.core.chunks) never
+        """Its own random numbers, made on first use: a generation decoded elsewhere (easd.serving.chunks) never
         touches the device here, which on ZeroGPU is only lent inside a call."""
         return torch.Generator(device=self.pair.device).manual_seed(self.settings.seed)
 
@@ -330,7 +330,7 @@ class Generation:
 
     def stop(self, why: str = "stopped") -> None:
         """End it at the next block boundary, with stop reason `why` (one of trace_schema.STOP_REASONS: "stopped" when
-        its user asked, "left", "unread", "quota" or "error" when the shared batch ended it, easd.core.worker). The
+        its user asked, "left", "unread", "quota" or "error" when the shared batch ended it, easd.serving.worker). The
         first reason given is the one it ends with: a later call only repeats the stop."""
         if not self._stop.is_set():
             self.why_stopped = why
@@ -375,7 +375,7 @@ class Generation:
         equals a generation from scratch without decoding the shared prefix again. (A fresh prefill of
         the prefix would not: in bfloat16 it rounds differently from the block-by-block cache,
         enough to move an entropy across τ_H.) The copied records keep this generation's `triggered`;
-        `easd.core.prefix` recomputes it for other rules.
+        `easd.method.prefix` recomputes it for other rules.
         """
         if self.final is None:
             raise ValueError("resume_at needs a finished generation that kept its caches (Generation(..., keep_kv=True))")
@@ -472,7 +472,7 @@ class Batch:
         self.at_boundary = at_boundary  # called between steps, when every block so far has been yielded (a scheduler's hook)
         # A long prompt is computed a piece per step while other rows decode, rather than all at once while they
         # wait (the app's shared batch). Off, it is computed whole as its row joins: a batch that is stopped and
-        # resumed between steps (easd.core.chunks) would otherwise start it again each time.
+        # resumed between steps (easd.serving.chunks) would otherwise start it again each time.
         self.prompts_between_steps = prompts_between_steps
         self.prompts: dict[Generation, Prompt] = {}  # long prompts being computed, by the generation waiting for them
         self.generations: list[Generation] = []  # generations[row] holds that row of both caches

@@ -1,7 +1,7 @@
 """Beam search on the draft model: one of the paper's draft-model baselines (N beams on the draft alone).
 
-It is not a decoding method of the loop (easd.core.decoding): its N beams are N rows of ONE generation, copied
-and dropped as the search goes, so it runs on its own, on the draft's caches (easd.core.seam), and returns a
+It is not a decoding method of the loop (easd.method.decoding): its N beams are N rows of ONE generation, copied
+and dropped as the search goes, so it runs on its own, on the draft's caches (easd.method.seam), and returns a
 draft-only trace of the best beam. Words: a beam's *score* is the sum of its tokens' log-probabilities; it is
 *ranked* by score / length^α, α the length penalty (transformers' `length_penalty`: 1, its default, ranks by the mean
 log-probability per token; 0 by the sum, where longer beams lose). One step:

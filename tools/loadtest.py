@@ -1,20 +1,20 @@
 """A class at once: N users press Generate together; how long until the last one has their result?
 
-    python -m components.loadtest --pair qwen-coder --backend llama.cpp,transformers --users 1,4,8,16 --max-new-tokens 128
-    python -m components.loadtest --pair qwen-coder --backend llama.cpp --users 1,16 --same-prompt
-    python -m components.loadtest --pair qwen-coder --backend llama.cpp --users 1 --viewers 30
+    python -m tools.loadtest --pair qwen-coder --backend llama.cpp,transformers --users 1,4,8,16 --max-new-tokens 128
+    python -m tools.loadtest --pair qwen-coder --backend llama.cpp --users 1,16 --same-prompt
+    python -m tools.loadtest --pair qwen-coder --backend llama.cpp --users 1 --viewers 30
 
 Serves the app on a local port (the real app: `components.wiring.build_app`, the pair loaded once) and
 sends N simultaneous `/compare` requests over Gradio's queue protocol, as gradio_client sends them (from a process
 of their own at the lowest CPU priority, as the users' own machines, and one event loop: `call_compare`), each with its own prompt and seed (with
-`--same-prompt`, all the first example's, as a class clicking it together: computed once, easd.core.sharing).
+`--same-prompt`, all the first example's, as a class clicking it together: computed once, easd.serving.results).
 Twice, in the same run:
   * today's queue: `--max-batch 2`, one comparison at a time, all `max(users)` sent at once; the
     time the N-th result arrives is what N users wait in a queue;
   * the shared batch: `--max-batch` (default: the memory estimate), each N sent at once.
 Each user's shared-batch result is compared token for token with the same request's result in the
 queue, where it ran alone (both backends promise equality: transformers in float32, llama.cpp in
-its exact mode). Each request's estimated start and end (easd.core.estimates), as first made once
+its exact mode). Each request's estimated start and end (easd.serving.estimates), as first made once
 the batch's pace had been measured over 3 steps, is compared with when it really started and ended.
 With `--viewers N`, a presenter opens a room (components.rooms) and runs the first example twice,
 alone and with N viewers following it, each through Gradio's queue protocol as a page does; it
@@ -39,17 +39,16 @@ import time
 import uuid
 
 import httpx
+from components.host import ModelHost
 
+from components import handlers
+from components.rooms import ROOM_EVERY_S
+from components.server import api_parameters, serve
+from components.wiring import build_app
 from easd.backends import configure_threads
-from easd.core.sharing import RESULTS_BYTES, Results
 from easd.pairs.loading import Runtime
 from easd.pairs.registry import default_pair_name, load_named_pair
-
-from . import handlers
-from .host import ModelHost
-from .rooms import ROOM_EVERY_S
-from .server import api_parameters, serve
-from .wiring import build_app
+from easd.serving.results import RESULTS_BYTES, Results
 
 PROMPTS = [  # sixteen questions a class might ask, of different lengths and kinds
     "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. How much did she earn?",
@@ -74,7 +73,7 @@ PROMPTS = [  # sixteen questions a class might ask, of different lengths and kin
 
 
 def start_app(pair, name: str, max_batch: int | None, cap: int, users: int, shared: bool = True):
-    """The app on a local port; without `shared`, as it was before easd.core.sharing: every request computed."""
+    """The app on a local port; without `shared`, as it was before easd.serving.results: every request computed."""
     host = ModelHost(
         {name: lambda: pair},
         name,

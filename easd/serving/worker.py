@@ -4,10 +4,10 @@ A request is a Ticket: one user's generations (a comparison's SD and EASD). It w
 until the batch has a row for each of them (`max_rows`), joins at the next block boundary, and
 leaves when they end or it is cancelled; nobody waits for another user's run to finish
 before theirs starts, only for room. Generations share forward passes and nothing else
-(easd.core.decoding: each decodes exactly as it would alone, in float32).
+(easd.method.decoding: each decodes exactly as it would alone, in float32).
 
 Users who ask for exactly the same thing share one ticket, each through a Stream of it, and a
-request that finished a moment ago is replayed from `Results` (easd.core.sharing). Each user reads
+request that finished a moment ago is replayed from `Results` (easd.serving.results). Each user reads
 only their own stream. After every block of a ticket's generation, the worker puts a
 snapshot of that generation's trace in the ticket, so the user's thread never reads a trace the worker
 is writing. With `abandon_after_s`, a running ticket whose readers have taken nothing at all for
@@ -16,21 +16,20 @@ a reader that takes anything, however slowly, keeps its run. The worker asks eac
 `reader` (the app's look at what its client took, `components.gradio_internals`) at every block
 boundary, so the answer does not wait on the thread that streams to the user.
 
-Generations are isolated: one whose numbers fail ends alone (easd.core.decoding), its ticket ends with
+Generations are isolated: one whose numbers fail ends alone (easd.method.decoding), its ticket ends with
 that generation's one-line error, and every other ticket goes on. When the batch has room, the line is
 served in order, except that an address already holding half the batch's rows waits behind
 requests from other addresses, so one network address cannot take the whole class's batch.
 
 With `chunks` (a ZeroGPU Space, which lends its GPU one call at a time), the batch is decoded in
 rounds instead of one loop: each round is one call of `chunks` on every generation's snapshot
-(easd.core.chunks), run in the context of the ticket that has waited longest, so that the call
+(easd.serving.chunks), run in the context of the ticket that has waited longest, so that the call
 is charged to that user; between rounds tickets settle and join as they do between blocks. A call
 refused because that user's GPU time is spent (QuotaSpent) ends that user's run alone.
 """
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import threading
 import time
@@ -38,188 +37,21 @@ from collections import deque
 from collections.abc import Callable, Hashable, Iterable
 
 from ..errors import Busy, EasdError, QuotaSpent, SettingsError
+from ..method.decoding import Batch, Block, Generation
+from ..method.pair import ModelPair
+from ..method.seam import free_memory, row_bytes
+from ..method.trace import to_json_dict
 from .chunks import ChunkProgress, GenerationSnapshot, catch_up
-from .decoding import Batch, Block, Generation
 from .estimates import Job, Pace, schedule
-from .pair import ModelPair
-from .seam import free_memory, row_bytes
-from .sharing import Reader, Result, Results, Stream, request_key
-from .trace import Trace, to_json_delta, to_json_dict
+from .results import Results, request_key
+from .tickets import Reader, Stream, Ticket
 
 MEMORY_SHARE = 0.5  # of the free memory, what a default batch's KV caches may take: the models' activations need the rest
 MAX_DEFAULT_ROWS = 32  # beyond this a CPU step grows too slow to stream; an operator with a GPU can ask for more
 ADDRESS_SHARE = 0.5  # of the batch's rows, what one address may hold while requests from other addresses wait
 STEP_FAILED = "decoding failed on the server (the details are in its log); try again"
 log = logging.getLogger("easd.worker")
-Sent = list[tuple[int, int]]  # per generation: the rows and blocks a stream has sent already
-Chunks = Callable[[list[GenerationSnapshot]], list[ChunkProgress]]  # decodes rows for one round: easd.core.chunks.decode_chunk
-
-
-class Ticket:
-    """One request's generations in the shared batch: where they stand, and their traces so far. Each user
-    watching it holds a Stream (easd.core.sharing); the ticket stops when its last stream does."""
-
-    def __init__(self, generations: Iterable[Generation], address: str = ""):
-        self.generations = list(generations)
-        self.address = address  # where from (the first asker's network address): the line is fair between addresses
-        self.streams: list[Stream] = []  # the users watching it, who have not left
-        self.key: Hashable = None  # its request's (easd.core.sharing.request_key), set by the worker
-        self.context = contextvars.copy_context()  # the submitting request's, for calls made on its behalf (ZeroGPU quota)
-        self.position = 0  # 1, 2, … while waiting in line; 0 once in the batch
-        self.sharing = 0  # tickets in the batch (this one included) at its latest block
-        self.starts_in_s = 0.0  # the worker's estimates (easd.core.estimates): seconds until it joins the batch,
-        self.ends_in_s = 0.0  # and until it ends, as of `estimated_at` (time.monotonic())
-        self.estimated_at = time.monotonic()
-        self.ended: float | None = None  # when it settled (time.monotonic())
-        self.error: EasdError | None = None
-        self.started: float | None = None  # when it joined the batch
-        self._snapshots: list[Trace | None] = [None] * len(self.generations)
-        self._news = threading.Condition()
-        self._version = 0  # bumped by every delivery, so a reader knows whether anything is new
-        self._done = False
-        self.last_read = time.monotonic()
-        self.final: list[Trace] | None = None  # the traces once done
-        self._shared = threading.Lock()  # held while an update or the result is made for every stream that asks
-        self._updates: dict[tuple, tuple[dict, Sent]] = {}  # the latest version's updates, by the point they start from
-        self._document: dict | None = None  # the result as trace JSON, made once
-
-    @classmethod
-    def finished(cls, result: Result) -> Ticket:
-        """A ticket that is over already, holding a result computed earlier (easd.core.sharing.Results)."""
-        ticket = cls([])
-        ticket.final, ticket._document, ticket._done = result.traces, result.document, True
-        return ticket
-
-    def watch(self, owner: str = "", reader: Reader | None = None, how: str = "computed", passive: bool = False) -> Stream:
-        """A new user's stream of this ticket; `reader` says whether they have taken anything since last asked."""
-        stream = Stream(self, owner, reader, how, passive)
-        with self._news:
-            if not self._done:  # a finished ticket (a replay) keeps no list of who read it
-                self.streams.append(stream)
-        return stream
-
-    def leave(self, stream: Stream, why: str = "stopped") -> None:
-        """`stream`'s user stops watching: they keep what they saw, and the ticket stops if nobody else watches."""
-        with self._news:
-            if self._done or stream.left is not None:
-                return
-            others = [v for v in self.streams if v is not stream]
-            if stream.passive or any(not v.passive for v in others):
-                self.streams, stream.left = others, self.traces()
-                self._version += 1
-                self._news.notify_all()
-                return
-        self.cancel(why)  # the last one who asked for it: the ticket stops, and its stream follows it to the end
-
-    @property
-    def done(self) -> bool:
-        return self._done
-
-    def cancel(self, why: str = "stopped") -> None:
-        """Stop this ticket's generations: they leave the batch (or the line) at the next block boundary, with stop reason `why`."""
-        for generation in self.generations:
-            generation.stop(why)
-
-    @property
-    def cancelled(self) -> bool:
-        return any(g.stopped for g in self.generations)
-
-    def traces(self) -> list[Trace]:
-        """The generations' traces so far (final once `done`), in the order they were given."""
-        if self.final is not None:
-            return self.final
-        return [s if s is not None else g.trace.snapshot() for s, g in zip(self._snapshots, self.generations)]
-
-    def update(self, sent: Sent) -> tuple[dict, Sent]:
-        """What the generations gained since `sent` (rows and blocks already sent, per generation) as one
-        easd-trace-update (easd.core.trace.to_json_delta), and the new `sent`. Made once per version for every stream
-        that asks from the same point: streams of one run wake on the same clock tick, so after their first update
-        they ask from the same point, and each update costs what is new, once."""
-        with self._shared:
-            key = (self._version, tuple(sent))
-            if key not in self._updates:
-                if any(version != key[0] for version, _ in self._updates):
-                    self._updates.clear()  # nobody asks from an older version again
-                traces = self.traces()
-                self._updates[key] = (to_json_delta(traces, sent), [(len(t.records), len(t.blocks)) for t in traces])
-            return self._updates[key]
-
-    def document(self) -> dict:
-        """The finished traces as one easd-trace JSON document, made once for all of its streams."""
-        with self._shared:
-            if self._document is None:
-                self._document = to_json_dict(self.traces())
-            return self._document
-
-    def wait(self, seen: int, timeout: float) -> int:
-        """Block until something is newer than version `seen` or `timeout` passes; -> the version now."""
-        with self._news:
-            self._news.wait_for(lambda: self._version != seen or self._done, timeout)
-            return self._version
-
-    def unread_for(self, now: float) -> float:
-        """Seconds since any user who asked for it took anything of what was sent to them (asking each stream's
-        `reader`; a room's viewers only watch)."""
-        askers = [s for s in list(self.streams) if s.reader is not None and not s.passive]
-        if any([stream.reader() for stream in askers]):  # a list, not a generator: every reader is asked, and each resets
-            self.last_read = now
-        return now - self.last_read
-
-    def join(self, timeout: float | None = None) -> bool:
-        """Wait up to `timeout` (None: as long as it takes) for the generations to end (after `cancel`, by the next block
-        boundary); -> done."""
-        return self.wait_for(lambda: self._done, timeout)
-
-    def wait_for(self, predicate: Callable[[], bool], timeout: float | None) -> bool:
-        with self._news:
-            return self._news.wait_for(predicate, timeout)
-
-    def watched_by(self, owner: str) -> bool:
-        """Whether `owner` asked for it (a passive stream, a room's viewer, does not count)."""
-        return any(stream.owner == owner and not stream.passive for stream in self.streams)
-
-    @property
-    def version(self) -> int:
-        return self._version
-
-    @property
-    def failure(self) -> EasdError | None:
-        """The first error of a generation of this ticket that failed, if one did."""
-        return next((g.error for g in self.generations if g.error is not None), None)
-
-    @property
-    def rows_held(self) -> int:
-        """Rows of the batch this ticket holds (or will, once in): those not ended or stopped."""
-        return sum(not (g.done or g.stopped) for g in self.generations)
-
-    # --- called by the worker thread --------------------------------------------------------------
-
-    def deliver(self, block: Block, sharing: int) -> None:
-        which = self.generations.index(block.generation)  # by identity: a Generation equals only itself
-        with self._news:
-            self._snapshots[which] = block.generation.trace.snapshot()
-            self.sharing = sharing
-            self._version += 1
-            self._news.notify_all()
-
-    def moved(self, position: int, starts_in_s: float, ends_in_s: float, now: float) -> None:
-        """Its place in line (0: in the batch) and the estimates, as of `now`; readers are told when either changed."""
-        with self._news:
-            before = (self.position, round(self.starts_in_s + self.estimated_at), round(self.ends_in_s + self.estimated_at))
-            self.position, self.starts_in_s, self.ends_in_s, self.estimated_at = position, starts_in_s, ends_in_s, now
-            if (position, round(starts_in_s + now), round(ends_in_s + now)) != before:
-                self._version += 1
-                self._news.notify_all()
-
-    def settle(self, error: EasdError | None = None) -> None:
-        """The ticket is over: generations that never joined end as stopped; `error` is what its user is told."""
-        with self._news:
-            for generation in self.generations:
-                generation.finish(generation.why_stopped)
-            self.final, self.ended = [g.trace for g in self.generations], time.monotonic()
-            self.error, self.position, self._done = error or self.failure, 0, True
-            self._version += 1
-            self._news.notify_all()
+Chunks = Callable[[list[GenerationSnapshot]], list[ChunkProgress]]  # decodes rows for one round: easd.serving.chunks.decode_chunk
 
 
 class Worker:
@@ -265,7 +97,7 @@ class Worker:
         max_line: int | None = None,
     ) -> Stream:
         """Put one user's generations in line; they join the batch as soon as it has room for all of them. The same
-        request in line or decoding is joined instead, and one finished a moment ago replayed (easd.core.sharing).
+        request in line or decoding is joined instead, and one finished a moment ago replayed (easd.serving.results).
         A new request that would wait behind `max_line` others is refused in one line (joining or a replay costs
         nothing, and is never refused)."""
         ticket = Ticket(generations, address)
@@ -457,7 +289,7 @@ class Worker:
         return fair[0] if fair else fitting[0]
 
     def _renumber(self) -> None:
-        """Each ticket's place in line, and when it starts and ends at the batch's measured pace (easd.core.estimates)."""
+        """Each ticket's place in line, and when it starts and ends at the batch's measured pace (easd.serving.estimates)."""
         now = time.monotonic()
         running = [Job(t.rows_held, self._steps_left(t)) for t in self.running]
         waiting = [Job(len(t.generations), self._steps_left(t)) for t in self.line]

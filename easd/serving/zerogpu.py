@@ -4,7 +4,7 @@ The shared batch cannot live inside one such call (a call is capped at a minute 
 GPU from everyone else), so on ZeroGPU the worker stays a thread on the CPU that owns the line
 of tickets, and decodes the batch in rounds: each round is one call of `decode_on_gpu`, which
 resumes every row from its snapshot (re-prefilling it: no cache survives a call), decodes for
-the seconds the call was sized for and returns the new blocks (easd.core.chunks, easd.core.worker).
+the seconds the call was sized for and returns the new blocks (easd.serving.chunks, easd.serving.worker).
 The worker makes the call in the context of the ticket that has waited longest, so ZeroGPU
 charges that user.
 
@@ -27,18 +27,18 @@ plain function and `chunks_for` returns None: the app runs its one continuous ba
 
 from __future__ import annotations
 
-import argparse
 import math
 import multiprocessing
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
-from easd.core.chunks import ChunkProgress, GenerationSnapshot, decode_chunk
-from easd.core.pair import ModelPair, PairLoader
-from easd.errors import EasdError, QuotaSpent
+from ..errors import EasdError, QuotaSpent
+from ..method.pair import ModelPair, PairLoader
+from .chunks import ChunkProgress, GenerationSnapshot, decode_chunk
 
 if os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true") and torch.version.cuda is None:
     # `spaces` would fail on import with an AttributeError deep in its CUDA patching: say what to change instead
@@ -82,14 +82,14 @@ def _decode_on_gpu(
     return progress, time.monotonic() - started
 
 
-def _in_a_fresh_process(*args) -> tuple[list[ChunkProgress], float]:
+def in_a_fresh_process(*args) -> tuple[list[ChunkProgress], float]:
     """ZeroGPU's boundary, simulated: the call runs in a process spawned for it, its arguments and results pickled."""
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         return pool.apply(_decode_on_gpu, args)
 
 
 if SIMULATED:
-    decode_on_gpu = _in_a_fresh_process
+    decode_on_gpu = in_a_fresh_process
 elif spaces is not None:
     decode_on_gpu = spaces.GPU(duration=chunk_duration)(_decode_on_gpu)
 else:
@@ -114,6 +114,7 @@ class GpuCalls:
 
     name: str
     load: PairLoader  # how a spawned call gets the pair; it must pickle (app.py's loaders do)
+    decode: Callable | None = None  # how a call is made: `decode_on_gpu` unless told (tools.zerogpu: in_a_fresh_process)
     tokens_per_s: float | None = None  # None until a call has decoded something
     calls: list[Call] = field(default_factory=list)  # the latest RECENT_CALLS, for the simulation's printout
 
@@ -152,7 +153,7 @@ class GpuCalls:
         before = [len(row.generated) for row in rows]
         budget = self.budget(max(row.settings.max_new_tokens - done for row, done in zip(rows, before)))
         try:
-            progress, decoding_s = decode_on_gpu(self.name, self.load, rows, budget)
+            progress, decoding_s = (self.decode or decode_on_gpu)(self.name, self.load, rows, budget)
         except Exception as err:
             raise _in_words(err) from err
         tokens = max(len(p.snapshot.generated) - done for p, done in zip(progress, before))
@@ -167,7 +168,7 @@ class GpuCalls:
 
 def _in_words(err: Exception) -> Exception:
     """ZeroGPU's refusal (the visitor's quota is spent; spaces raises a gr.Error titled so) as one line that says
-    what to do, which ends that visitor's run alone (easd.core.worker); any other failure as it is."""
+    what to do, which ends that visitor's run alone (easd.serving.worker); any other failure as it is."""
     title = str(getattr(err, "title", "") or "")
     if "quota" not in title.lower() and "quota" not in str(err).lower():
         return err
@@ -185,52 +186,3 @@ def chunks_for(name: str, pair: ModelPair, load: PairLoader) -> GpuCalls | None:
     if not SIMULATED:  # a forked call finds it; a spawned one loads its own
         LOADED[name] = pair
     return GpuCalls(name, load)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The app's first two examples through the shared batch as on ZeroGPU, each call in a freshly spawned process
-    (EASD_SIMULATE_ZEROGPU's rules): prints what every call asked for and did. The device check runs it on a GPU."""
-    import functools
-    import json
-
-    from easd.core.compare import Comparison
-    from easd.core.settings import DecodeSettings
-    from easd.core.worker import Worker
-    from easd.pairs.loading import Runtime
-    from easd.pairs.registry import load_named_pair
-
-    from .server import ASSETS
-
-    global decode_on_gpu
-    decode_on_gpu = _in_a_fresh_process  # whatever this machine is, every call crosses the boundary a Space has
-    parser = argparse.ArgumentParser(prog="python -m components.zerogpu", description=main.__doc__)
-    parser.add_argument("--pair", default="qwen-coder", help="a pair of `python -m easd pairs` (default: qwen-coder)")
-    parser.add_argument("--backend", default="transformers", help="transformers (ZeroGPU's) or llama.cpp")
-    parser.add_argument("--dtype", default="auto", help="transformers' dtype: auto, float32 or bfloat16")
-    parser.add_argument("--max-new-tokens", type=int, default=128, help="per lane, as the page's default")
-    args = parser.parse_args(argv)
-    load = functools.partial(load_named_pair, args.pair, Runtime(backend=args.backend, dtype=args.dtype))
-    pair = load()
-    examples = json.loads((ASSETS / "examples.json").read_text("utf-8"))  # the page's own examples, as app.py reads them
-    calls = GpuCalls(args.pair, load)
-    worker = Worker(pair, 4, 2048 + args.max_new_tokens, chunks=calls)
-    print(f"ZeroGPU simulated (a spawned process per call): {pair.describe()}, {args.max_new_tokens} tokens per lane")
-    for number, prompt in enumerate(examples[:2], 1):
-        said = calls.describe_cost(args.max_new_tokens).replace("**", "")
-        first = len(calls.calls)
-        comparison = Comparison(pair, prompt, DecodeSettings(max_new_tokens=args.max_new_tokens))
-        stream = worker.submit(comparison.generations.values())
-        stream.join()
-        if stream.error is not None:
-            print(f"example {number}: failed: {stream.error}")
-            return 1
-        made = calls.calls[first:]
-        print(f"example {number}: the page said: {said}")
-        for call in made:
-            print(f"  call: asked {call.asked_s} s, decoded {call.decoding_s:.1f} s, {call.tokens} tokens per row")
-        print(f"  in all: {len(made)} call(s), {sum(c.asked_s for c in made)} GPU seconds asked")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

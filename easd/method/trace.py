@@ -19,7 +19,7 @@ from . import trace_schema as schema
 from .acceptance import Margins
 from .settings import DecodeSettings
 from .trace_schema import MAX_CELLS, MAX_ROWS, MAX_RUNS, MAX_TRACE_BYTES, SchemaError
-from .trace_schema import ORIGINS as ORIGINS  # re-exported: easd.core.trace.ORIGINS
+from .trace_schema import ORIGINS as ORIGINS  # re-exported: easd.method.trace.ORIGINS
 
 INTERVENTIONS = ("easd_penalty", "mti_guided")  # the origins of tokens a method chose against the plain target's test
 
@@ -90,11 +90,11 @@ class RunStats:
     seconds: float | None = None  # wall time of the whole run, prefill included
     target_calls: int | None = None  # target forward passes
     draft_calls: int | None = None  # draft forward passes
-    # wall time of the passes it took part in (with other rows of its batch): what SD's speed is made of (easd.core.speed)
+    # wall time of the passes it took part in (with other rows of its batch): what SD's speed is made of (easd.method.speed)
     target_seconds: float | None = None
     draft_seconds: float | None = None
     # rows those passes served, summed (÷ calls: the batch it ran in), so that their time is read against a target
-    # pass over as many rows (easd.core.speed.PassCost); None in traces from before they were counted
+    # pass over as many rows (easd.method.speed.PassCost); None in traces from before they were counted
     target_rows: int | None = None
     draft_rows: int | None = None
     stop_reason: str | None = None  # one of trace_schema.STOP_REASONS ("stopped" while it goes on)
@@ -126,7 +126,7 @@ class Trace:
     def snapshot(self) -> Trace:
         """A copy that later tokens do not change: records and blocks are shared, their lists are not.
 
-        The shared worker (easd.core.worker) takes one for a user after each block, in its own
+        The shared worker (easd.serving.worker) takes one for a user after each block, in its own
         thread, so the user's thread never reads a trace while the worker appends to it.
         """
         return replace(self, records=list(self.records), blocks=list(self.blocks), stats=replace(self.stats))

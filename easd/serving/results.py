@@ -4,7 +4,7 @@ Most requests in a lesson are the same ("click the first example"), and 2 cores 
 15–25 tokens a second in all, so sixteen copies of one request would make the last user wait
 sixteen times as long for a result the first already has. Instead:
 
-  request      what one user asks a worker for: the generations of one ticket (easd.core.worker).
+  request      what one user asks a worker for: the generations of one ticket (easd.serving.worker).
   same         two requests are the same when their `request_key`s are equal: the engine's version,
                the pair (its files, backend, kernels and dtype), and each generation's prompt, chat
                flag and settings, the seed included.
@@ -23,22 +23,18 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import _version
-from ..errors import EasdError
-from .pair import ModelPair
-from .trace import Trace, to_json_delta, to_json_dict
+from ..method.pair import ModelPair
+from ..method.trace import Trace
 
 if TYPE_CHECKING:
-    from .decoding import Generation
-    from .worker import Ticket
+    from ..method.decoding import Generation
 
-Reader = Callable[[], bool]  # whether a stream's user has taken anything since the last call
 RESULTS_BYTES = 64 * 2**20  # finished results kept for replay: about 300 comparisons of 2 × 128 tokens
 FINISHED = ("eos", "max_new_tokens", "context")  # stop reasons of a result worth replaying (not stopped, unread, error)
 
@@ -50,88 +46,12 @@ def request_key(pair: ModelPair, generations: Iterable[Generation]) -> Hashable:
     return (_version.__version__, pair.describe(), runtime, asked)
 
 
-class Stream:
-    """One user's look at a Ticket: its traces, its place in line, and a Stop of its own.
-
-    `how` says where the result comes from: "computed" (this user's request started it), "joined"
-    (the same request was already in line or decoding), "replayed" (it had just finished) or
-    "watched" (a room's viewer, components.rooms). A `passive` stream only watches: it never keeps
-    the decoding going, and leaving it never stops anyone else's.
-    """
-
-    def __init__(
-        self, ticket: Ticket, owner: str = "", reader: Reader | None = None, how: str = "computed", passive: bool = False
-    ):
-        self.ticket, self.owner, self.reader, self.how, self.passive = ticket, owner, reader, how, passive
-        self.left: list[Trace] | None = None  # the traces as they were when this stream left a ticket others still watch
-
-    @property
-    def done(self) -> bool:
-        return self.left is not None or self.ticket.done
-
-    @property
-    def cancelled(self) -> bool:
-        return self.left is not None or self.ticket.cancelled
-
-    @property
-    def error(self) -> EasdError | None:
-        return None if self.left is not None else self.ticket.error
-
-    @property
-    def position(self) -> int:
-        return 0 if self.left is not None else self.ticket.position
-
-    def estimate(self) -> tuple[float, float]:
-        """Seconds from now until its run starts and until it ends, as the worker last estimated them."""
-        ticket, now = self.ticket, time.monotonic()
-        return max(0.0, ticket.estimated_at + ticket.starts_in_s - now), max(0.0, ticket.estimated_at + ticket.ends_in_s - now)
-
-    @property
-    def sharing(self) -> int:
-        return self.ticket.sharing
-
-    @property
-    def generations(self) -> list[Generation]:
-        return self.ticket.generations
-
-    def traces(self) -> list[Trace]:
-        """The traces so far (final once done); a copy per call, so that no user's page changes another's."""
-        traces = self.left if self.left is not None else self.ticket.traces()
-        return [trace.snapshot() for trace in traces]
-
-    def update(self, sent: list[tuple[int, int]]) -> tuple[dict, list[tuple[int, int]]]:
-        """What is new since `sent` as one easd-trace-update, and the new `sent` (see Ticket.update)."""
-        if self.left is not None:
-            return to_json_delta(self.left, sent), [(len(t.records), len(t.blocks)) for t in self.left]
-        return self.ticket.update(sent)
-
-    def document(self) -> dict:
-        """The traces as one easd-trace JSON document (final once done): made once for every stream of a run."""
-        return to_json_dict(self.left) if self.left is not None else self.ticket.document()
-
-    def cancel(self, why: str = "stopped") -> None:
-        """Stop this user's stream; the computation stops too when nobody else watches it."""
-        self.ticket.leave(self, why)
-
-    def wait(self, seen: int, timeout: float) -> int:
-        return self.ticket.wait(seen, timeout)
-
-    @property
-    def version(self) -> int:
-        """Bumped by every change a reader could see (see `wait`), read without waiting."""
-        return self.ticket.version
-
-    def join(self, timeout: float | None = None) -> bool:
-        """Wait up to `timeout` (None: as long as it takes) for this stream to end; -> done."""
-        return self.ticket.wait_for(lambda: self.done, timeout)
-
-
 @dataclass(frozen=True)
 class Result:
     """A finished result kept for the same request: its traces, and the trace JSON every replay of it sends."""
 
     traces: list[Trace]
-    document: dict  # easd.core.trace.to_json_dict(traces), made once
+    document: dict  # easd.method.trace.to_json_dict(traces), made once
     size: int  # bytes of that document as JSON
 
 

@@ -4,10 +4,10 @@ Pairs load in a background thread so the page can show progress instead of faili
 browser only ever names a pair from `allowed`; paths and hub ids come from the operator's
 command line or environment, never from a request.
 
-Every user of a pair shares one batch: each loaded pair gets a `Worker` (easd.core.worker) that
+Every user of a pair shares one batch: each loaded pair gets a `Worker` (easd.serving.worker) that
 decodes up to `max_batch` rows together, and a comparison (two rows) joins it at the next block
 boundary, or waits in its line when it is full. `ModelHost.stream` hands a request to it; the same
-request as one in line, decoding or just finished is joined or replayed instead (easd.core.sharing). Two
+request as one in line, decoding or just finished is joined or replayed instead (easd.serving.results). Two
 limits count what is really in line or running: a client (a browser tab or an API session) may
 hold `max_queued_per_client` requests, a network address `max_per_address` (several users behind
 one school's NAT share an address); past either, a request is refused at once with a "busy" line
@@ -24,14 +24,14 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from easd.core.decoding import Generation
-from easd.core.pair import ModelPair, PairLoader
-from easd.core.sharing import RESULTS_BYTES, Reader, Results, Stream
-from easd.core.speed import measure_pass_cost
-from easd.core.worker import MAX_DEFAULT_ROWS, Worker, default_max_rows
-from easd.errors import Busy, EasdError
-
+from ..errors import Busy, EasdError
+from ..method.decoding import Generation
+from ..method.pair import ModelPair, PairLoader
+from ..method.speed import measure_pass_cost
 from . import zerogpu
+from .results import RESULTS_BYTES, Results
+from .tickets import Reader, Stream
+from .worker import MAX_DEFAULT_ROWS, Worker, default_max_rows
 
 
 @dataclass
@@ -62,7 +62,7 @@ class Client:
 
 PROMPT_TOKENS = 2048  # prompt tokens a row may hold beside the token cap: bounds every row's KV cache
 LOAD_WAIT_S = 300.0  # a call that comes while its pair loads waits this long for it (a first start may convert files)
-ABANDON_S = 10.0  # a run whose page (or API client) has stopped reading for this long is stopped: see easd.core.worker
+ABANDON_S = 10.0  # a run whose page (or API client) has stopped reading for this long is stopped: see easd.serving.worker
 
 
 @dataclass
@@ -72,7 +72,7 @@ class ModelHost:
     allowed: dict[str, PairLoader]
     default: str | None
     max_new_tokens_cap: int = 512
-    max_batch: int | None = None  # rows decoded together; None: as many as fit in memory (easd.core.worker.default_max_rows)
+    max_batch: int | None = None  # rows decoded together; None: as many as fit in memory (easd.serving.worker.default_max_rows)
     max_queued_per_client: int = 2  # requests one client may have in line or running
     max_per_address: int | None = None  # requests one network address may have in line or running; None: half of `slots`
     max_waiting: int = 16  # pages' requests waiting in a pair's line in all; more wait in Gradio's queue
@@ -106,7 +106,7 @@ class ModelHost:
     ) -> Iterator[Stream]:
         """Put `generations` in the shared batch of pair `name` for the block (or join the same request, or replay
         it); raises Busy at once when `client` already has its share of requests. `reader` says whether the
-        client has taken anything since it was last asked (see easd.core.worker). Leaving the block unfinished
+        client has taken anything since it was last asked (see easd.serving.worker). Leaving the block unfinished
         (Stop, a closed tab, an error) ends the client's stream, and the generations leave the batch if nobody else
         watches them."""
         worker = self.states[name].worker
@@ -170,7 +170,7 @@ class ModelHost:
             state.settled.set()
             return
         chunks = zerogpu.chunks_for(name, pair, self.allowed[name])
-        if chunks is None:  # passes measured alone, for the Speed panel (easd.core.speed); ZeroGPU lends no GPU here
+        if chunks is None:  # passes measured alone, for the Speed panel (easd.method.speed); ZeroGPU lends no GPU here
             pair = dataclasses.replace(pair, info={**pair.info, **measure_pass_cost(pair).info()})
         seconds = time.monotonic() - state.started
         # on ZeroGPU the GPU's free memory cannot be asked outside a GPU call: the default batch then is the fixed one

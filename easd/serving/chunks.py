@@ -6,7 +6,7 @@ and a CPU tensor, so a call in another process can receive it. `decode_chunk` re
 prefilled afresh: no cache survives a call), decodes them as one batch until a budget of steps
 or seconds runs out, and returns each one's `ChunkProgress`: the blocks it emitted, its snapshot
 after them, and why it ended if it did. `catch_up` applies that progress to the Generation that
-keeps its trace, so a user reads the same trace as from one continuous run (easd.core.worker).
+keeps its trace, so a user reads the same trace as from one continuous run (easd.serving.worker).
 
 A resumed generation draws the same random numbers and makes the same decisions as it would have
 without the break; only its prefix is recomputed in one pass instead of block by block, which in
@@ -21,10 +21,10 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from ..errors import EasdError
-from .decoding import Batch, Block, Generation, Steps
-from .pair import ModelPair
-from .settings import DecodeSettings
-from .trace import RunStats
+from ..method.decoding import Batch, Block, Generation, Steps
+from ..method.pair import ModelPair
+from ..method.settings import DecodeSettings
+from ..method.trace import RunStats
 
 
 @dataclass(frozen=True)

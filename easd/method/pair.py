@@ -73,5 +73,5 @@ def check_same_tokenizer(draft_tokenizer: Tokenizer, target_tokenizer: Tokenizer
 
 
 # Loads a pair when it is first needed. The app's are functools.partials of module-level functions, so that they pickle:
-# a ZeroGPU call simulated in a spawned process receives one and loads its own copy (components.zerogpu).
+# a ZeroGPU call simulated in a spawned process receives one and loads its own copy (easd.serving.zerogpu).
 PairLoader = Callable[[], ModelPair]

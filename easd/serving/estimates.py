@@ -1,6 +1,6 @@
 """How long a request will wait and run, from the shared batch's measured pace: the arithmetic, pure.
 
-The worker (easd.core.worker) measures its `Pace` as it decodes: how long a step takes with how
+The worker (easd.serving.worker) measures its `Pace` as it decodes: how long a step takes with how
 many rows, the tokens a generation emits per step, and how much of its token budget a finished
 generation used. From it, `schedule` plays the line forward step by step: each running request
 ends when its slowest generation has emitted what it is expected to; a waiting one starts when

@@ -1,6 +1,6 @@
 """The seam between the decoding loop and a model's runtime: what the loop asks of a loaded model.
 
-The loop (easd.core.decoding) never touches weights or caches. It asks each model of the pair
+The loop (easd.method.decoding) never touches weights or caches. It asks each model of the pair
 for `Caches` (the key/value caches of one batch's rows) and the pair for a `Tokenizer`. Two
 backends implement them (easd/backends): transformers (PyTorch: folders, hub ids, GPUs, and the
 exact float32 regime) and llama.cpp (GGUF files, quantized, fast on a CPU).
@@ -9,7 +9,7 @@ Words, defined once:
   row     one Generation's place in a batch: row i of the draft's caches and of the target's
   seen    the tokens of a row that a model's cache holds; between blocks, every committed token but
           the last, whose logits the next pass computes
-  state   a copy of a row's cache that a later batch can start from (easd.core.prefix)
+  state   a copy of a row's cache that a later batch can start from (easd.method.prefix)
 """
 
 from __future__ import annotations
