@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from easd.method.methods import METHODS
 from easd.method.trace import TokenRecord, Trace
 
 from .html import Html, join, number, tag
@@ -25,14 +26,7 @@ ORIGIN_LABELS = {
     "mti_guided": "MTI guided",
 }
 ORIGIN_CLASSES = {origin: f"o-{origin}" for origin in ORIGIN_LABELS}  # an origin not listed gets "o-unknown"
-TITLES = {
-    "sd": "SD",
-    "easd": "EASD",
-    "mti": "MTI",
-    "rsd": "RSD",
-    "target": "target only",
-    "draft": "draft only",
-}  # what a lane can run
+TITLES = {name: method.title for name, method in METHODS.items()}  # what a lane can run
 _VISIBLE = {"\n": "↵\n", "\t": "⇥", "\r": "␍"}
 MAX_LANE_TOKENS = 2000  # spans drawn per lane: a huge loaded trace is shown as a window around the selection
 MAX_KEPT_SPANS = 50_000  # spans a page keeps rendered (about 20 MB): 16 users' two lanes of 1,000 tokens, and more

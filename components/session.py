@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from easd.method.compare import LANES
-from easd.method.decoding import SPECULATIVE
+from easd.method.methods import METHODS
 from easd.method.trace import TokenRecord, Trace
 from easd.serving.tickets import Stream
 
@@ -67,7 +67,7 @@ class Session:
         """The first lane's finished run that drafts and verifies (SD or EASD): the one the Speed panel and map explain."""
         if self.running:
             return None
-        return next((t for t in self.traces.values() if t is not None and t.settings.method in SPECULATIVE), None)
+        return next((t for t in self.traces.values() if t is not None and METHODS[t.settings.method].verifies), None)
 
     def lane_running(self, method: str) -> str | None:
         """The first lane whose trace is a run of `method` (the what-if reads the SD lane, wherever it is)."""

@@ -5,13 +5,12 @@ Built with `components.html`: a loaded trace's summary (its stop reason, its cou
 
 from __future__ import annotations
 
+from easd.method.methods import METHODS
 from easd.method.speed import Speed
 from easd.method.trace import Trace, intervened
 
 from .html import Html, join, number, tag
 from .lanes import TITLES
-
-STATS_WORDS = {"mti": "guided ", "rsd": "rewritten "}  # what the stats line calls a run's interventions (else penalties)
 
 
 def stats_html(trace: Trace | None) -> Html:
@@ -24,7 +23,7 @@ def stats_html(trace: Trace | None) -> Html:
         join(["acceptance ", tag("b", number(s["acceptance_rate"], ".2f"))]),
         join(["accepted/block ", tag("b", number(s["mean_accepted_length"], ".2f"))]),
         join(["target calls ", tag("b", number(s["target_calls"], "d"))]),
-        join([STATS_WORDS.get(trace.settings.method, "penalties "), tag("b", number(s["interventions"], "d"))]),
+        join([f"{METHODS[trace.settings.method].intervention[1] or 'penalties'} ", tag("b", number(s["interventions"], "d"))]),
     ]
     if s["fragile_penalties"]:  # docs/method.md, "Fragile decisions": rounding could have flipped these
         parts.append(join(["≈ fragile ", tag("b", number(s["fragile_penalties"], "d"))]))
@@ -46,7 +45,7 @@ def comparison_html(left: Trace | None, right: Trace | None, fork: int | None) -
         change = f"the texts fork at token {fork}"
         first = next((r.position for r in right.records if intervened(r.origin, right.settings.method)), None)
         if first is not None:
-            change += f" ({name_b}'s first {INTERVENTION_WORDS[right.settings.method]} is at token {first})"
+            change += f" ({name_b}'s first {METHODS[right.settings.method].intervention[0]} is at token {first})"
     rates = [_intervention_rate(name, trace, summary) for name, trace, summary in ((name_a, left, a), (name_b, right, b))]
     rate = "; ".join(filter(None, rates)) or "no interventions"
     speed = ""
@@ -65,22 +64,14 @@ def comparison_html(left: Trace | None, right: Trace | None, fork: int | None) -
     return tag("p", tag("b", "Comparison:"), f" {change}; {rate}{speed}{acceptance}.", class_="comparison")
 
 
-INTERVENTION_WORDS = {
-    "easd": "penalty",
-    "mti": "guided token",
-    "rsd": "rewritten token",
-}  # what each intervening method calls one intervention
-
-
 def _intervention_rate(name: str, trace: Trace, summary: dict) -> str:
     """ "EASD: 3 penalties (2.1% of its tokens)" for a method that intervenes; "" for one that does not."""
-    word = INTERVENTION_WORDS.get(trace.settings.method)
-    if word is None:
+    method = METHODS[trace.settings.method]
+    if not method.intervenes:
         return ""
     count = summary["interventions"]
     share = 100 * count / summary["new_tokens"] if summary["new_tokens"] else None
-    plural = word if count == 1 else ("penalties" if word == "penalty" else word + "s")
-    return f"{name}: {number(count, 'd')} {plural} ({number(share, '.1f')}% of its tokens)"
+    return f"{name}: {number(count, 'd')} {method.intervention[count != 1]} ({number(share, '.1f')}% of its tokens)"
 
 
 def _is_real(value) -> bool:

@@ -11,6 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..method.methods import METHODS
 from .evaluate import GRIDS
 from .problems import is_correct, same_answer
 from .results import load_results
@@ -20,7 +21,7 @@ from .stats import majority, mcnemar_exact, paired_bootstrap, wilson
 
 
 # The models each method runs, as the paper's Table 1 marks them: target (TM), draft (DM), process reward model (PRM)
-MODELS = {"target": "TM", "draft": "DM", "beam": "DM", "sd": "TM + DM", "easd": "TM + DM", "mti": "TM", "rsd": "TM + DM + PRM"}
+MODELS = {name: method.models for name, method in METHODS.items()} | {"beam": "DM"}  # beam search runs the draft
 CUT_OFF_WARNING = 0.05  # the share of runs cut off by the budget past which the paper's table warns
 
 SUMMARY_COLUMNS = [

@@ -44,14 +44,13 @@ import torch
 
 from ..errors import EasdError, SettingsError
 from . import acceptance as acc
+from .methods import METHODS
 from .pair import ModelPair
 from .seam import Caches, RowState
 from .settings import DecodeSettings
 from .trace import MARGIN_COLUMNS, BlockInfo, RunStats, TokenRecord, Trace, software_versions
 
 MAX_PROMPT_CHARS_PER_TOKEN = 32  # a prompt longer than this × context cannot fit; refuse before tokenizing
-SPECULATIVE = ("sd", "easd")
-DRAFTING = ("draft", "rsd", *SPECULATIVE)  # the methods that use the draft model
 MAX_RSD_STEPS = 100  # RSD's cap on reasoning steps, as in its authors' code
 # A joining row's prompt is computed this many tokens a pass, so that Stop is heard between two: in one pass, a
 # 2,375-token prompt held the embedded pair for 75 s on 2 cores (llama.cpp, exact kernels), and Stop with it.
@@ -202,7 +201,7 @@ class Recorder:
     ) -> TokenRecord:
         """The record of a one-model token (`model`'s: by default the method's one model); `guided` are MTI's guided
         logits where it intervened.  logits: [1, V]"""
-        model = model or ("draft" if self.settings.method == "draft" else "target")
+        model = model or METHODS[self.settings.method].one_model or "target"
         record = TokenRecord(position, block, token, self.text(token), model)
         # a draft run fills the draft's columns (h_draft, draft_top), the others the target's
         probs = acc.raw_probs(logits)
@@ -318,15 +317,15 @@ class Generation:
 
     @property
     def uses_draft(self) -> bool:
-        return self.settings.method in DRAFTING
+        return METHODS[self.settings.method].uses_draft
 
     @property
     def uses_target(self) -> bool:
-        return self.settings.method != "draft"
+        return METHODS[self.settings.method].uses_target
 
     @property
     def speculative(self) -> bool:
-        return self.settings.method in SPECULATIVE
+        return METHODS[self.settings.method].verifies
 
     def stop(self, why: str = "stopped") -> None:
         """End it at the next block boundary, with stop reason `why` (one of trace_schema.STOP_REASONS: "stopped" when
@@ -864,7 +863,7 @@ class RowPlan:
         """Draft passes the row takes part in at most: k for SD, EASD and an RSD row writing a step; 1 for draft-only."""
         if self.generation.speculative or self.generation.steps is not None:
             return self.k
-        return int(self.generation.settings.method == "draft")
+        return int(METHODS[self.generation.settings.method].one_model == "draft")
 
     @property
     def verifies(self) -> bool:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from .methods import METHODS
 from .pair import ModelPair
 from .trace import Trace
 
@@ -109,7 +110,7 @@ class Speed:
         """The breakdown of finished runs of one speculative setting (one, or one per prompt), given the 1-token target
         pass's cost and, where it was measured, target-only's tokens/s alone (else 1 / the unit at the run's batch);
         None where the traces lack what it needs (not speculative, no pass times)."""
-        if not traces or any(t.settings.method not in ("sd", "easd") or not t.blocks for t in traces):
+        if not traces or any(not METHODS[t.settings.method].verifies or not t.blocks for t in traces):
             return None
         stats = [t.stats for t in traces]
         sums = {name: sum(getattr(s, name) or 0 for s in stats) for name in TIMES}

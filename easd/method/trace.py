@@ -17,17 +17,16 @@ from pathlib import Path
 from ..errors import EasdError, SettingsError
 from . import trace_schema as schema
 from .acceptance import Margins
+from .methods import METHODS
 from .settings import DecodeSettings
 from .trace_schema import MAX_CELLS, MAX_ROWS, MAX_RUNS, MAX_TRACE_BYTES, SchemaError
 from .trace_schema import ORIGINS as ORIGINS  # re-exported: easd.method.trace.ORIGINS
 
-INTERVENTIONS = ("easd_penalty", "mti_guided")  # the origins of tokens a method chose against the plain target's test
-
 
 def intervened(origin: str, method: str) -> bool:
-    """Whether a token is an intervention of its run's method: EASD's penalty, MTI's guided token, or a token of a step
-    RSD's target wrote again after the PRM refused the draft's."""
-    return origin in INTERVENTIONS or (method == "rsd" and origin == "target")
+    """Whether a token is an intervention of its run's method (easd.method.methods: EASD's penalty, MTI's guided token,
+    a token of a step RSD's target wrote again after the PRM refused the draft's)."""
+    return origin in METHODS[method].intervention_origins
 
 
 FORMAT = "easd-trace"

@@ -12,6 +12,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from .methods import METHODS as TABLE
 from .settings import MAX_TOP_N, METHODS, RULES, SIGNALS
 
 ORIGINS = ("draft_accepted", "target_resample", "easd_penalty", "bonus", "target", "draft", "mti_guided")
@@ -49,14 +50,7 @@ ORIGIN_NEEDS = {
     "draft": ("h_draft",),
     "mti_guided": ("h_target",),
 }
-METHOD_ORIGINS = {
-    "target": ("target",),
-    "draft": ("draft",),
-    "sd": ("draft_accepted", "target_resample", "bonus"),
-    "easd": ("draft_accepted", "target_resample", "easd_penalty", "bonus"),
-    "mti": ("target", "mti_guided"),
-    "rsd": ("draft", "target"),  # a step the draft wrote and the PRM kept, or one the target wrote again
-}
+METHOD_ORIGINS = {name: method.origins for name, method in TABLE.items()}
 # Each token's top candidates, per distribution: the draft's q, the target's p, and MTI's guided p̃ where it guided
 SIDES = ("draft", "target", "guided")
 
