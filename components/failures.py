@@ -16,13 +16,13 @@ import gradio as gr
 
 from easd.errors import EasdError
 
-from . import handlers
+from . import render
 
 log = logging.getLogger("easd.app")
 UNEXPECTED = "⚠️ Something went wrong on the server (the details are in its log); try again, or reload the page."
 
 
-def wire(handler: Callable, *fixed, show: Callable[[str], dict] | None = None, words=handlers.in_page_words) -> Callable:
+def wire(handler: Callable, *fixed, show: Callable[[str], dict] | None = None, words=render.in_page_words) -> Callable:
     """`handler` with its first arguments fixed, as a plain function whose failures are one line each.
 
     Gradio reads a handler's signature and type hints to pass gr.Request and gr.EventData, which

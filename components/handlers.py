@@ -12,115 +12,33 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
 from functools import partial
 
 import gradio as gr
 
-from easd.errors import EasdError, SettingsError
+from easd.errors import EasdError
 from easd.method import trace as trace_io
-from easd.method.compare import DEFAULT_METHODS, LANES, Comparison
-from easd.method.trace import Trace
-from easd.method.whatif import would_penalize
-from easd.serving.host import Client, ModelHost
+from easd.method.compare import LANES
+from easd.serving.host import ModelHost
 from easd.serving.tickets import Stream
 
-from . import figures
-from .controls import DEFAULTS, RuleView, api_words, check_flag, check_method, check_prompt, page_words, read_settings
+from .controls import RuleView, check_prompt
 from .gallery import Gallery
-from .gradio_internals import Outbox, Watch, event_data
-from .html import Html, join, tag
-from .inspector import inspector_html
-from .lanes import lane_html, lane_title
+from .gradio_internals import Outbox, event_data
+from .html import tag
+from .intake import CompareRequest, client_of
+from .lanes import lane_title
+from .news import news
 from .page import Page
+from .render import in_page_words, render_all, render_files, render_lanes, render_lanes_and_panels, render_panels, say, stop_note
 from .rooms import ROOM_EVERY_S, Room
 from .session import Session, Sessions
-from .stats import comparison_html, speed_html, stats_html
 from .stepper import block_views, stepper_html
 
 LANES_EVERY_S = 0.25  # at most four lane updates a second: faster only floods the browser with HTML
-API_EVERY_S = 0.5  # the API streams each run's new rows twice a second
 RECONNECT_S = 5.0  # a heartbeat that ended and comes back within this long was no goodbye (a browser retries in about 3 s)
 log = logging.getLogger("easd.app")
-MAX_WHATIF_ROWS = 200_000  # rows re-read per slider move or click (outside the queue); a bigger trace is shown, not re-read
-
-
 # --- rendering a session ----------------------------------------------------------------------------
-
-
-def say(text: str) -> Html:
-    """A line for the page's message area, escaped (it may quote a file name or a bad value)."""
-    return tag("p", text) if text else Html("")
-
-
-def render_lanes(page: Page, session: Session, view: RuleView) -> dict:
-    traces, fork = session.traces, session.fork
-    marks, sd_lane = _whatif_marks(session, view), session.lane_running("sd")
-    finished = join([comparison_html(traces["left"], traces["right"], fork), speed_html(session.speculative())])
-    out = {page.comparison: finished if not session.running else Html("")}
-    for lane in LANES:
-        selected = session.selected[1] if session.selected and session.selected[0] == lane else None
-        whatif = marks if lane == sd_lane else None
-        out[page.titles[lane]] = tag("h3", lane_title(lane, traces[lane]))
-        out[page.lanes[lane]] = lane_html(
-            lane, traces[lane], selected=selected, fork=fork, whatif=whatif, running=session.running, spans=page.spans
-        )
-        out[page.stats[lane]] = stats_html(traces[lane])
-    return out
-
-
-def _whatif_marks(session: Session, view: RuleView):
-    """Where EASD would refuse a token of the SD lane's run under the sliders' rule (None without a finished SD run)."""
-    sd = _whatif_trace(session)
-    return None if sd is None else would_penalize(sd, **view.as_kwargs())
-
-
-def _whatif_trace(session: Session) -> Trace | None:
-    """The SD run the what-if re-reads: a finished one, in either lane, not too long to re-read per slider move."""
-    lane = session.lane_running("sd")
-    sd = session.traces[lane] if lane is not None and not session.running else None
-    return sd if sd is not None and len(sd.records) <= MAX_WHATIF_ROWS else None
-
-
-def render_panels(page: Page, session: Session, view: RuleView) -> dict:
-    lane, record = session.selected_record()
-    trace = session.traces.get(lane or "right") or session.traces["left"]
-    selected = session.selected[1] if record is not None else None
-    sd = _whatif_trace(session)
-    focus = figures.Focus(trace=trace, sd=sd, speculative=session.speculative(), view=view, selected=selected)
-    views = block_views(session.traces.get(session.step_lane))
-    out = {page.figures[name]: draw(focus) for name, (_, draw) in figures.FIGURES.items()}
-    out[page.inspector] = inspector_html(lane, session.traces.get(lane), record, view)
-    out[page.stepper] = stepper_html(lane_title(session.step_lane, session.traces.get(session.step_lane)), views, session.step)
-    return out
-
-
-def render_files(page: Page, paths: tuple[str, str] | None) -> dict:
-    """The download buttons, for the files at `paths` (CSV, JSON) or off for None."""
-    if paths is None:
-        return {button: gr.DownloadButton(value=None, interactive=False) for button in (page.download_csv, page.download_json)}
-    return {
-        page.download_csv: gr.DownloadButton(value=paths[0], interactive=True),
-        page.download_json: gr.DownloadButton(value=paths[1], interactive=True),
-    }
-
-
-def render_all(page: Page, session: Session, view: RuleView, message: str = "") -> dict:
-    """Everything the page shows of a session, the session itself included (so Gradio's time limit counts from now)."""
-    return (
-        render_lanes(page, session, view)
-        | render_panels(page, session, view)
-        | render_files(page, None if session.running else session.export(page.downloads))
-        | {page.message: say(message), page.state: session}
-    )
-
-
-def in_page_words(err: EasdError) -> str:
-    return "⚠️ " + (page_words(err) if isinstance(err, SettingsError) else str(err))
-
-
-def in_api_words(err: EasdError) -> str:
-    return api_words(err) if isinstance(err, SettingsError) else str(err)
 
 
 # --- the handlers -------------------------------------------------------------------------------
@@ -141,24 +59,21 @@ def generate(page: Page, host: ModelHost, outbox: Outbox, values: dict, request:
         )
     view = page.controls.read_view(values)
     settings = page.controls.read_settings(values, host.max_new_tokens_cap)
-    chat = check_flag("chat", values[page.controls.chat])
-    prompt = check_prompt(values[page.prompt])
-    methods = {lane: check_method(lane, values[page.methods[lane]]) for lane in LANES}
-    name = allowed_pair(host, values[page.pair])
-    for place in host.waiting_for(name):
-        yield {page.message: say(waiting_for_pair(host, name, place))}
-    check_prm(host.pair(name), methods)
-    comparison = Comparison(host.pair(name), prompt, settings, chat=chat, methods=methods)
+    methods = {lane: values[page.methods[lane]] for lane in LANES}
+    asked = CompareRequest.check(host, values[page.pair], values[page.prompt], settings, values[page.controls.chat], methods)
+    for place in host.waiting_for(asked.pair):
+        yield {page.message: say(waiting_for_pair(host, asked.pair, place))}
+    comparison = asked.comparison(host)
     client = client_of(request)
     watch = outbox.watch(client.session)
-    with host.stream(name, comparison.generations.values(), client, watch.took_any) as stream:
+    with host.stream(asked.pair, comparison.generations.values(), client, watch.took_any) as stream:
         session.clear()
         page.sessions.track(client.session, session)
         session.stream, session.running = stream, True
         if session.room is not None:  # the room's viewers follow this run from now on
-            session.room.show(stream.ticket, prompt, {lane: g.settings for lane, g in comparison.generations.items()})
+            session.room.show(stream.ticket, asked.prompt, {lane: g.settings for lane, g in comparison.generations.items()})
         try:
-            for _ in _news(stream, LANES_EVERY_S, watch):
+            for _ in news(stream, LANES_EVERY_S, watch):
                 if stream.position:  # still in line: say where
                     yield {page.message: say(in_line(stream))}
                     continue
@@ -172,46 +87,8 @@ def generate(page: Page, host: ModelHost, outbox: Outbox, values: dict, request:
         return
     ended = "Stopped" if stream.cancelled else "Done"  # Stop, or a stream nobody read
     yield render_all(
-        page, session, view, message=" ".join(filter(None, (f"{ended}: {_stop_note(session)}.", SHARED.get(stream.how))))
+        page, session, view, message=" ".join(filter(None, (f"{ended}: {stop_note(session)}.", SHARED.get(stream.how))))
     )
-
-
-def _news(stream: Stream, every_s: float, watch: Watch | None = None) -> Iterator[int]:
-    """Until the stream is done, each time it has news (blocks, a new place in line): the first at once, then on the
-    ticks of a clock shared by every stream (every `every_s`: a browser cannot use more), so the streams of one run
-    wake together and share each update's work (Ticket.update); a tick on which the client has not yet taken its last
-    update (`watch`) is skipped, so a slow client gets fewer, larger updates instead of a backlog."""
-    seen = -1
-    while not stream.done:
-        news = stream.wait(seen, every_s)
-        if news == seen or stream.done:
-            continue
-        if seen != -1:
-            time.sleep(_to_tick(every_s))
-        if _take(stream, seen, watch):
-            seen = stream.version
-            yield seen
-
-
-async def _news_without_a_thread(stream: Stream, every_s: float, watch: Watch | None = None) -> AsyncIterator[int]:
-    """`_news` for an async handler: it looks on every tick instead of waiting on the stream, so a stream holds no
-    thread (a hundred users watching one run hold a hundred, where Gradio lends 40)."""
-    seen = -1
-    while not stream.done:
-        if stream.version != seen and _take(stream, seen, watch):
-            seen = stream.version
-            yield seen
-        await asyncio.sleep(_to_tick(every_s))
-
-
-def _to_tick(every_s: float) -> float:
-    """Seconds until the next tick of the clock every stream shares."""
-    return every_s - time.monotonic() % every_s
-
-
-def _take(stream: Stream, seen: int, watch: Watch | None) -> bool:
-    """Whether to send the stream's news now: the first at once, later ones once the client took the last one."""
-    return seen == -1 or watch is None or not watch.behind()
 
 
 def in_line(stream: Stream) -> str:
@@ -243,58 +120,6 @@ SHARED = {  # where a stream's result comes from, when not from its own request 
     "joined": "Someone asked for exactly this a moment ago: you are watching the same run, computed once.",
     "replayed": "This exact request was computed a moment ago: replayed at once, no model time.",
 }
-
-
-async def compare(
-    host: ModelHost,
-    outbox: Outbox,
-    prompt: str | None = None,
-    tau_h: float = DEFAULTS.tau_h,
-    tau_o: float = DEFAULTS.tau_o,
-    top_n: int = DEFAULTS.top_n,
-    k: int = DEFAULTS.k,
-    temperature: float = DEFAULTS.temperature,
-    top_p: float = DEFAULTS.top_p,
-    max_new_tokens: int = DEFAULTS.max_new_tokens,
-    rule: str = DEFAULTS.rule,
-    seed: int = DEFAULTS.seed,
-    pair: str = "",
-    chat: bool = True,
-    left: str = DEFAULT_METHODS["left"],
-    right: str = DEFAULT_METHODS["right"],
-    request: gr.Request = None,
-) -> AsyncIterator[dict]:
-    """Run two methods (`left`, `right`: SD and EASD unless asked otherwise) with the same prompt, seed and settings in
-    the shared batch; streams them (at most every API_EVERY_S) and ends with both whole traces (easd-trace JSON), sent
-    once (`gradio_internals.say_results_once`).
-
-    Updates are easd-trace-update JSON: the rows new since the last update, without their
-    candidates, which are most of a trace's bytes. Each update costs the server what is new, not
-    the run so far, and users who asked for the same run share it (Ticket.update). A call holds no
-    thread while it streams, so a hundred users watching one run cost what a few do.
-    """
-    values = dict(tau_h=tau_h, tau_o=tau_o, top_n=top_n, k=k, temperature=temperature, top_p=top_p, rule=rule, seed=seed)
-    settings = read_settings(values | {"max_new_tokens": max_new_tokens}, host.max_new_tokens_cap)
-    prompt = check_prompt(prompt)
-    methods = {"left": check_method("left", left), "right": check_method("right", right)}
-    name = allowed_pair(host, host.default if pair == "" else pair)  # "" (the default) is the app's pair
-    if host.pair(name) is None:  # a call that comes while the pair loads waits for it, as in line: nothing streams
-        waiting = host.waiting_for(name)
-        while await asyncio.to_thread(next, waiting, None) is not None:
-            pass
-    check_prm(host.pair(name), methods)
-    comparison = Comparison(host.pair(name), prompt, settings, chat=check_flag("chat", chat), methods=methods)
-    client = client_of(request)
-    watch = outbox.watch(client.session)
-    with host.stream(name, comparison.generations.values(), client, watch.took_any) as stream:
-        sent = [(0, 0)] * len(comparison.generations)
-        async for _ in _news_without_a_thread(stream, API_EVERY_S, watch):
-            if not stream.position:  # nothing to show while in line
-                update, sent = stream.update(sent)
-                yield update
-    if stream.error is not None:
-        raise stream.error
-    yield await asyncio.to_thread(stream.document)  # the first of a run's streams to ask makes it, outside the event loop
 
 
 def present(page: Page, values: dict, request: gr.Request) -> dict:
@@ -346,7 +171,7 @@ async def watch(page: Page, host: ModelHost, values: dict, request: gr.Request):
             context = page.controls.show(showing.lanes["right"], host.max_new_tokens_cap) | {page.prompt: showing.prompt}
             context |= {page.methods[lane]: settings.method for lane, settings in showing.lanes.items()}
             context |= {page.message: say(f"👀 Room {room.code}: the presenter's run {shown}."), page.state: session}
-            empty = _for_viewer(room, (shown, "start"), stream, session, partial(_lanes_and_panels, page, session, view))
+            empty = _for_viewer(room, (shown, "start"), stream, session, partial(render_lanes_and_panels, page, session, view))
             yield empty | render_files(page, None) | context  # the figures, once for the room, not once a viewer
             seen = -1
             while not stream.done and not room.ended and room.showing is showing:
@@ -359,7 +184,7 @@ async def watch(page: Page, host: ModelHost, values: dict, request: gr.Request):
             session.show(stream)
             ended = {page.message: say(f"👀 Room {room.code}: the presenter's run {shown}, as it ended."), page.state: session}
             done = (shown, stream.version, stream.cancelled, session.step_lane, session.step)
-            final = _for_viewer(room, done, stream, session, partial(_lanes_and_panels, page, session, view))
+            final = _for_viewer(room, done, stream, session, partial(render_lanes_and_panels, page, session, view))
             files = (
                 render_files(page, session.export(page.downloads))
                 if stream.left is not None
@@ -378,10 +203,6 @@ async def _room_tick() -> int:
     at their own moments would each read another version and render it again."""
     await asyncio.sleep(ROOM_EVERY_S - time.monotonic() % ROOM_EVERY_S)
     return round(time.monotonic() / ROOM_EVERY_S)
-
-
-def _lanes_and_panels(page: Page, session: Session, view: RuleView) -> dict:
-    return render_lanes(page, session, view) | render_panels(page, session, view)
 
 
 def _room_files(page: Page, room: Room, session: Session) -> dict:
@@ -531,47 +352,6 @@ def poll(page: Page, host: ModelHost, values: dict) -> dict:
 
 
 # --- helpers --------------------------------------------------------------------------------------
-
-
-def allowed_pair(host: ModelHost, name) -> str:
-    """`name` if it names a pair the operator allowed, else one line saying which may be asked for."""
-    if not host.allowed:
-        raise EasdError("no model pair is served here; this app can only view trace files")
-    if not (isinstance(name, str) and name in host.allowed):
-        raise SettingsError("pair", f"must be one of {', '.join(host.allowed)} (got {repr(name)[:40]})")
-    return name
-
-
-def check_prm(pair, methods: dict[str, str]) -> None:
-    """An RSD lane needs the process reward model the operator may load with the pair; one line saying so if not."""
-    lanes = [lane for lane, method in methods.items() if method == "rsd"]
-    if lanes and pair.prm is None:
-        raise EasdError(
-            f"the {lanes[0]} lane's RSD asks a process reward model to score each step, and this app was started "
-            "without one; its operator can add one with python app.py --prm FOLDER"
-        )
-
-
-def is_result(value) -> bool:
-    """Whether a value `compare` yields is its whole result (the last one), not an update."""
-    return isinstance(value, dict) and value.get("format") == trace_io.FORMAT
-
-
-def client_of(request: gr.Request | None) -> Client:
-    """The session and address a request comes from (empty when called without a request, as in tests)."""
-    if request is None:
-        return Client()
-    address = request.client.host if request.client is not None else ""
-    return Client(session=request.session_hash or "", address=address or "")
-
-
-def _stop_note(session: Session) -> str:
-    counts = [
-        f"{lane_title(lane, t)} {len(t.records)} tokens ({t.stats.stop_reason})"
-        for lane, t in session.traces.items()
-        if t is not None
-    ]
-    return ", ".join(counts)
 
 
 def _file_name(path) -> str:

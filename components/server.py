@@ -12,7 +12,7 @@ from pathlib import Path
 import gradio as gr
 from starlette.middleware import Middleware
 
-from . import gradio_internals, handlers
+from . import api, gradio_internals
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 LIGHT_EVENTS = 4  # uploads and the Evaluation tab's events served at once (generation has its own limit: ModelHost.slots)
@@ -25,8 +25,8 @@ def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, for
     which serves Gradio, reads FORWARDED_ALLOW_IPS as it starts, and by default trusts any client on 127.0.0.1."""
     os.environ["FORWARDED_ALLOW_IPS"] = forwarded_allow_ips
     demo.queue(default_concurrency_limit=LIGHT_EVENTS, max_size=64)
-    gradio_internals.say_results_once(demo, "compare", handlers.is_result)
-    gradio_internals.pass_values_as_they_are(demo, "compare", handlers.is_result)
+    gradio_internals.say_results_once(demo, "compare", api.is_result)
+    gradio_internals.pass_values_as_they_are(demo, "compare", api.is_result)
     gradio_internals.skip_untouched_outputs(demo)
     gradio_internals.sessions_without_configs()
     gradio_internals.absent_matplotlib_fails_at_once()
@@ -39,7 +39,7 @@ def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, for
         show_error=False,  # handlers answer every failure in one line themselves (see `wire`); nothing raw leaks
         app_kwargs={
             "middleware": [
-                Middleware(WholeArguments, parameters={"compare": api_parameters(handlers.compare)}),
+                Middleware(WholeArguments, parameters={"compare": api_parameters(api.compare)}),
                 Middleware(gradio_internals.EventStreams, connections=gradio_internals.Outbox.of(demo).connections),
             ]
         },

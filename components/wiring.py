@@ -12,7 +12,7 @@ import gradio as gr
 
 from easd.serving.host import ModelHost
 
-from . import evaluation, gradio_internals, handlers
+from . import api, evaluation, gradio_internals, handlers, render
 from .evaluation import EvaluationTab, build_evaluation_tab
 from .failures import refuse_in_one_line, wire
 from .gallery import Gallery
@@ -42,7 +42,7 @@ def build_app(
         _wire_compare(demo, page, host, gallery, outbox)
         _wire_evaluation(tab, eval_dirs)
         gr.api(
-            wire(handlers.compare, host, outbox, words=handlers.in_api_words),
+            wire(api.compare, host, outbox, words=render.in_api_words),
             api_name="compare",
             concurrency_id="compare",
             concurrency_limit=None,  # it holds no thread while it streams; the pair's line holds its own limit (host.max_line)
@@ -98,7 +98,7 @@ def _wire_compare(demo: gr.Blocks, page: Page, host: ModelHost, gallery: Gallery
 
 
 def _say(page: Page, text: str) -> dict:
-    return {page.message: handlers.say(text)}
+    return {page.message: render.say(text)}
 
 
 def _wire_evaluation(tab: EvaluationTab, eval_dirs: list[str]) -> None:
@@ -115,4 +115,4 @@ def _wire_evaluation(tab: EvaluationTab, eval_dirs: list[str]) -> None:
 
 
 def _eval_say(tab: EvaluationTab, text: str) -> dict:
-    return {tab.message: handlers.say(text)}
+    return {tab.message: render.say(text)}

@@ -24,7 +24,7 @@ import pytest
 from conftest import launch_app
 from gradio_client import Client
 
-from components.handlers import compare
+from components.api import compare
 from components.server import api_parameters
 from easd.errors import EasdError
 from easd.method import trace as trace_io

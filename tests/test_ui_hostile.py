@@ -17,7 +17,7 @@ import gradio as gr
 import pytest
 from hostile import PAYLOADS, csv_fields, hostile_csv, hostile_json, json_fields
 
-from components import handlers
+from components import handlers, render
 from components.controls import DEFAULTS, RuleView
 from components.failures import wire
 from components.gallery import Gallery
@@ -78,7 +78,7 @@ def poke(page, path) -> list:
     session = Session()
     whatif = {c: getattr(DEFAULTS, name) for name, c in page.controls.whatif().items()}
     values = whatif | {page.state: session}
-    say = lambda text: {page.message: handlers.say(text)}  # noqa: E731
+    say = lambda text: {page.message: render.say(text)}  # noqa: E731
     outputs = [wire(handlers.load_file, page, VIEWER, show=say)(values | {page.upload: str(path)})]
     for lane in LANES:
         trace = session.traces.get(lane)
@@ -108,7 +108,7 @@ def assert_nothing_injected(outputs: list, plain_text=()) -> None:
 def every_fragment(page, path) -> list:
     """Load `path` as the page does, and render every fragment of it (no figures: see the test below)."""
     session = Session()
-    loaded = wire(handlers.load_file, page, VIEWER, show=lambda text: {page.message: handlers.say(text)})
+    loaded = wire(handlers.load_file, page, VIEWER, show=lambda text: {page.message: render.say(text)})
     fragments = [
         loaded(
             {page.state: session, page.upload: str(path)} | {c: getattr(DEFAULTS, n) for n, c in page.controls.whatif().items()}
@@ -118,7 +118,7 @@ def every_fragment(page, path) -> list:
         if trace is None:
             continue
         session.selected = (lane, 0)
-        fragments += handlers.render_lanes(page, session, RuleView()).values()
+        fragments += render.render_lanes(page, session, RuleView()).values()
         fragments += [inspector_html(lane, trace, record, RuleView()) for record in trace.records]
         views = block_views(trace)
         fragments += [stepper_html(lane, views, step) for step in range(len(views))]

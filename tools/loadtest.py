@@ -39,15 +39,15 @@ import time
 import uuid
 
 import httpx
-from components.host import ModelHost
 
-from components import handlers
+from components import api
 from components.rooms import ROOM_EVERY_S
 from components.server import api_parameters, serve
 from components.wiring import build_app
 from easd.backends import configure_threads
 from easd.pairs.loading import Runtime
 from easd.pairs.registry import default_pair_name, load_named_pair
+from easd.serving.host import ModelHost
 from easd.serving.results import RESULTS_BYTES, Results
 
 PROMPTS = [  # sixteen questions a class might ask, of different lengths and kinds
@@ -117,7 +117,7 @@ async def _call_all(url: str, users: int, max_new_tokens: int, same: bool) -> tu
     measure (each reads its stream in threads of its own), so the clients here do only what the protocol asks."""
     config = httpx.get(f"{url}config", timeout=60).json()
     index = next(d["id"] for d in config["dependencies"] if d.get("api_name") == "compare")
-    defaults = {name: p.default for name, p in inspect.signature(handlers.compare).parameters.items()}
+    defaults = {name: p.default for name, p in inspect.signature(api.compare).parameters.items()}
     async with httpx.AsyncClient(
         timeout=httpx.Timeout(600, connect=60), limits=httpx.Limits(max_connections=None, max_keepalive_connections=0)
     ) as http:
@@ -126,7 +126,7 @@ async def _call_all(url: str, users: int, max_new_tokens: int, same: bool) -> tu
             which = 0 if same else i
             asked = defaults | {"prompt": PROMPTS[which % len(PROMPTS)], "seed": which, "max_new_tokens": max_new_tokens}
             began = time.monotonic()
-            completed = await call_compare(http, url, index, [asked[name] for name in api_parameters(handlers.compare)])
+            completed = await call_compare(http, url, index, [asked[name] for name in api_parameters(api.compare)])
             return time.monotonic() - began, completed
 
         done = await asyncio.gather(*(user(i) for i in range(users)))

@@ -1,0 +1,71 @@
+"""One check for a request to compare two methods, whether it comes from the page's Run or the API's compare: the
+pair (one the operator allowed), the prompt, the settings, the chat flag and each lane's method, each refused in one
+line in the caller's words; then the comparison on the loaded pair."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from easd.errors import EasdError, SettingsError
+from easd.method.compare import Comparison
+from easd.method.settings import DecodeSettings
+from easd.serving.host import Client, ModelHost
+
+from .controls import check_flag, check_method, check_prompt
+
+
+@dataclass(frozen=True)
+class CompareRequest:
+    """A request to compare two methods on one prompt, every part checked."""
+
+    pair: str  # the name of a pair the operator allowed
+    prompt: str
+    settings: DecodeSettings
+    chat: bool
+    methods: dict[str, str]  # by lane
+
+    @staticmethod
+    def check(host: ModelHost, pair, prompt, settings: DecodeSettings, chat, methods: dict) -> CompareRequest:
+        """The request, or one line naming its first bad part (`settings` come checked, read in the caller's words)."""
+        return CompareRequest(
+            allowed_pair(host, pair),
+            check_prompt(prompt),
+            settings,
+            check_flag("chat", chat),
+            {lane: check_method(lane, method) for lane, method in methods.items()},
+        )
+
+    def comparison(self, host: ModelHost) -> Comparison:
+        """The comparison on the pair, once it is loaded; one line if a lane asks what the pair lacks (RSD's PRM)."""
+        pair = host.pair(self.pair)
+        check_prm(pair, self.methods)
+        return Comparison(pair, self.prompt, self.settings, chat=self.chat, methods=self.methods)
+
+
+def allowed_pair(host: ModelHost, name) -> str:
+    """`name` if it names a pair the operator allowed, else one line saying which may be asked for."""
+    if not host.allowed:
+        raise EasdError("no model pair is served here; this app can only view trace files")
+    if not (isinstance(name, str) and name in host.allowed):
+        raise SettingsError("pair", f"must be one of {', '.join(host.allowed)} (got {repr(name)[:40]})")
+    return name
+
+
+def check_prm(pair, methods: dict[str, str]) -> None:
+    """An RSD lane needs the process reward model the operator may load with the pair; one line saying so if not."""
+    lanes = [lane for lane, method in methods.items() if method == "rsd"]
+    if lanes and pair.prm is None:
+        raise EasdError(
+            f"the {lanes[0]} lane's RSD asks a process reward model to score each step, and this app was started "
+            "without one; its operator can add one with python app.py --prm FOLDER"
+        )
+
+
+def client_of(request: gr.Request | None) -> Client:
+    """The session and address a request comes from (empty when called without a request, as in tests)."""
+    if request is None:
+        return Client()
+    address = request.client.host if request.client is not None else ""
+    return Client(session=request.session_hash or "", address=address or "")

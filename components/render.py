@@ -1,0 +1,114 @@
+"""What the Compare tab shows of a session: its lanes, panels, files and message line, as updates keyed by component.
+
+Renderers only draw traces (and the what-if's marks, easd.method.whatif); they never decode or recompute the method.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from easd.errors import EasdError, SettingsError
+from easd.method.compare import LANES
+from easd.method.trace import Trace
+from easd.method.whatif import would_penalize
+
+from . import figures
+from .controls import RuleView, api_words, page_words
+from .html import Html, join, tag
+from .inspector import inspector_html
+from .lanes import lane_html, lane_title
+from .page import Page
+from .session import Session
+from .stats import comparison_html, speed_html, stats_html
+from .stepper import block_views, stepper_html
+
+
+def say(text: str) -> Html:
+    """A line for the page's message area, escaped (it may quote a file name or a bad value)."""
+    return tag("p", text) if text else Html("")
+
+
+def render_lanes(page: Page, session: Session, view: RuleView) -> dict:
+    traces, fork = session.traces, session.fork
+    marks, sd_lane = _whatif_marks(session, view), session.lane_running("sd")
+    finished = join([comparison_html(traces["left"], traces["right"], fork), speed_html(session.speculative())])
+    out = {page.comparison: finished if not session.running else Html("")}
+    for lane in LANES:
+        selected = session.selected[1] if session.selected and session.selected[0] == lane else None
+        whatif = marks if lane == sd_lane else None
+        out[page.titles[lane]] = tag("h3", lane_title(lane, traces[lane]))
+        out[page.lanes[lane]] = lane_html(
+            lane, traces[lane], selected=selected, fork=fork, whatif=whatif, running=session.running, spans=page.spans
+        )
+        out[page.stats[lane]] = stats_html(traces[lane])
+    return out
+
+
+def _whatif_marks(session: Session, view: RuleView):
+    """Where EASD would refuse a token of the SD lane's run under the sliders' rule (None without a finished SD run)."""
+    sd = _whatif_trace(session)
+    return None if sd is None else would_penalize(sd, **view.as_kwargs())
+
+
+def _whatif_trace(session: Session) -> Trace | None:
+    """The SD run the what-if re-reads: a finished one, in either lane, not too long to re-read per slider move."""
+    lane = session.lane_running("sd")
+    sd = session.traces[lane] if lane is not None and not session.running else None
+    return sd if sd is not None and len(sd.records) <= MAX_WHATIF_ROWS else None
+
+
+def render_panels(page: Page, session: Session, view: RuleView) -> dict:
+    lane, record = session.selected_record()
+    trace = session.traces.get(lane or "right") or session.traces["left"]
+    selected = session.selected[1] if record is not None else None
+    sd = _whatif_trace(session)
+    focus = figures.Focus(trace=trace, sd=sd, speculative=session.speculative(), view=view, selected=selected)
+    views = block_views(session.traces.get(session.step_lane))
+    out = {page.figures[name]: draw(focus) for name, (_, draw) in figures.FIGURES.items()}
+    out[page.inspector] = inspector_html(lane, session.traces.get(lane), record, view)
+    out[page.stepper] = stepper_html(lane_title(session.step_lane, session.traces.get(session.step_lane)), views, session.step)
+    return out
+
+
+def render_files(page: Page, paths: tuple[str, str] | None) -> dict:
+    """The download buttons, for the files at `paths` (CSV, JSON) or off for None."""
+    if paths is None:
+        return {button: gr.DownloadButton(value=None, interactive=False) for button in (page.download_csv, page.download_json)}
+    return {
+        page.download_csv: gr.DownloadButton(value=paths[0], interactive=True),
+        page.download_json: gr.DownloadButton(value=paths[1], interactive=True),
+    }
+
+
+def render_all(page: Page, session: Session, view: RuleView, message: str = "") -> dict:
+    """Everything the page shows of a session, the session itself included (so Gradio's time limit counts from now)."""
+    return (
+        render_lanes(page, session, view)
+        | render_panels(page, session, view)
+        | render_files(page, None if session.running else session.export(page.downloads))
+        | {page.message: say(message), page.state: session}
+    )
+
+
+def in_page_words(err: EasdError) -> str:
+    return "⚠️ " + (page_words(err) if isinstance(err, SettingsError) else str(err))
+
+
+def in_api_words(err: EasdError) -> str:
+    return api_words(err) if isinstance(err, SettingsError) else str(err)
+
+
+def render_lanes_and_panels(page: Page, session: Session, view: RuleView) -> dict:
+    return render_lanes(page, session, view) | render_panels(page, session, view)
+
+
+def stop_note(session: Session) -> str:
+    counts = [
+        f"{lane_title(lane, t)} {len(t.records)} tokens ({t.stats.stop_reason})"
+        for lane, t in session.traces.items()
+        if t is not None
+    ]
+    return ", ".join(counts)
+
+
+MAX_WHATIF_ROWS = 200_000  # rows re-read per slider move or click (outside the queue); a bigger trace is shown, not re-read
