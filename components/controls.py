@@ -26,7 +26,7 @@ MAX_SEED = 2**63 - 1  # torch seeds are 64-bit signed
 
 
 @dataclass(frozen=True)
-class Field:
+class Slider:
     """One numeric setting as the page shows it: its label, what it means, and its slider's range."""
 
     label: str  # how the page names it, also in error messages
@@ -41,15 +41,15 @@ class Field:
         return f"{kind} from {self.low:g} to {self.high:g}" if self.high < MAX_SEED else f"{kind} from {self.low:g} to 2^63 − 1"
 
 
-FIELDS: dict[str, Field] = {
-    "tau_h": Field("τ_H", "entropy threshold (nats)", 0, 4, 0.05),
-    "tau_o": Field("τ_O", "overlap threshold", 0, 1, 0.05),
-    "top_n": Field("n", "top-n candidates compared", 1, WHATIF_TOP, 1, integer=True),
-    "k": Field("k", "draft tokens per block", 1, 12, 1, integer=True),
-    "temperature": Field("temperature", "0 = greedy", 0, 1.5, 0.05),
-    "top_p": Field("top-p", "nucleus mass", 0.05, 1, 0.05),
-    "max_new_tokens": Field("max new tokens", "per run", 1, DEFAULTS.max_new_tokens, 1, integer=True),  # high: the cap
-    "seed": Field("seed", "same for both runs", 0, MAX_SEED, 1, integer=True),
+FIELDS: dict[str, Slider] = {
+    "tau_h": Slider("τ_H", "entropy threshold (nats)", 0, 4, 0.05),
+    "tau_o": Slider("τ_O", "overlap threshold", 0, 1, 0.05),
+    "top_n": Slider("n", "top-n candidates compared", 1, WHATIF_TOP, 1, integer=True),
+    "k": Slider("k", "draft tokens per block", 1, 12, 1, integer=True),
+    "temperature": Slider("temperature", "0 = greedy", 0, 1.5, 0.05),
+    "top_p": Slider("top-p", "nucleus mass", 0.05, 1, 0.05),
+    "max_new_tokens": Slider("max new tokens", "per run", 1, DEFAULTS.max_new_tokens, 1, integer=True),  # high: the cap
+    "seed": Slider("seed", "same for both runs", 0, MAX_SEED, 1, integer=True),
 }
 OTHER_LABELS = {
     "rule": "EASD rule",
@@ -63,7 +63,7 @@ OTHER_LABELS = {
 WHATIF_FIELDS = ("rule", "tau_h", "tau_o", "top_n")  # the settings a finished trace can be re-read under
 
 
-def fields(max_new_tokens_cap: int) -> dict[str, Field]:
+def fields(max_new_tokens_cap: int) -> dict[str, Slider]:
     """FIELDS with this app's cap on new tokens."""
     cap = replace(FIELDS["max_new_tokens"], high=max_new_tokens_cap, meaning=f"at most {max_new_tokens_cap} per run")
     return FIELDS | {"max_new_tokens": cap}
@@ -83,7 +83,7 @@ def api_words(err: SettingsError) -> str:
 # --- checking values at the boundary --------------------------------------------------------------
 
 
-def check_number(name: str, value, field: Field) -> int | float:
+def check_number(name: str, value, field: Slider) -> int | float:
     """`value` if it is a finite number in the field's range (a whole one where the field counts)."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if ok and field.integer:
@@ -135,7 +135,7 @@ def _shown(value) -> str:
 class RuleView:
     """The settings a finished trace is re-read under without regenerating (the what-if), checked.
 
-    Field names match `easd.method.whatif`'s keyword arguments, so `**view.as_kwargs()` passes it whole.
+    Slider names match `easd.method.whatif`'s keyword arguments, so `**view.as_kwargs()` passes it whole.
     """
 
     rule: str = DEFAULTS.rule

@@ -41,7 +41,7 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
         (["--prompt", "x", "--method", "beam"], "--method", "invalid choice"),
         (["--prompt", "x", "--beams", "4"], "--beams", "use it with method draft"),
         (["--prompt", "x", "--method", "draft", "--beams", "0"], "--beams", "from 1 to 64"),
-        (["--prompt", "x", "--method", "draft", "--beams", "2", "--temperature", "1"], "--beams", "set temperature 0"),
+        (["--prompt", "x", "--method", "draft", "--beams", "2", "--length-penalty", "-1"], "--length-penalty", "must be from 0"),
         (["--prompt", "x", "--method", "mti", "--mti-tau", "-1"], "--mti-tau", "≥ 0"),
         (["--prompt", "x", "--method", "mti", "--mti-omega", "0.5"], "--mti-omega", "from 1 to 10"),
         (["--prompt", "x", "--method", "mti", "--mti-negative", " "], "--mti-negative", "1 to 1,000 characters"),

@@ -205,7 +205,7 @@ def raw_csv(path) -> list[list[str]]:
         (0, "origin", "x", "'x' is not one of draft_accepted, target_resample, easd_penalty, bonus, target, draft"),
         (0, "origin", '"><img src=x>', "is not one of draft_accepted"),
         (0, "origin", "target", "'target' does not occur in easd runs"),
-        (0, "method", "foo", "'foo' is not one of target, draft, sd, easd"),
+        (0, "method", "foo", "'foo' is not one of sd, easd, mti, rsd, target, draft"),
         (0, "rule", "any", "'any' is not one of full, no_overlap"),
         (3, "position", "100000000000000000000", "is not an integer from 0 to 65535"),
         (3, "position", "7", "is 7, but this is token 3 of its run"),
@@ -288,7 +288,7 @@ def set_at(data, path, value):
         (("runs", 0, "settings", "k"), "abc", "runs[0].settings.k: 'abc' is not an integer"),
         (("runs", 0, "settings", "seed"), 2**64, "runs[0].settings.seed: 18446744073709551616 is not an integer"),
         (("runs", 0, "settings", "max_new_tokens"), "64", "runs[0].settings.max_new_tokens: '64' is not an integer"),
-        (("runs", 0, "settings", "method"), "x", "runs[0].settings.method: 'x' is not one of target, draft, sd, easd"),
+        (("runs", 0, "settings", "method"), "x", "runs[0].settings.method: 'x' is not one of sd, easd, mti, rsd, target, draft"),
         (
             ("runs", 0, "blocks", 0, "end"),
             "<b>",

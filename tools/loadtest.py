@@ -9,7 +9,7 @@ sends N simultaneous `/compare` requests over Gradio's queue protocol, as gradio
 of their own at the lowest CPU priority, as the users' own machines, and one event loop: `call_compare`), each with its own prompt and seed (with
 `--same-prompt`, all the first example's, as a class clicking it together: computed once, easd.serving.results).
 Twice, in the same run:
-  * today's queue: `--max-batch 2`, one comparison at a time, all `max(users)` sent at once; the
+  * the queue without a shared batch: `--max-batch 2`, one comparison at a time, all `max(users)` sent at once; the
     time the N-th result arrives is what N users wait in a queue;
   * the shared batch: `--max-batch` (default: the memory estimate), each N sent at once.
 Each user's shared-batch result is compared token for token with the same request's result in the
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-batch", type=int, default=None, help="rows of the shared batch (default: the memory estimate)")
     parser.add_argument("--same-prompt", action="store_true", help="every user sends the first example, as a class does")
     parser.add_argument(
-        "--queue-users", type=int, default=None, help="users sent to today's queue (default: the most of --users)"
+        "--queue-users", type=int, default=None, help="users sent to the queue without a shared batch (--max-batch 2) (default: the most of --users)"
     )
     parser.add_argument("--viewers", type=int, default=0, help="also measure a room: the presenter's run with N viewers")
     args = parser.parse_args(argv)
@@ -206,7 +206,7 @@ def measure(pair, name: str, counts: list[int], args: argparse.Namespace) -> Non
     demo.close()
     arrivals = sorted(queue_s)
     print(
-        f"today's queue (--max-batch 2), {queued} users at once: results after " + ", ".join(f"{s:.0f}" for s in arrivals) + " s"
+        f"the queue without a shared batch (--max-batch 2), {queued} users at once: results after " + ", ".join(f"{s:.0f}" for s in arrivals) + " s"
     )
 
     demo, url, host = start_app(pair, name, args.max_batch, args.max_new_tokens, most)
@@ -237,7 +237,7 @@ def measure_room(pair, name: str, viewers: int, max_new_tokens: int) -> None:
     """The presenter's run of the first example, alone and with `viewers` pages watching its room."""
     demo, url, host = start_app(pair, name, None, max_new_tokens, 2)
     results = host.states[name].worker.results
-    page = Page(url, name)
+    page = PageClient(url, name)
     presenter = page.session()
     code = re.search(r"room ([A-Z0-9]{5})", json.dumps(page.call(presenter, "present", [None]))).group(1)
     alone = page.generate(presenter, seed=1, max_new_tokens=max_new_tokens)
@@ -272,7 +272,7 @@ def decoding_seconds(results: Results) -> float:
     return max(trace.stats.seconds for trace in next(reversed(results.kept.values())).traces)
 
 
-class Page:
+class PageClient:
     """The app's page events through Gradio's queue protocol, as its JavaScript client sends them."""
 
     def __init__(self, url: str, pair: str):

@@ -35,7 +35,7 @@ def add(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.suite is not None:
         return run_suite(args)
-    from ..lab.bench import PROMPTS, Plan, run_batched_benchmark, run_benchmark
+    from ..lab.bench import PROMPTS, BenchPlan, run_batched_benchmark, run_benchmark
 
     if not 1 <= args.prompts <= 10:
         raise SettingsError("--prompts", f"must be from 1 to 10 (got {args.prompts})")
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
             run_batched_benchmark(load_models(each), sizes, args.max_new_tokens, ks[0], tau_hs[0]) for each in each_backend
         )
     pairs = [load_models(each) for each in each_backend]
-    plan = Plan(PROMPTS[: args.prompts], args.max_new_tokens, ks, tau_hs, args.repeats, tuple(mti_taus), tuple(rsd_deltas))
+    plan = BenchPlan(PROMPTS[: args.prompts], args.max_new_tokens, ks, tau_hs, args.repeats, tuple(mti_taus), tuple(rsd_deltas))
     return run_benchmark(pairs, plan)
 
 

@@ -101,7 +101,7 @@ def rsd_steps(traces: list[Trace]) -> str:
 
 
 @dataclass(frozen=True)
-class Plan:
+class BenchPlan:
     """What `bench` times: the prompts, the new tokens, SD's k values (the first is EASD's and the peers'), τ_H values."""
 
     prompts: list[str]
@@ -113,7 +113,7 @@ class Plan:
     rsd_deltas: tuple[float, ...] = ()  # RSD's δ values (the pair has a PRM): an RSD row each, and a draft-only row
 
 
-def run_benchmark(pairs: list[ModelPair], plan: Plan) -> int:
+def run_benchmark(pairs: list[ModelPair], plan: BenchPlan) -> int:
     """Every way to decode greedily on each pair (one per backend), prompt by prompt in rotating order; then the ratios.
 
     Backends run one after the other, not interleaved: llama.cpp and torch each keep their own
@@ -148,7 +148,7 @@ def run_benchmark(pairs: list[ModelPair], plan: Plan) -> int:
     return 0
 
 
-def methods_of(pair: ModelPair, plan: Plan) -> dict:
+def methods_of(pair: ModelPair, plan: BenchPlan) -> dict:
     """Name -> prompt -> tokens (or a Trace): our runs, and the backend's own peers."""
     b, k = pair.backend, plan.ks[0]
     sd = DecodeSettings(method="sd", k=k, max_new_tokens=plan.max_new_tokens)
@@ -177,7 +177,7 @@ def methods_of(pair: ModelPair, plan: Plan) -> dict:
     return methods
 
 
-def ratios_of(pairs: list[ModelPair], plan: Plan, rows: dict) -> list[tuple[str, Row, Row]]:
+def ratios_of(pairs: list[ModelPair], plan: BenchPlan, rows: dict) -> list[tuple[str, Row, Row]]:
     k, ratios = plan.ks[0], []
     backends = [pair.backend for pair in pairs]
     for b in backends:
@@ -298,7 +298,7 @@ def _print_ratios(pairs: list[tuple[str, Row, Row]]) -> None:
         print(f"  {label:<56} {a.tokens_per_s / b.tokens_per_s:.3f}×")
 
 
-def _print_speed(backend: str, plan: Plan, rows: dict) -> None:
+def _print_speed(backend: str, plan: BenchPlan, rows: dict) -> None:
     """SD's speed taken apart at each k (easd.method.speed): measured costs, acceptance, predicted against measured."""
     target = rows[f"{backend} target-only"].traces
     one_pass = sum(t.stats.target_seconds for t in target) / sum(t.stats.target_calls for t in target)
@@ -316,7 +316,7 @@ def _print_speed(backend: str, plan: Plan, rows: dict) -> None:
         )
 
 
-def _print_page_speed(pair: ModelPair, plan: Plan, rows: dict) -> None:
+def _print_page_speed(pair: ModelPair, plan: BenchPlan, rows: dict) -> None:
     """The SD lane's c and r as the app's Speed panel reads them: its SD and EASD lanes share every pass, each pass read
     against a 1-token target pass over as many rows (measured as the app measures it when a pair loads); and, as the
     panel once read them, against a pass over one row. The first should match the solo figures above at the same k."""

@@ -62,7 +62,7 @@ class ClusterSettings:
 
 
 @dataclass(frozen=True)
-class Plan:
+class ActorPlan:
     """How many actors, and the resources each asks Ray for."""
 
     actors: int
@@ -71,7 +71,7 @@ class Plan:
     batch_size: int = DEFAULT_BATCH_SIZE
 
 
-def plan(settings: ClusterSettings, resources: dict, work: int) -> Plan:
+def plan(settings: ClusterSettings, resources: dict, work: int) -> ActorPlan:
     """Fill in the defaults from the cluster's resources; refuse a request the cluster can never hold."""
     has_gpus = resources.get("GPU", 0) >= 1
     gpus = settings.gpus_per_actor if settings.gpus_per_actor is not None else (1.0 if has_gpus else 0.0)
@@ -91,7 +91,7 @@ def plan(settings: ClusterSettings, resources: dict, work: int) -> Plan:
                 f"{actors} actor(s) × {each:g} {name} need {actors * each:g} {name}s; the cluster has {have:g} "
                 f"(lower --ray-actors or {flag})",
             )
-    return Plan(actors, cpus, gpus, settings.batch_size)
+    return ActorPlan(actors, cpus, gpus, settings.batch_size)
 
 
 # --- the actor ----------------------------------------------------------------------------------
@@ -171,7 +171,7 @@ class RayRunner:
     """A runner for `run_evaluation` (see evaluate.Runner) whose items are decoded by Ray actors."""
 
     load_pair: Callable[[], ModelPair]
-    plan: Plan
+    plan: ActorPlan
     actors: list[Actor] = field(default_factory=list)
     pair_description: str = ""
 
