@@ -181,7 +181,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-batch", type=int, default=None, help="rows of the shared batch (default: the memory estimate)")
     parser.add_argument("--same-prompt", action="store_true", help="every user sends the first example, as a class does")
     parser.add_argument(
-        "--queue-users", type=int, default=None, help="users sent to the queue without a shared batch (--max-batch 2) (default: the most of --users)"
+        "--queue-users",
+        type=int,
+        default=None,
+        help="users sent to the queue without a shared batch (--max-batch 2) (default: the most of --users)",
     )
     parser.add_argument("--viewers", type=int, default=0, help="also measure a room: the presenter's run with N viewers")
     args = parser.parse_args(argv)
@@ -206,7 +209,9 @@ def measure(pair, name: str, counts: list[int], args: argparse.Namespace) -> Non
     demo.close()
     arrivals = sorted(queue_s)
     print(
-        f"the queue without a shared batch (--max-batch 2), {queued} users at once: results after " + ", ".join(f"{s:.0f}" for s in arrivals) + " s"
+        f"the queue without a shared batch (--max-batch 2), {queued} users at once: results after "
+        + ", ".join(f"{s:.0f}" for s in arrivals)
+        + " s"
     )
 
     demo, url, host = start_app(pair, name, args.max_batch, args.max_new_tokens, most)
