@@ -57,10 +57,10 @@ async def compare(
             pass
     comparison = asked.comparison(host)
     client = client_of(request)
-    watch = outbox.watch(client.session)
-    with host.stream(asked.pair, comparison.generations.values(), client, watch.took_any) as stream:
+    uptake = outbox.uptake(client.session)
+    with host.stream(asked.pair, comparison.generations.values(), client, uptake.took_any) as stream:
         sent = [(0, 0)] * len(comparison.generations)
-        async for _ in news_without_a_thread(stream, API_EVERY_S, watch):
+        async for _ in news_without_a_thread(stream, API_EVERY_S, uptake):
             if not stream.position:  # nothing to show while in line
                 update, sent = stream.update(sent)
                 yield update

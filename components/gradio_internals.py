@@ -1,6 +1,6 @@
 """What the app reads and changes inside Gradio and its server, in one place: Gradio has no public way to do it.
 
-- Whether a client is reading (`Outbox.watch`): a streaming handler is pulled whether or not
+- Whether a client is reading (`Outbox.uptake`): a streaming handler is pulled whether or not
   anyone listens, and what it yields waits in a queue per session until the client's event
   stream takes it. A client that takes anything at all is reading, however slowly; one whose
   queue has not moved for the worker's patience, or whose connection closed, is not
@@ -58,7 +58,7 @@ log = logging.getLogger("easd.app")
 
 
 @dataclass
-class Watch:
+class Uptake:
     """One stream's look at its client's message queue: has the client taken anything since the last look?"""
 
     demo: gr.Blocks
@@ -117,7 +117,7 @@ class Connections:
 
 @dataclass(frozen=True)
 class Outbox:
-    """Where the app looks to see whether a client is reading (see `Watch`): the shared batch's worker asks at
+    """Where the app looks to see whether a client is reading (see `Uptake`): the shared batch's worker asks at
     every block boundary, from its own thread (a dict look-up and a deque's head: atomic under the GIL); and
     whether it is still connected at all (`connections`)."""
 
@@ -131,11 +131,11 @@ class Outbox:
             _OUTBOXES[demo] = cls(demo)
         return _OUTBOXES[demo]
 
-    def watch(self, session: str) -> Watch:
-        """A watch on `session`'s queue from now on: what waits in it already does not count as taken later."""
-        watch = Watch(self.demo, session)
-        watch.took_any()
-        return watch
+    def uptake(self, session: str) -> Uptake:
+        """What `session`'s client takes of its queue from now on: what waits in it already does not count as taken later."""
+        uptake = Uptake(self.demo, session)
+        uptake.took_any()
+        return uptake
 
     async def still_connected(self, session: str, within_s: float) -> bool:
         """Whether `session` holds a connection open, or opens one within `within_s` (a heartbeat that reconnects)."""

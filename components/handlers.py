@@ -65,15 +65,15 @@ def generate(page: Page, host: ModelHost, outbox: Outbox, values: dict, request:
         yield {page.message: say(waiting_for_pair(host, asked.pair, place))}
     comparison = asked.comparison(host)
     client = client_of(request)
-    watch = outbox.watch(client.session)
-    with host.stream(asked.pair, comparison.generations.values(), client, watch.took_any) as stream:
+    uptake = outbox.uptake(client.session)
+    with host.stream(asked.pair, comparison.generations.values(), client, uptake.took_any) as stream:
         session.clear()
         page.sessions.track(client.session, session)
         session.stream, session.running = stream, True
         if session.room is not None:  # the room's viewers follow this run from now on
             session.room.show(stream.ticket, asked.prompt, {lane: g.settings for lane, g in comparison.generations.items()})
         try:
-            for _ in news(stream, LANES_EVERY_S, watch):
+            for _ in news(stream, LANES_EVERY_S, uptake):
                 if stream.position:  # still in line: say where
                     yield {page.message: say(in_line(stream))}
                     continue
@@ -141,7 +141,7 @@ def present(page: Page, values: dict, request: gr.Request) -> dict:
     return {page.message: line, page.state: session}
 
 
-async def watch(page: Page, host: ModelHost, values: dict, request: gr.Request):
+async def follow_room(page: Page, host: ModelHost, values: dict, request: gr.Request):
     """A viewer's page (opened with ?room=CODE) follows the presenter's runs: each new run's prompt, settings and
     lanes as they stream, then its figures and files; no model time, and nothing here reaches the presenter's run."""
     code = request.query_params.get("room") if request is not None else None
@@ -165,7 +165,7 @@ async def watch(page: Page, host: ModelHost, values: dict, request: gr.Request):
                 continue
             shown = showing.number
             session.clear()
-            stream = session.stream = showing.ticket.watch(owner=client.session, how="watched", passive=True)
+            stream = session.stream = showing.ticket.open_stream(owner=client.session, how="watched", passive=True)
             session.running = True
             view = RuleView.of(showing.lanes["right"])
             context = page.controls.show(showing.lanes["right"], host.max_new_tokens_cap) | {page.prompt: showing.prompt}

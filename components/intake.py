@@ -29,13 +29,9 @@ class CompareRequest:
     @staticmethod
     def check(host: ModelHost, pair, prompt, settings: DecodeSettings, chat, methods: dict) -> CompareRequest:
         """The request, or one line naming its first bad part (`settings` come checked, read in the caller's words)."""
-        return CompareRequest(
-            allowed_pair(host, pair),
-            check_prompt(prompt),
-            settings,
-            check_flag("chat", chat),
-            {lane: check_method(lane, method) for lane, method in methods.items()},
-        )
+        prompt, chat = check_prompt(prompt), check_flag("chat", chat)  # what the user typed first, the pair last
+        methods = {lane: check_method(lane, method) for lane, method in methods.items()}
+        return CompareRequest(allowed_pair(host, pair), prompt, settings, chat, methods)
 
     def comparison(self, host: ModelHost) -> Comparison:
         """The comparison on the pair, once it is loaded; one line if a lane asks what the pair lacks (RSD's PRM)."""

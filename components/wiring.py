@@ -90,7 +90,9 @@ def _wire_compare(demo: gr.Blocks, page: Page, host: ModelHost, gallery: Gallery
     demo.unload(wire(handlers.leave, host, page.sessions, outbox))  # a closed tab's rows leave the batch; its traces and files go
     # a page opened with ?room=CODE follows the presenter's runs; it waits without a thread, so a room's many
     # viewers take no slot of any limit
-    demo.load(wire(handlers.watch, page, host, show=say), {s}, loaded, concurrency_id="watch", concurrency_limit=None, **private)
+    demo.load(
+        wire(handlers.follow_room, page, host, show=say), {s}, loaded, concurrency_id="room", concurrency_limit=None, **private
+    )
     polled = [page.status, page.generate, page.timer, page.message]
     tokens = page.controls.max_new_tokens
     for trigger in (demo.load, page.timer.tick, page.pair.change, tokens.release):  # on ZeroGPU the status says the cost

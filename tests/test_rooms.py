@@ -22,7 +22,7 @@ def comparison(pair, prompt: str = "A lecture on pears.") -> list[Generation]:
 def test_a_viewer_leaving_never_stops_the_presenters_run(hf_tiny_pair):
     worker = Worker(hf_tiny_pair, max_rows=4, row_tokens=400)
     presenter = worker.submit(comparison(hf_tiny_pair), owner="presenter")
-    viewers = [presenter.ticket.watch(owner=f"viewer {i}", how="watched", passive=True) for i in range(3)]
+    viewers = [presenter.ticket.open_stream(owner=f"viewer {i}", how="watched", passive=True) for i in range(3)]
     viewers[0].cancel()
     assert viewers[0].done and not presenter.done and not presenter.cancelled
     assert worker.holding(owner="viewer 1") == 0  # watching is not asking: no viewer's limit is touched
@@ -35,7 +35,7 @@ def test_a_viewer_leaving_never_stops_the_presenters_run(hf_tiny_pair):
 def test_a_viewer_alone_keeps_nothing_going(hf_tiny_pair):
     worker = Worker(hf_tiny_pair, max_rows=4, row_tokens=400, abandon_after_s=0.5)
     presenter = worker.submit(comparison(hf_tiny_pair, "Nobody reads this."), owner="p", reader=lambda: False)
-    viewer = presenter.ticket.watch(owner="v", reader=lambda: True, how="watched", passive=True)
+    viewer = presenter.ticket.open_stream(owner="v", reader=lambda: True, how="watched", passive=True)
     assert presenter.join(30)  # a reading viewer does not hold an abandoned run in the batch
     assert {t.stats.stop_reason for t in viewer.traces()} == {"unread"}
 

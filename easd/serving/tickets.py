@@ -59,7 +59,7 @@ class Ticket:
         ticket.final, ticket._document, ticket._done = result.traces, result.document, True
         return ticket
 
-    def watch(self, owner: str = "", reader: Reader | None = None, how: str = "computed", passive: bool = False) -> Stream:
+    def open_stream(self, owner: str = "", reader: Reader | None = None, how: str = "computed", passive: bool = False) -> Stream:
         """A new user's stream of this ticket; `reader` says whether they have taken anything since last asked."""
         stream = Stream(self, owner, reader, how, passive)
         with self._news:

@@ -114,14 +114,14 @@ class Worker:
         with self._lock:  # looked up and added at once, so two of the same request cannot both start
             twin = self.computing.get(key) if self.joins else None
             if twin is not None and not (twin.done or twin.cancelled):
-                return twin.watch(owner, reader, "joined")
+                return twin.open_stream(owner, reader, "joined")
             if (result := self.results.get(key)) is not None:  # its streams share the result's trace JSON
-                return Ticket.finished(result).watch(owner, reader, "replayed")
+                return Ticket.finished(result).open_stream(owner, reader, "replayed")
             if max_line is not None and len(self.line) >= max_line:
                 raise Busy(
                     f"busy: {len(self.line)} requests are waiting for this pair already (at most {max_line}); try again in a minute"
                 )
-            stream = ticket.watch(owner, reader)
+            stream = ticket.open_stream(owner, reader)
             self.computing[key] = ticket
             self.line.append(ticket)
             self._renumber()
