@@ -7,12 +7,13 @@ import threading
 from dataclasses import replace
 
 import pytest
+from conftest import PROMPTS
 
 from easd.errors import QuotaSpent
 from easd.method.compare import DEFAULT_METHODS
-from easd.method.decoding import Generation
+from easd.method.decoding import Generation, GenerationSnapshot
 from easd.method.settings import DecodeSettings
-from easd.serving.chunks import GenerationSnapshot, decode_chunk
+from easd.serving.chunks import decode_chunk
 from easd.serving.worker import Worker
 
 USERS = {
@@ -122,3 +123,10 @@ def test_a_user_out_of_gpu_time_loses_their_run_alone_and_the_others_go_on_uncha
     exact = tiny_pair.backend == "llama.cpp"
     for method, trace in zip(DEFAULT_METHODS.values(), tickets["paid"].traces()):
         assert_same_run(trace, continuous(tiny_pair, "paid", replace(USERS["user b"], method=method)), exact)
+
+
+def test_a_snapshot_keeps_what_the_prompt_was_asked_under(tiny_pair):
+    """The one resume type carries the system prompt and RSD's question, so a resumed row reads the same prompt."""
+    row = Generation(tiny_pair, PROMPTS[0], DecodeSettings(max_new_tokens=4), system="Reason step by step.", question="Q?")
+    again = GenerationSnapshot.of(row).resume(tiny_pair)
+    assert (again.prompt_ids, again.system, again.question) == (row.prompt_ids, "Reason step by step.", "Q?")

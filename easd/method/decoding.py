@@ -245,6 +245,55 @@ class Start:
         return Start(None, None, seen, seen)
 
 
+@dataclass(frozen=True)
+class GenerationSnapshot:
+    """A generation paused between two blocks: what a fresh process (a ZeroGPU call, easd.serving.chunks) or a run
+    with other settings from one of its checkpoints (`Generation.resume_at`) needs to go on from there. The one way
+    a generation resumes: `resume`."""
+
+    prompt: str
+    chat: bool
+    settings: DecodeSettings
+    generated: tuple[int, ...]  # the tokens emitted so far
+    next_block: int  # the number its next block gets
+    rng_state: torch.Tensor | None  # its random generator's state (a CPU tensor); None: its seed's
+    stats: RunStats  # its time and passes so far, which the next chunk goes on counting
+    steps: Steps | None = None  # an RSD generation's reasoning steps so far
+    question: str | None = None  # as `Generation.question`
+    system: str = ""
+    use_cache: bool = True
+
+    @classmethod
+    def of(cls, generation: Generation) -> GenerationSnapshot:
+        return cls(
+            generation.prompt,
+            generation.chat,
+            generation.settings,
+            tuple(generation.tokens[generation.prompt_length :]),
+            generation.first_block + len(generation.checkpoints),
+            generation.rng_state(),
+            dataclasses.replace(generation.trace.stats),
+            None if generation.steps is None else dataclasses.replace(generation.steps, texts=list(generation.steps.texts)),
+            generation.question,
+            generation.system,
+            generation.use_cache,
+        )
+
+    def resume(self, pair: ModelPair) -> Generation:
+        """The generation again on `pair`, ready to join a batch where it left off."""
+        generation = Generation(
+            pair, self.prompt, self.settings, self.chat, self.use_cache, question=self.question, system=self.system
+        )
+        generation.tokens.extend(self.generated)
+        generation.first_block = self.next_block
+        if self.rng_state is not None:
+            generation.generator.set_state(self.rng_state)
+        generation.trace.stats = dataclasses.replace(self.stats)
+        if self.steps is not None:
+            generation.steps = dataclasses.replace(self.steps, texts=list(self.steps.texts))
+        return generation
+
+
 @dataclass(eq=False)  # a generation is itself: two with the same prompt and settings are still two
 class Generation:
     """One generation (one row of a batch while it decodes). Iterate it for its Blocks; `trace` holds what
@@ -378,17 +427,24 @@ class Generation:
         """
         if self.final is None:
             raise ValueError("resume_at needs a finished generation that kept its caches (Generation(..., keep_kv=True))")
-        resumed = Generation(
-            self.pair, self.prompt, settings, self.chat, self.use_cache, question=self.question, system=self.system
-        )
         shared = checkpoint.position
-        resumed.tokens.extend(self.tokens[self.prompt_length : self.prompt_length + shared])
+        generated = tuple(self.tokens[self.prompt_length : self.prompt_length + shared])
+        paused = GenerationSnapshot(
+            self.prompt,
+            self.chat,
+            settings,
+            generated,
+            checkpoint.block,
+            checkpoint.rng_state,
+            checkpoint.stats,
+            question=self.question,
+            system=self.system,
+            use_cache=self.use_cache,
+        )
+        resumed = paused.resume(self.pair)
         resumed.trace.records = [dataclasses.replace(r) for r in self.trace.records[:shared]]
         resumed.trace.blocks = [dataclasses.replace(b) for b in self.trace.blocks if b.index < checkpoint.block]
-        resumed.start = Start(*self.final, checkpoint.draft_seen, checkpoint.target_seen)
-        resumed.generator.set_state(checkpoint.rng_state)
-        resumed.first_block = checkpoint.block
-        resumed.trace.stats = dataclasses.replace(checkpoint.stats)
+        resumed.start = Start(*self.final, checkpoint.draft_seen, checkpoint.target_seen)  # its caches, not recomputed
         return resumed
 
     def take(self, block: Block) -> None:

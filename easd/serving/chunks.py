@@ -18,52 +18,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
-import torch
-
 from ..errors import EasdError
-from ..method.decoding import Batch, Block, Generation, Steps
+from ..method.decoding import Batch, Block, Generation, GenerationSnapshot
 from ..method.pair import ModelPair
-from ..method.settings import DecodeSettings
-from ..method.trace import RunStats
-
-
-@dataclass(frozen=True)
-class GenerationSnapshot:
-    """A generation between two chunks: enough for a fresh process to go on decoding it."""
-
-    prompt: str
-    chat: bool
-    settings: DecodeSettings
-    generated: tuple[int, ...]  # the tokens emitted so far
-    next_block: int  # the number its next block gets
-    rng_state: torch.Tensor | None  # its random generator's state (a CPU tensor); None: its seed's
-    stats: RunStats  # its time and passes so far, which the next chunk goes on counting
-    steps: Steps | None = None  # an RSD generation's reasoning steps so far
-
-    @classmethod
-    def of(cls, generation: Generation) -> GenerationSnapshot:
-        return cls(
-            generation.prompt,
-            generation.chat,
-            generation.settings,
-            tuple(generation.tokens[generation.prompt_length :]),
-            generation.first_block + len(generation.checkpoints),
-            generation.rng_state(),
-            replace(generation.trace.stats),
-            None if generation.steps is None else replace(generation.steps, texts=list(generation.steps.texts)),
-        )
-
-    def resume(self, pair: ModelPair) -> Generation:
-        """The generation again on `pair`, ready to join a batch where it left off."""
-        generation = Generation(pair, self.prompt, self.settings, chat=self.chat)
-        generation.tokens.extend(self.generated)
-        generation.first_block = self.next_block
-        if self.rng_state is not None:
-            generation.generator.set_state(self.rng_state)
-        generation.trace.stats = replace(self.stats)
-        if self.steps is not None:
-            generation.steps = replace(self.steps, texts=list(self.steps.texts))
-        return generation
 
 
 @dataclass

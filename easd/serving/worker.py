@@ -37,11 +37,11 @@ from collections import deque
 from collections.abc import Callable, Hashable, Iterable
 
 from ..errors import Busy, EasdError, QuotaSpent, SettingsError
-from ..method.decoding import Batch, Block, Generation
+from ..method.decoding import Batch, Block, Generation, GenerationSnapshot
 from ..method.pair import ModelPair
 from ..method.seam import free_memory, row_bytes
 from ..method.trace import to_json_dict
-from .chunks import ChunkProgress, GenerationSnapshot, catch_up
+from .chunks import ChunkProgress, catch_up
 from .estimates import Job, Pace, schedule
 from .results import Results, request_key
 from .tickets import Reader, Stream, Ticket

@@ -37,8 +37,9 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import EasdError, QuotaSpent
+from ..method.decoding import GenerationSnapshot
 from ..method.pair import ModelPair, PairLoader
-from .chunks import ChunkProgress, GenerationSnapshot, decode_chunk
+from .chunks import ChunkProgress, decode_chunk
 
 if os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true") and torch.version.cuda is None:
     # `spaces` would fail on import with an AttributeError deep in its CUDA patching: say what to change instead
