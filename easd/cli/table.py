@@ -4,6 +4,7 @@ several pairs (two target scales, as the paper's Table 1) give a block per pair.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -65,7 +66,9 @@ def _beam_notes(folder: Path, name: str) -> list[str]:
     config = folder / "run.json"
     if not beams or not config.is_file():
         return []
-    base = DecodeSettings(**json.loads(config.read_text(encoding="utf-8"))["settings"])
+    saved = json.loads(config.read_text(encoding="utf-8")).get("settings", {})
+    known = {f.name for f in dataclasses.fields(DecodeSettings)}  # a folder from another version may hold others
+    base = DecodeSettings(**{name: value for name, value in saved.items() if name in known})
     return [f"{v.label} on {name}: {v.beams.describe(v.settings)}" for v in parse_methods(",".join(beams), base)]
 
 
