@@ -208,7 +208,7 @@ def apply_budget(args: argparse.Namespace) -> None:
 
 def problems(args: argparse.Namespace):
     """The problems the data flags select; --format auto is resolved in `args`."""
-    from ..lab.problems import load_problems
+    from ..lab.problems import default_style, load_problems
 
     for option in ("limit", "offset"):
         value = getattr(args, option)
@@ -216,7 +216,7 @@ def problems(args: argparse.Namespace):
             raise SettingsError(f"--{option}", f"must be {'≥ 1' if option == 'limit' else '≥ 0'} (got {value})")
     found = load_problems(args.data, args.format, args.limit, args.offset, args.shuffle, args.prompt_style)
     args.format = found[0].format  # config, grading and reports name the real format
-    args.prompt_style = "qwen25-math-cot" if found[0].system else "easd"
+    args.prompt_style = default_style(args.format) if args.prompt_style == "auto" else args.prompt_style
     return found
 
 

@@ -48,21 +48,18 @@ def run(args: argparse.Namespace) -> int:
         if len(blocks) > 1:
             print(f"{chr(10) if i else ''}### {pair}\n")
         print(paper_table(summaries, paired))
-        notes = [note for folder in names if _pair_of(folder) == pair for note in _beam_notes(folder, names[folder])]
+        notes = [n for folder, name in names.items() if _pair_of(folder) == pair for n in _beam_notes(folder, name, summaries)]
         if notes:
             print("\n" + "\n".join(notes))
     return 0
 
 
-def _beam_notes(folder: Path, name: str) -> list[str]:
-    """How each beam row of an eval folder searched (sampled or greedy, ranked how), from its run.json."""
-    import pandas as pd
-
+def _beam_notes(folder: Path, name: str, summaries: dict) -> list[str]:
+    """How each beam row of an eval folder (its summary in `summaries[name]`) searched, from its run.json."""
     from ..lab.evaluate import parse_methods
     from ..method.settings import DecodeSettings
 
-    methods = pd.read_csv(folder / "summary.csv")["method"]
-    beams = [m for m in methods if str(m).startswith("beam:")]
+    beams = [m for m in summaries[name]["method"] if str(m).startswith("beam:")]
     config = folder / "run.json"
     if not beams or not config.is_file():
         return []

@@ -231,7 +231,7 @@ def _aime(row: dict) -> tuple[str, str, tuple]:
 def _olympiad(row: dict) -> tuple[str, str, tuple]:
     answers = row["final_answer"]
     answers = [answers] if isinstance(answers, str) else list(answers)
-    answers = [re.sub(r"(?<!\\)\$", "", str(a)).strip() for a in answers]  # "$1$,$2$" is one answer, a list
+    answers = [without_dollars(str(a)).strip() for a in answers]  # "$1$,$2$" is one answer, a list
     if not answers or not all(answers):
         raise ValueError("final_answer is empty")
     context = (row.get("context") or "").strip()
@@ -327,16 +327,23 @@ def is_correct(prediction: str | None, gold: str, format: str) -> bool:
         return numbers_equal(prediction, gold)
     if grading == "letter":
         return choice_letter(prediction) == gold.upper()
+    if _same_text(prediction, gold):  # before any parser, as the Qwen2.5-Math harness's math_equal checks first
+        return True
     if grading == "all_answers":
         return all_answers_equal(prediction, gold)
-    return _same_text(prediction, gold) or math_equal(prediction, gold)
+    return math_equal(prediction, gold)
 
 
 def _same_text(a: str, b: str) -> bool:
     """Equal but for spaces, case and dollar signs: a written-out answer ("all odd n") that no parser reads is still
-    right when it is the gold's own words (as the Qwen2.5-Math harness's math_equal checks first)."""
-    squeeze = lambda s: re.sub(r"\s+|(?<!\\)\$", "", s).lower()  # noqa: E731
+    right when it is the gold's own words."""
+    squeeze = lambda s: re.sub(r"\s+", "", without_dollars(s)).lower()  # noqa: E731
     return squeeze(a) == squeeze(b)
+
+
+def without_dollars(text: str) -> str:
+    """The text without its math-mode dollar signs; an escaped \\$ (a currency sign) stays."""
+    return re.sub(r"(?<!\\)\$", "", text)
 
 
 def same_answer(a: str, b: str, format: str) -> bool:
@@ -354,8 +361,6 @@ def same_answer(a: str, b: str, format: str) -> bool:
 def all_answers_equal(prediction: str, gold: str) -> bool:
     """OlympiadBench: with several answers the prediction must give every one of them, in any order
     (as OlympiadBench's own judge does); one answer is compared whole, so "(1, 2)" stays a pair."""
-    if _same_text(prediction, gold):
-        return True
     wanted = split_answers(gold)
     if len(wanted) == 1:
         return math_equal(prediction, gold)
@@ -435,7 +440,7 @@ def _math_verify(prediction: str, gold: str, result) -> None:
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # it warns that its timeouts are off: ours is on
     # an answer is one formula: dollars inside it ("x$, $y", as OlympiadBench writes lists) would split it, so
     # math-verify reads it without them (an escaped \\$ is a currency sign and stays)
-    wrap = lambda s: s if "\\boxed" in s else "$" + re.sub(r"(?<!\\)\$", "", s) + "$"
+    wrap = lambda s: s if "\\boxed" in s else f"${without_dollars(s)}$"
     result.put(
         bool(verify(parse(wrap(gold), parsing_timeout=None), parse(wrap(prediction), parsing_timeout=None), timeout_seconds=None))
     )

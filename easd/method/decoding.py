@@ -970,7 +970,7 @@ def encode_prompt(pair: ModelPair, prompt: str, chat: bool, system: str = "") ->
             "prompt", f"is {len(prompt):,} characters, more than the model's context of {pair.context_length:,} tokens can hold"
         )
     tokenizer = pair.tokenizer
-    turns = [{"role": "system", "content": system}] * bool(system) + [{"role": "user", "content": prompt}]
+    turns = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
     if chat and tokenizer.chat_template:
         text = tokenizer.render_chat(turns)
     else:
