@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from easd.method.acceptance import RULE_CONDITIONS, rule_conditions
+from easd.method.methods import METHODS
 from easd.method.settings import DecodeSettings, overlap_needed
 from easd.method.trace import TokenRecord, Trace
 from easd.method.whatif import record_overlap
@@ -24,10 +25,11 @@ def inspector_html(lane: str, trace: Trace | None, record: TokenRecord | None, v
         )
     close = tag("button", "✕ close", class_="close", type="button", aria_label="Close the token details")
     parts = [close, _header(lane_title(lane, trace), record), _decision(record)]
-    if trace.settings.method == "mti":
+    method = METHODS[trace.settings.method]
+    if method.guides:
         parts.append(_guidance(record, trace.settings))
-    if trace.settings.method == "rsd":
-        parts.append(_step(record, trace.settings))
+    if method.needs_prm:
+        parts.append(_segment(record, trace.settings))
     if record.draft_token_id is not None:
         parts.append(_signals(record, view))
     if record.h_draft_margin is not None:
@@ -102,8 +104,9 @@ def _guidance(record: TokenRecord, settings: DecodeSettings) -> Html:
     return tag("p", compared, *how)
 
 
-def _step(record: TokenRecord, settings: DecodeSettings) -> Html:
-    """RSD's decision on this token's step: the PRM's reward for the draft's version against δ, and who wrote it."""
+def _segment(record: TokenRecord, settings: DecodeSettings) -> Html:
+    """RSD's decision on this token's segment (the paper's reasoning step): the PRM's reward for the draft's version
+    against δ, and who wrote it."""
     if not (_is_real(record.rsd_reward) and isinstance(record.rsd_step, int)):
         return tag("p", "This row does not record its reasoning step's reward.")
     reward = f"the process reward model gave the draft's version {number(record.rsd_reward)}"
@@ -111,7 +114,7 @@ def _step(record: TokenRecord, settings: DecodeSettings) -> Html:
         verdict = f"{reward} ≥ δ = {settings.rsd_delta:g}, so the draft's step was kept."
     else:
         verdict = f"{reward} < δ = {settings.rsd_delta:g}, so the target wrote the step again from the same prefix."
-    return tag("p", tag("b", f"Step {record.rsd_step}"), f" (text up to {settings.rsd_delimiter!r}): {verdict}")
+    return tag("p", tag("b", f"Reasoning step {record.rsd_step}"), f" (text up to {settings.rsd_delimiter!r}): {verdict}")
 
 
 def _signals(record: TokenRecord, view: RuleView) -> Html:

@@ -10,6 +10,7 @@ import gradio as gr
 
 from easd.errors import EasdError, SettingsError
 from easd.method.compare import Comparison
+from easd.method.methods import METHODS
 from easd.method.settings import DecodeSettings
 from easd.serving.host import Client, ModelHost
 
@@ -51,7 +52,7 @@ def allowed_pair(host: ModelHost, name) -> str:
 
 def check_prm(pair, methods: dict[str, str]) -> None:
     """An RSD lane needs the process reward model the operator may load with the pair; one line saying so if not."""
-    lanes = [lane for lane, method in methods.items() if method == "rsd"]
+    lanes = [lane for lane, method in methods.items() if method in METHODS and METHODS[method].needs_prm]
     if lanes and pair.prm is None:
         raise EasdError(
             f"the {lanes[0]} lane's RSD asks a process reward model to score each step, and this app was started "

@@ -70,7 +70,7 @@ def test_rows_join_as_others_leave_and_mid_run(tiny_pair):
             for generation in late:
                 batch.add(generation)
             joined = True
-        assert len(batch.generations) <= 3
+        assert len(batch.rows.generations) <= 3
     for generation in generations:
         assert_same_run(generation.trace, solo(generation))
 
@@ -155,7 +155,7 @@ def test_kv_memory_per_row_stays_bounded(hf_tiny_pair):
     batch = Batch(pair, generations)
     wasted = 0
     for block in batch:
-        longest = max(len(g.tokens) for g in batch.generations)
+        longest = max(len(g.tokens) for g in batch.rows.generations)
         for cache in (batch.target, batch.draft):
             assert cache.slots <= longest + COMPACT_SLACK + 9, (cache.slots, longest)
         wasted += 0 if block.end == "bonus" else len(block.drafted) - (len(block.records) - 1)

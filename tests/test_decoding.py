@@ -177,13 +177,13 @@ LONG_PROMPT = "apples and pears " * 50  # about 350 tokens: a prompt computed in
 
 
 def test_a_long_prompt_computed_in_pieces_decodes_as_in_one_pass(tiny_pair, monkeypatch):
-    from easd.method import decoding
+    from easd.method import rows
 
     settings = DecodeSettings(method="sd", max_new_tokens=24)
     pieces = Generation(tiny_pair, LONG_PROMPT, settings, chat=False)
-    assert pieces.prompt_length > decoding.PREFILL_CHUNK
+    assert pieces.prompt_length > rows.PREFILL_CHUNK
     in_pieces = pieces.run()
-    monkeypatch.setattr(decoding, "PREFILL_CHUNK", 10_000)
+    monkeypatch.setattr(rows, "PREFILL_CHUNK", 10_000)
     whole = Generation(tiny_pair, LONG_PROMPT, settings, chat=False).run()
     assert in_pieces.token_ids == whole.token_ids
     assert [r.h_target for r in in_pieces.records] == pytest.approx([r.h_target for r in whole.records], abs=1e-4)
@@ -191,9 +191,9 @@ def test_a_long_prompt_computed_in_pieces_decodes_as_in_one_pass(tiny_pair, monk
 
 def test_stop_during_a_long_prompt_is_heard_before_the_row_takes_a_step(tiny_pair, monkeypatch):
     """On the embedded pair a 2,375-token prompt took 75 s in one pass, and Stop waited for it all."""
-    from easd.method import decoding
+    from easd.method import decoding, rows
 
-    monkeypatch.setattr(decoding, "PREFILL_CHUNK", 1)  # a pass per prompt token: the prompt takes a while even here
+    monkeypatch.setattr(rows, "PREFILL_CHUNK", 1)  # a pass per prompt token: the prompt takes a while even here
     generation = Generation(tiny_pair, LONG_PROMPT, DecodeSettings(method="sd", max_new_tokens=24), chat=False)
     stopper = []
 
@@ -208,9 +208,9 @@ def test_stop_during_a_long_prompt_is_heard_before_the_row_takes_a_step(tiny_pai
 
 def test_a_long_prompt_is_computed_between_the_other_rows_steps(tiny_pair, monkeypatch):
     """In the app's shared batch a long prompt no longer pauses everyone: the others step between its pieces."""
-    from easd.method import decoding
+    from easd.method import decoding, rows
 
-    monkeypatch.setattr(decoding, "PREFILL_CHUNK", 16)  # about 22 pieces for this prompt
+    monkeypatch.setattr(rows, "PREFILL_CHUNK", 16)  # about 22 pieces for this prompt
     settings = DecodeSettings(method="sd", max_new_tokens=200)
     running = Generation(tiny_pair, "def add(a, b):", settings)
     joining = Generation(tiny_pair, LONG_PROMPT, replace_max(settings, 24), chat=False)
@@ -220,7 +220,7 @@ def test_a_long_prompt_is_computed_between_the_other_rows_steps(tiny_pair, monke
         if len(running.trace.records) >= 8 and not asked:
             batch.add(joining)  # it joins at the next boundary, with a prompt of about 350 tokens
             asked = True
-        if batch.prompts and block.generation is running:
+        if batch.rows.prompts and block.generation is running:
             while_joining.append(block)
     assert len(while_joining) >= 10  # the running row went on while the long prompt was computed
     assert joining.trace.token_ids == Generation(tiny_pair, LONG_PROMPT, replace_max(settings, 24), chat=False).run().token_ids

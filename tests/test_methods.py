@@ -61,5 +61,10 @@ def test_the_docs_table_of_methods_is_the_code_s():
     page = (Path(__file__).resolve().parent.parent / "docs" / "method.md").read_text(encoding="utf-8")
     yes = lambda flag: "yes" if flag else "—"  # noqa: E731
     for name, method in METHODS.items():
-        row = f"| `{name}` | {method.title} | {yes(method.uses_draft)} | {yes(method.uses_target)} | {yes(method.verifies)} | "
-        assert f"{row}{', '.join(method.origins)} |" in page, name
+        interventions = f"{', '.join(method.intervention_origins)} ({method.intervention[1]})" if method.intervenes else "—"
+        grid = ", ".join(f"`{name}`" for name in method.grid) or "—"
+        row = (
+            f"| `{name}` | {method.title} | {yes(method.uses_draft)} | {yes(method.uses_target)} | {yes(method.verifies)} | "
+            f"{', '.join(method.origins)} | {interventions} | {method.models} | {yes(method.guides)} | {grid} |"
+        )
+        assert row in page, name

@@ -9,7 +9,7 @@ from conftest import PROMPTS
 
 from easd.errors import ModelLoadError, SettingsError
 from easd.lab.problems import INSTRUCTION, load_problems
-from easd.method import decoding
+from easd.method import rsd as rsd_module
 from easd.method import trace as trace_io
 from easd.method.decoding import Generation
 from easd.method.settings import DecodeSettings
@@ -106,8 +106,8 @@ def test_a_prm_that_keeps_everything_and_one_that_keeps_nothing(tiny_pair, tmp_p
     assert {r.origin for r in run(refuse, **RSD, rsd_delta=0.01).records} == {"target"}
 
 
-def test_rsd_stops_after_its_step_cap(rsd_pair, monkeypatch):
-    monkeypatch.setattr(decoding, "MAX_RSD_STEPS", 2)
+def test_rsd_stops_after_its_segment_cap(rsd_pair, monkeypatch):
+    monkeypatch.setattr(rsd_module, "MAX_SEGMENTS", 2)
     rsd = run(rsd_pair, **RSD, rsd_delta=0.0)
     assert rsd.stats.stop_reason == "max_steps" and steps_of(rsd) == [0, 1]
 

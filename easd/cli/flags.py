@@ -9,7 +9,8 @@ from dataclasses import fields
 from pathlib import Path
 
 from ..errors import SettingsError
-from ..method.settings import METHODS, RULES, SIGNALS, DecodeSettings
+from ..method.methods import METHODS
+from ..method.settings import RULES, SIGNALS, DecodeSettings
 
 # --- models -------------------------------------------------------------------------------------
 
@@ -96,7 +97,7 @@ def add_decode_flags(
     --max-new-tokens to the data's format (`apply_budget`)."""
     d = DecodeSettings()
     group = _Only(parser.add_argument_group("decoding"), include)
-    group.add_argument("--method", default=d.method, choices=METHODS, help="target-only, draft-only, SD, EASD, MTI or RSD")
+    group.add_argument("--method", default=d.method, choices=tuple(METHODS), help="target-only, draft-only, SD, EASD, MTI or RSD")
     group.add_argument("--rule", default=d.rule, choices=RULES, help="EASD's trigger rule: full, or one of the paper's ablations")
     group.add_argument("--k", type=int, default=d.k, help="draft tokens per block (1 to 64)")
     group.add_argument("--tau-h", type=float, default=d.tau_h, help="entropy threshold τ_H in nats (≥ 0)")
@@ -154,7 +155,7 @@ def settings_from_args(args: argparse.Namespace) -> DecodeSettings:
 
 def check_prm_flag(args: argparse.Namespace, methods: list[str]) -> None:
     """RSD needs --prm: refused before any model loads."""
-    if "rsd" in methods and getattr(args, "prm", None) is None:
+    if any(METHODS[m].needs_prm for m in methods if m in METHODS) and getattr(args, "prm", None) is None:
         raise SettingsError("--prm", "RSD asks a process reward model to score each step: give one (a folder or hub id)")
 
 

@@ -21,10 +21,11 @@ from ..errors import EasdError, SettingsError
 from ..method import trace as trace_io
 from ..method.beam import BeamSearch, beam_search
 from ..method.decoding import Batch, Generation, encode_prompt
+from ..method.methods import METHODS
 from ..method.pair import ModelPair
 from ..method.prefix import easd_start
 from ..method.seam import free_memory, row_bytes
-from ..method.settings import METHODS, RULES, DecodeSettings
+from ..method.settings import RULES, DecodeSettings
 from ..method.trace import Trace
 from .problems import Problem, extract_answer, is_correct
 from .results import prepare_folder
@@ -80,10 +81,9 @@ def grid_variants(base: DecodeSettings, tau_hs: list[float], tau_os: list[float]
     return [Variant("sd", replace(base, method="sd")), *grid]
 
 
-# The baseline methods `sweep --grid` runs, and the settings each sweeps: MTI's threshold τ and guidance strength ω
-# (the paper's "intervention scale β" may be either: docs/method.md), RSD's δ. A variant is labelled by its values,
-# in this order: mti@1/1.5, rsd@0.7.
-GRIDS = {"mti": ("mti_tau", "mti_omega"), "rsd": ("rsd_delta",)}
+# The baseline methods `sweep --grid` runs, and the settings each sweeps (the methods' table says which): MTI's
+# threshold τ and guidance strength ω, RSD's δ. A variant is labelled by its values, in this order: mti@1/1.5, rsd@0.7.
+GRIDS = {method.name: method.grid for method in METHODS.values() if method.grid}
 
 
 def baseline_variants(base: DecodeSettings, method: str, grid: dict[str, list[float]]) -> list[Variant]:

@@ -7,9 +7,10 @@ Layers, bottom-up (as in gpt-fast's generate.py):
     _draft         every drafting row proposes c_1..c_k: one draft pass per drafted position, all rows in it
     _verify        ONE target pass for all rows
     _guide         MTI rows whose target is unsure: ONE more target pass, after the negative prompt
-    _score         RSD rows whose draft wrote a step: the process reward model's reward for it
+    _score         RSD rows whose draft wrote a segment: the process reward model's reward for it
     _judge         each row's verdict, alone: a row whose numbers fail ends, the others go on
-  Batch            generations join and leave at block boundaries; blocks are streamed, each naming its generation
+  Batch            steps its rows and streams the blocks, each naming its generation; generations join and
+                   leave at block boundaries (easd.method.rows: the line, joining, long prompts in pieces)
   Generation       one generation: prompt checks, its own random numbers, stop handling, its trace
 
 Words, used in one sense each (as vLLM keeps a request apart from its index in the batch):
@@ -23,9 +24,9 @@ A generation is decoded exactly as if it ran alone: it has its own random genera
 same order as a solo run, its own settings (method, rule, thresholds, k, sampling, length), and the
 batch only shares the forward passes. A Generation iterated on its own is a batch of one.
 SD and EASD share every line but one: in `judge_block`, EASD also ends the block where the rule
-fires on a token the standard test accepted. MTI is target-only but for `_guide`; an RSD row is draft-only
-for a whole step, which `_score` keeps or hands to the target, target-only for a step written again
-(docs/method.md, "The paper's baselines").
+fires on a token the standard test accepted. MTI is target-only but for `_guide` (mti.py); an RSD row is
+draft-only for a whole segment, which `_score` keeps or hands to the target, target-only for a segment written
+again (rsd.py; docs/method.md, "The paper's baselines").
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ import functools
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -44,17 +44,16 @@ import torch
 
 from ..errors import EasdError, SettingsError
 from . import acceptance as acc
+from . import mti
 from .methods import METHODS
 from .pair import ModelPair
+from .rows import Rows, Start
+from .rsd import Segments
 from .seam import Caches, RowState
 from .settings import DecodeSettings
 from .trace import MARGIN_COLUMNS, BlockInfo, RunStats, TokenRecord, Trace, software_versions
 
 MAX_PROMPT_CHARS_PER_TOKEN = 32  # a prompt longer than this × context cannot fit; refuse before tokenizing
-MAX_RSD_STEPS = 100  # RSD's cap on reasoning steps, as in its authors' code
-# A joining row's prompt is computed this many tokens a pass, so that Stop is heard between two: in one pass, a
-# 2,375-token prompt held the embedded pair for 75 s on 2 cores (llama.cpp, exact kernels), and Stop with it.
-PREFILL_CHUNK = 256
 log = logging.getLogger("easd.decoding")
 
 
@@ -228,23 +227,6 @@ class Checkpoint:
     stats: RunStats  # its time and passes so far
 
 
-@dataclass
-class Start:
-    """How a resumed run joins a batch: each model's cache as a finished run left it (None: computed afresh),
-    of which it keeps the first `seen` tokens, as the run's caches held them when its checkpoint was taken."""
-
-    draft: RowState | None
-    target: RowState | None
-    draft_seen: int
-    target_seen: int
-
-    @staticmethod
-    def afresh(generation: Generation) -> Start:
-        """Both caches computed from the tokens: every token but the last, whose logits the next pass computes."""
-        seen = len(generation.tokens) - 1
-        return Start(None, None, seen, seen)
-
-
 @dataclass(frozen=True)
 class GenerationSnapshot:
     """A generation paused between two blocks: what a fresh process (a ZeroGPU call, easd.serving.chunks) or a run
@@ -258,7 +240,7 @@ class GenerationSnapshot:
     next_block: int  # the number its next block gets
     rng_state: torch.Tensor | None  # its random generator's state (a CPU tensor); None: its seed's
     stats: RunStats  # its time and passes so far, which the next chunk goes on counting
-    steps: Steps | None = None  # an RSD generation's reasoning steps so far
+    segments: Segments | None = None  # an RSD generation's segments so far
     question: str | None = None  # as `Generation.question`
     system: str = ""
     use_cache: bool = True
@@ -273,7 +255,7 @@ class GenerationSnapshot:
             generation.first_block + len(generation.checkpoints),
             generation.rng_state(),
             dataclasses.replace(generation.trace.stats),
-            None if generation.steps is None else dataclasses.replace(generation.steps, texts=list(generation.steps.texts)),
+            None if generation.segments is None else generation.segments.copy(),
             generation.question,
             generation.system,
             generation.use_cache,
@@ -289,8 +271,8 @@ class GenerationSnapshot:
         if self.rng_state is not None:
             generation.generator.set_state(self.rng_state)
         generation.trace.stats = dataclasses.replace(self.stats)
-        if self.steps is not None:
-            generation.steps = dataclasses.replace(self.steps, texts=list(self.steps.texts))
+        if self.segments is not None:
+            generation.segments = self.segments.copy()
         return generation
 
 
@@ -321,7 +303,7 @@ class Generation:
         self.settings.validate()
         self.prompt_ids = encode_prompt(self.pair, self.prompt, self.chat, self.system)
         self.prompt_length = len(self.prompt_ids)
-        self.negative_ids = negative_prompt(self.pair, self.settings, self.prompt_length)  # MTI's; [] for other methods
+        self.negative_ids = mti.negative_prompt(self.pair, self.settings, self.prompt_length)  # MTI's; [] for other methods
         self.tokens = list(self.prompt_ids)
         self.recorder = Recorder(self.pair, self.settings)
         self.trace = Trace(
@@ -345,8 +327,8 @@ class Generation:
         )
         self.start: Start | None = None  # the cache states a resumed generation joins with (see resume_at)
         self.final: tuple[RowState | None, RowState | None] | None = None  # kept when it ends, if keep_kv
-        self.steps = Steps(start=self.prompt_length) if self.settings.method == "rsd" else None  # RSD's reasoning steps
-        if self.steps is not None and self.pair.prm is None:
+        self.segments = Segments(start=self.prompt_length) if METHODS[self.settings.method].needs_prm else None  # RSD's
+        if self.segments is not None and self.pair.prm is None:
             raise SettingsError(
                 "prm", "RSD asks a process reward model to score each step, and none is loaded: give one with --prm FOLDER"
             )
@@ -468,34 +450,9 @@ class Generation:
         if self.room() < 1:
             generated = len(self.tokens) - self.prompt_length
             return "max_new_tokens" if generated >= self.settings.max_new_tokens else "context"
-        if self.steps is not None and len(self.steps.texts) >= MAX_RSD_STEPS:
+        if self.segments is not None and self.segments.full:
             return "max_steps"
         return self.why_stopped if self.stopped else None
-
-
-@dataclass
-class Steps:
-    """An RSD generation's reasoning steps: who writes the current one, where it began, and the finished ones."""
-
-    start: int  # the index in the generation's tokens where the current step begins
-    writer: str = "draft"  # "draft", or "target" once the PRM refused the draft's version of this step
-    reward: float | None = None  # the PRM's reward for the draft's version of the current step
-    texts: list[str] = field(default_factory=list)  # the finished steps, as the PRM reads them
-
-    def ends(self, generation: Generation, new: list[int]) -> bool:
-        """Whether the current step ends with the tokens `new` after the generation's: its text holds the delimiter
-        (matched on text: Qwen's tokenizer merges "\n\n" into tokens such as ".\n\n"), or an end token came."""
-        if new and new[-1] in generation.pair.eos_ids:
-            return True
-        return generation.settings.rsd_delimiter in self.text(generation, new)
-
-    def text(self, generation: Generation, new: list[int]) -> str:
-        return generation.pair.tokenizer.decode(generation.tokens[self.start :] + new)
-
-    def finish(self, text: str, next_start: int) -> None:
-        """The current step is done (kept or written again): the next one is the draft's, from `next_start`."""
-        self.texts.append(text.strip())
-        self.start, self.writer, self.reward = next_start, "draft", None
 
 
 # --- the batch ------------------------------------------------------------------------------------
@@ -504,10 +461,9 @@ class Steps:
 class Batch:
     """Generations decoded together: per step, one draft pass per drafted position and ONE target pass for all.
 
-    Generations wait in line until a row is free (`max_rows`), join at a block boundary with their
-    prefix computed alone, and leave as soon as they end (EOS, their max_new_tokens, the context,
-    or `stop()`), so the batch never waits for its slowest generation. Iterate for Blocks; each names
-    its generation. `add()` may be called from another thread while iterating.
+    Generations wait in line until a row is free (`max_rows`), join at a block boundary and leave as soon as
+    they end (EOS, their max_new_tokens, the context, or `stop()`): easd.method.rows. Iterate for Blocks; each
+    names its generation. `add()` may be called from another thread while iterating.
     """
 
     def __init__(
@@ -523,34 +479,23 @@ class Batch:
             raise SettingsError("--batch-size", f"must be ≥ 1 (got {max_rows})")
         self.pair = pair
         limit = min(pair.draft.max_rows, pair.target.max_rows)  # more wait in line, as for `max_rows`
-        self.max_rows = limit if max_rows is None else min(max_rows, limit)
+        max_rows = limit if max_rows is None else min(max_rows, limit)
         self.at_boundary = at_boundary  # called between steps, when every block so far has been yielded (a scheduler's hook)
-        # A long prompt is computed a piece per step while other rows decode, rather than all at once while they
-        # wait (the app's shared batch). Off, it is computed whole as its row joins: a batch that is stopped and
-        # resumed between steps (easd.serving.chunks) would otherwise start it again each time.
-        self.prompts_between_steps = prompts_between_steps
-        self.prompts: dict[Generation, Prompt] = {}  # long prompts being computed, by the generation waiting for them
-        self.generations: list[Generation] = []  # generations[row] holds that row of both caches
-        self.waiting: deque[Generation] = deque(generations)
-        self.use_cache = use_cache
         self.draft: Caches = pair.draft.caches(pair.vocab_size, use_cache)
         self.target: Caches = pair.target.caches(pair.vocab_size, use_cache)
+        # who holds which row, and who waits for one; prompts_between_steps: see Rows
+        self.rows = Rows(pair, self.draft, self.target, generations, max_rows, use_cache, prompts_between_steps)
         self.rounding = pair.rounding  # the models' precision, once: the pair is read-only
-        self._lock = threading.Lock()
         self._stop = threading.Event()
 
     def add(self, generation: Generation, first: bool = False) -> None:
         """Put a generation in line (at its head with `first`); it joins at the next block boundary with a free row."""
-        with self._lock:
-            if first:
-                self.waiting.appendleft(generation)
-            else:
-                self.waiting.append(generation)
+        self.rows.add(generation, first)
 
     @property
     def load(self) -> int:
         """Generations still decoding or waiting to join."""
-        return sum(not g.done for g in self.generations) + len(self.waiting)
+        return self.rows.load
 
     def stop(self) -> None:
         """Stop every generation, decoding or waiting, at the next block boundary."""
@@ -563,96 +508,31 @@ class Batch:
                     self.at_boundary(self)
                 if self._stop.is_set():  # checked after the boundary too, which may itself stop the batch
                     return
-                self._leave([g for g in self.generations if g.stopped])
-                self._join()
-                if not self.generations:
-                    if self.waiting:  # the head of the line's prompt is not computed yet
+                rows = self.rows
+                rows.leave([g for g in rows.generations if g.stopped])
+                rows.join()
+                if not rows.generations:
+                    if rows.waiting:  # the head of the line's prompt is not computed yet
                         continue
                     return
                 yield from self._step()
-                self._leave([g for g in self.generations if g.done])
+                rows.leave([g for g in rows.generations if g.done])
         finally:
-            for generation in self.generations + list(self.waiting):
-                generation.finish(generation.why_stopped)  # one left unfinished
+            self.rows.end_all()
 
     def run(self) -> list[Trace]:
         """Decode every generation to the end; the traces in the order the generations were given."""
-        everyone = list(self.waiting) + self.generations
+        everyone = list(self.rows.waiting) + self.rows.generations
         for _ in self:
             pass
         return [g.trace for g in everyone]
-
-    # --- generations joining and leaving ---------------------------------------------------------------
-
-    def _join(self) -> None:
-        """Let in generations from the line while there are free rows, in order. Generations that join together with
-        the same prompt (a comparison's SD and EASD) compute its prefix once per model: the later ones start from a
-        copy. A prompt longer than PREFILL_CHUNK is computed first (`Prompt`), whole or, with
-        `prompts_between_steps`, a piece per call while the generations behind it wait their turn."""
-        twins: dict[tuple[str, tuple[int, ...]], int] = {}  # (model, prefix) -> the row that took it in this call
-        while self.waiting and len(self.generations) < self.max_rows:
-            generation = self.waiting[0]
-            if generation.stopped:  # before its first step, or while its prompt was computed
-                with self._lock:
-                    self.waiting.remove(generation)
-                self.prompts.pop(generation, None)
-                generation.finish(generation.why_stopped)
-                continue
-            started = time.perf_counter()
-            ready = self._prompt_ready(generation, twins)
-            generation.trace.stats.seconds += time.perf_counter() - started
-            if not ready:
-                return
-            with self._lock:
-                self.waiting.remove(generation)
-            started = time.perf_counter()
-            start = generation.start or Start.afresh(generation)
-            row, room = len(self.generations), generation.capacity
-            for model, prefix in _prefixes(generation, start).items():
-                state = getattr(start, model)
-                twin = twins.get((model, prefix)) if prefix and state is None else None
-                caches = getattr(self, model)
-                caches.add_row(list(prefix), room, caches.save_row(twin) if twin is not None else state)
-                twins.setdefault((model, prefix), row)
-            generation.start = None
-            generation.trace.stats.seconds += time.perf_counter() - started
-            self.generations.append(generation)
-
-    def _prompt_ready(self, generation: Generation, twins: dict) -> bool:
-        """Whether `generation` can join now; computes its long prompt first, or with `prompts_between_steps`
-        and others decoding, the next piece of it."""
-        if generation.start is not None or not self.use_cache:
-            return True
-        prefixes = _prefixes(generation, Start.afresh(generation))
-        if max(map(len, prefixes.values())) <= PREFILL_CHUNK or all((m, p) in twins for m, p in prefixes.items() if p):
-            return True
-        prompt = self.prompts.setdefault(generation, Prompt(self.pair, prefixes, generation.capacity))
-        while not prompt.done and not generation.stopped:
-            prompt.advance()
-            if self.prompts_between_steps and self.generations:
-                break  # the others' next step first
-        if not prompt.done:
-            return False
-        del self.prompts[generation]
-        generation.start = prompt.start(len(generation.tokens) - 1)
-        return True
-
-    def _leave(self, leaving: list[Generation]) -> None:
-        if not leaving:
-            return
-        for generation in leaving:
-            generation.finish(generation.why_stopped)
-        staying = [i for i, g in enumerate(self.generations) if g not in leaving]
-        self.draft.keep_rows(staying)
-        self.target.keep_rows(staying)
-        self.generations = [self.generations[i] for i in staying]
 
     # --- one step: a block for every generation ----------------------------------------------------------
 
     def _step(self) -> list[Block]:
         """Plan, draft, verify, judge, commit: one block for every generation (one that fails ends alone)."""
         started = time.perf_counter()
-        plans = [self._plan(row, generation) for row, generation in enumerate(self.generations)]
+        plans = [self._plan(row, generation) for row, generation in enumerate(self.rows.generations)]
         precise = {plan.row for plan in plans if plan.generation.settings.signals == "float32"}  # float32 lm_head rows
         self._draft(plans, precise)
         self._verify(plans, precise)
@@ -678,8 +558,8 @@ class Batch:
             )
         )
         k = min(generation.settings.k, generation.room() - 1) if generation.speculative else 0
-        if generation.steps is not None and generation.steps.writer == "draft":
-            k = generation.room()  # the draft writes on until its step ends (the delimiter, an end token or the room)
+        if generation.segments is not None and generation.segments.writer == "draft":
+            k = generation.room()  # the draft writes on until its segment ends (the delimiter, an end token or the room)
         return RowPlan(row, generation, k, block, position)
 
     def _draft(self, plans: list[RowPlan], precise: set[int]) -> None:
@@ -688,7 +568,7 @@ class Batch:
         A draft-only row takes its one step in the first pass.
         """
         for i in range(max((plan.draft_passes for plan in plans), default=0)):
-            asking = [plan for plan in plans if plan.draft_passes > i and not plan.generation.done and not plan.step_ended]
+            asking = [plan for plan in plans if plan.draft_passes > i and not plan.generation.done and not plan.segment_ended]
             if not asking:
                 return
             sequences = {plan.row: plan.generation.tokens + plan.drafted for plan in asking}
@@ -703,12 +583,12 @@ class Batch:
                 with self._alone(plan):
                     logits = _finite(out[plan.row], "draft", plan)
                     plan.q_logits.append(logits)
-                    if generation.speculative or generation.steps is not None:
+                    if generation.speculative or generation.segments is not None:
                         settings = generation.settings
                         probs = acc.sampling_probs(logits, settings.temperature, settings.top_p)
                         plan.drafted.append(int(acc.draw(probs, generation.generator, settings.greedy)))
-                    if generation.steps is not None:
-                        plan.step_ended = generation.steps.ends(generation, plan.drafted)
+                    if generation.segments is not None:
+                        plan.segment_ended = generation.segments.ends(generation, plan.drafted)
 
     def _verify(self, plans: list[RowPlan], precise: set[int]) -> None:
         """ONE target pass for every row that uses the target: p_1..p_{k+1} after each row's drafts."""
@@ -730,10 +610,13 @@ class Batch:
         """MTI rows whose target entropy exceeds τ: ONE more target pass for all of them, over each row's context with
         the negative prompt after it; the logits at its last token are p_u. The row's cache then forgets the negative
         prompt (as it forgets rejected drafts), so it holds exactly what it held before."""
-        asking = [plan for plan in plans if plan.generation.settings.method == "mti" and not plan.generation.done]
-        for plan in asking:
-            plan.h_target = acc.entropy_of_probs(acc.raw_probs(plan.p_logits))  # [1]
-        asking = [plan for plan in asking if bool(acc.mti_intervenes(plan.h_target, plan.generation.settings.mti_tau))]
+        asking = [
+            plan
+            for plan in plans
+            if METHODS[plan.generation.settings.method].guides
+            and not plan.generation.done
+            and mti.unsure(plan.p_logits, plan.generation.settings)
+        ]
         if not asking:
             return
         sequences = {plan.row: plan.generation.tokens + plan.generation.negative_ids for plan in asking}
@@ -750,16 +633,14 @@ class Batch:
                 plan.u_logits = _finite(out[plan.row], "target (after MTI's negative prompt)", plan)
 
     def _score(self, plans: list[RowPlan]) -> None:
-        """RSD rows whose draft wrote a step: the process reward model's reward for it, given the question and the
-        steps before it (one PRM pass per step: the PRM is a model of its own, outside the batch's caches)."""
+        """RSD rows whose draft wrote a segment: the process reward model's reward for it (rsd.Segments.reward_for)."""
         for plan in plans:
-            generation = plan.generation
-            if generation.steps is None or generation.steps.writer != "draft" or generation.done or not plan.drafted:
+            generation, segments = plan.generation, plan.generation.segments
+            if segments is None or segments.writer != "draft" or generation.done or not plan.drafted:
                 continue
             with self._alone(plan):
-                text = generation.steps.text(generation, plan.drafted).strip()
                 question = generation.prompt if generation.question is None else generation.question
-                plan.reward = self.pair.prm.reward(question, [*generation.steps.texts, text])
+                plan.reward = segments.reward_for(generation, plan.drafted, question)
 
     def _judge(self, plan: RowPlan) -> Block | None:
         """The row's block: judge_block's verdict, or one sampled token for a single-model row (None if the row failed)."""
@@ -768,8 +649,8 @@ class Batch:
             return None
         settings, recorder = generation.settings, generation.recorder
         with self._alone(plan):
-            if generation.steps is not None:
-                return self._step_block(plan)
+            if generation.segments is not None:
+                return self._segment_block(plan)
             if generation.speculative:
                 q_logits = torch.cat(plan.q_logits) if plan.q_logits else plan.p_logits[:0]  # [k, V]; k = 0 near the end
                 drafted = torch.tensor(plan.drafted, dtype=torch.long, device=plan.p_logits.device)
@@ -777,42 +658,34 @@ class Batch:
                 records = recorder.block_records(plan.block, plan.position, plan.drafted, verdict)
                 return Block(plan.block, plan.drafted, records, verdict.origin, generation)
             logits = plan.p_logits if generation.uses_target else plan.q_logits[0]  # [1, V]
-            guided = None if plan.u_logits is None else acc.guided_logits(logits, plan.u_logits, settings.mti_omega)  # [1, V]
+            guided = mti.guided(logits, plan.u_logits, settings)  # [1, V], where MTI guides
             probs = acc.sampling_probs(logits if guided is None else guided, settings.temperature, settings.top_p)
             token = int(acc.draw(probs, generation.generator, settings.greedy))
             record = recorder.single_record(plan.block, plan.position, token, logits, guided)
             return Block(plan.block, [], [record], record.origin, generation)
         return None
 
-    def _step_block(self, plan: RowPlan) -> Block:
-        """An RSD row's block: the draft's step, kept whole if its reward reaches δ (else nothing yet: the target
-        writes the step again, a token a block), or one token of the target's version of the step."""
-        generation, steps = plan.generation, plan.generation.steps
-        index = len(steps.texts)
-        if steps.writer == "draft":
+    def _segment_block(self, plan: RowPlan) -> Block:
+        """An RSD row's block: the draft's segment, kept whole if its reward reaches δ (else nothing yet: the target
+        writes the segment again, a token a block), or one token of the target's version of the segment."""
+        generation, segments, recorder = plan.generation, plan.generation.segments, plan.generation.recorder
+        if segments.writer == "draft":
             records = [
-                generation.recorder.single_record(plan.block, plan.position + i, token, plan.q_logits[i], model="draft")
+                recorder.single_record(plan.block, plan.position + i, token, plan.q_logits[i], model="draft")
                 for i, token in enumerate(plan.drafted)
             ]
-            for record in records:
-                record.rsd_step, record.rsd_reward = index, plan.reward
-            if plan.reward >= generation.settings.rsd_delta:
-                steps.finish(steps.text(generation, plan.drafted), len(generation.tokens) + len(records))
-                return Block(plan.block, plan.drafted, records, "draft", generation)
-            steps.writer, steps.reward = "target", plan.reward
-            return Block(plan.block, plan.drafted, [], "draft", generation)  # refused: nothing emitted
+            kept = segments.judge_draft(generation, plan.drafted, plan.reward, records)
+            return Block(plan.block, plan.drafted, records if kept else [], "draft", generation)  # refused: nothing yet
         settings = generation.settings
         probs = acc.sampling_probs(plan.p_logits, settings.temperature, settings.top_p)
         token = int(acc.draw(probs, generation.generator, settings.greedy))
-        record = generation.recorder.single_record(plan.block, plan.position, token, plan.p_logits, model="target")
-        record.rsd_step, record.rsd_reward = index, steps.reward
-        if steps.ends(generation, [token]):
-            steps.finish(steps.text(generation, [token]), len(generation.tokens) + 1)
+        record = recorder.single_record(plan.block, plan.position, token, plan.p_logits, model="target")
+        segments.take_target(generation, record)
         return Block(plan.block, [], [record], "target", generation)
 
     def _commit(self, blocks: list[Block], seconds: float) -> None:
         """Emitted tokens join their generations; the caches forget rejected drafts; traces and counts grow."""
-        rows = {id(generation): row for row, generation in enumerate(self.generations)}
+        rows = {id(generation): row for row, generation in enumerate(self.rows.generations)}
         for block in blocks:
             generation, row = block.generation, rows[id(block.generation)]
             generation.tokens.extend(r.token_id for r in block.records)
@@ -858,45 +731,6 @@ class Batch:
             generation.finish(reason)
 
 
-class Prompt:
-    """A joining row's long prompt, computed PREFILL_CHUNK tokens a pass in caches of its own (a pass over the
-    batch's caches would carry every other row along), so that Stop is heard, and other rows may step, between
-    two passes. Done, it is the `Start` the row joins with; it decodes as a prompt computed in one pass."""
-
-    def __init__(self, pair: ModelPair, prefixes: dict[str, tuple[int, ...]], room: int):
-        self.prefixes = {model: prefix for model, prefix in prefixes.items() if prefix}
-        self.caches = {model: getattr(pair, model).caches(pair.vocab_size, True) for model in self.prefixes}
-        self.room = room
-        self.computed = dict.fromkeys(self.prefixes, 0)  # tokens of each model's prefix in its cache
-
-    @property
-    def done(self) -> bool:
-        return all(self.computed[m] == len(p) for m, p in self.prefixes.items())
-
-    def advance(self) -> None:
-        """One pass: the next PREFILL_CHUNK tokens of the first model whose prefix is not computed yet."""
-        model = next(m for m, p in self.prefixes.items() if self.computed[m] < len(p))
-        end = min(self.computed[model] + PREFILL_CHUNK, len(self.prefixes[model]))
-        tokens = list(self.prefixes[model][:end])
-        if self.computed[model] == 0:
-            self.caches[model].add_row(tokens, self.room)
-        else:
-            self.caches[model].logits({0: tokens}, {0: 0})  # no logits wanted: only the cache
-        self.computed[model] = end
-
-    def start(self, seen: int) -> Start:
-        draft, target = (self.caches[m].save_row(0) if m in self.caches else None for m in ("draft", "target"))
-        return Start(draft, target, seen, seen)
-
-
-def _prefixes(generation: Generation, start: Start) -> dict[str, tuple[int, ...]]:
-    """What each model's cache must hold for the row to join: its first `seen` tokens (none for a model it does not use)."""
-    return {
-        "draft": tuple(generation.tokens[: start.draft_seen]) if generation.uses_draft else (),
-        "target": tuple(generation.tokens[: start.target_seen]) if generation.uses_target else (),
-    }
-
-
 @dataclass(eq=False)
 class RowPlan:
     """One row's part in a step: how many tokens it drafts, and what the passes gave it."""
@@ -909,23 +743,22 @@ class RowPlan:
     drafted: list[int] = field(default_factory=list)  # c_1..c_k
     q_logits: list[torch.Tensor] = field(default_factory=list)  # [1, V] per draft pass: q_1..q_k (draft-only: its step)
     p_logits: torch.Tensor | None = None  # [k+1, V] p_1..p_{k+1} from the one target pass
-    step_ended: bool = False  # an RSD row's draft wrote its step to the end: it drafts no more this step
-    reward: float | None = None  # the PRM's reward for that step
-    h_target: torch.Tensor | None = None  # [1] an MTI row's target entropy, which decides whether it is guided
+    segment_ended: bool = False  # an RSD row's draft wrote its segment to the end: it drafts no more this step
+    reward: float | None = None  # the PRM's reward for that segment
     u_logits: torch.Tensor | None = None  # [1, V] p_u, an MTI row's target logits after the negative prompt (when guided)
 
     @property
     def draft_passes(self) -> int:
-        """Draft passes the row takes part in at most: k for SD, EASD and an RSD row writing a step; 1 for draft-only."""
-        if self.generation.speculative or self.generation.steps is not None:
+        """Draft passes the row takes part in at most: k for SD, EASD and an RSD row writing a segment; 1 for draft-only."""
+        if self.generation.speculative or self.generation.segments is not None:
             return self.k
         return int(METHODS[self.generation.settings.method].one_model == "draft")
 
     @property
     def verifies(self) -> bool:
-        """Whether the row takes part in the target's pass: not while RSD's draft writes a step."""
-        steps = self.generation.steps
-        return self.generation.uses_target and (steps is None or steps.writer == "target")
+        """Whether the row takes part in the target's pass: not while RSD's draft writes a segment."""
+        segments = self.generation.segments
+        return self.generation.uses_target and (segments is None or segments.writer == "target")
 
 
 def _finite(logits: torch.Tensor, model: str, plan: RowPlan) -> torch.Tensor:
@@ -943,21 +776,6 @@ def _cut_at_eos(records: list[TokenRecord], eos_ids: frozenset[int]) -> list[Tok
         if record.token_id in eos_ids:
             return records[: i + 1]
     return records
-
-
-def negative_prompt(pair: ModelPair, settings: DecodeSettings, prompt_length: int) -> list[int]:
-    """MTI's negative prompt as token ids (no special tokens added), or [] for the other methods;
-    SettingsError if it leaves the prompt no room in the context."""
-    if settings.method != "mti":
-        return []
-    ids = pair.tokenizer.encode(settings.mti_negative)
-    if prompt_length + len(ids) >= pair.context_length:
-        raise SettingsError(
-            "mti_negative",
-            f"is {len(ids):,} tokens; after the prompt's {prompt_length:,} the model's context of {pair.context_length:,} "
-            "tokens has no room left for it and a new token: shorten one of them",
-        )
-    return ids
 
 
 def encode_prompt(pair: ModelPair, prompt: str, chat: bool, system: str = "") -> list[int]:

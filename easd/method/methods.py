@@ -8,8 +8,9 @@ names. Words:
   origins        what a trace row of this method may say about where its token came from (easd.method.trace_schema)
   interventions  the origins that are the method acting against its plain model's choice: EASD's penalty, MTI's
                  guided token, a token of a step RSD's target wrote again after its reward model refused the draft's
-Each method's own mechanics stay where they live: EASD's one line in `decoding.judge_block`, MTI's guidance and
-negative prompt, RSD's steps and its reward model.
+Each method's own mechanics live in its own place: EASD's one line in `decoding.judge_block`, MTI's negative prompt
+and guidance in mti.py, RSD's segments and its reward model in rsd.py; the batch asks this table which rows take
+part in which pass.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ class Method:
     intervention_origins: tuple[str, ...] = ()  # the origins that count as the method's interventions
     intervention: tuple[str, str] = ("", "")  # one and several in words ("penalty", "penalties"); none if it never intervenes
     models: str = ""  # the models it runs, as the paper's Table 1 marks them: TM, DM, PRM
+    guides: bool = False  # where the target is unsure, a second target pass after a negative prompt (mti.py)
+    grid: tuple[str, ...] = ()  # the settings `sweep --grid NAME` sweeps for it, in the order a variant's label lists them
 
     @property
     def one_model(self) -> str | None:
@@ -35,6 +38,11 @@ class Method:
         if self.uses_draft and self.uses_target:
             return None
         return "draft" if self.uses_draft else "target"
+
+    @property
+    def needs_prm(self) -> bool:
+        """A process reward model scores its segments (rsd.py)."""
+        return "PRM" in self.models.split(" + ")
 
     @property
     def intervenes(self) -> bool:
@@ -54,7 +62,19 @@ _TABLE = (  # in the order the page offers them: the comparison's two first
         ("penalty", "penalties"),
         "TM + DM",
     ),
-    Method("mti", "MTI", False, True, False, ("target", "mti_guided"), ("mti_guided",), ("guided token", "guided tokens"), "TM"),
+    Method(
+        "mti",
+        "MTI",
+        False,
+        True,
+        False,
+        ("target", "mti_guided"),
+        ("mti_guided",),
+        ("guided token", "guided tokens"),
+        "TM",
+        guides=True,
+        grid=("mti_tau", "mti_omega"),  # the paper's "intervention scale β" may be either ω or τ: docs/method.md
+    ),
     Method(
         "rsd",
         "RSD",
@@ -65,6 +85,7 @@ _TABLE = (  # in the order the page offers them: the comparison's two first
         ("target",),
         ("rewritten token", "rewritten tokens"),
         "TM + DM + PRM",
+        grid=("rsd_delta",),
     ),
     Method("target", "target only", False, True, False, ("target",), models="TM"),
     Method("draft", "draft only", True, False, False, ("draft",), models="DM"),

@@ -11,9 +11,8 @@ import math
 from dataclasses import asdict, dataclass, fields
 
 from ..errors import SettingsError
-from .methods import METHODS as TABLE
+from .methods import METHODS  # what each method is
 
-METHODS = tuple(TABLE)  # easd.method.methods says what each is
 SIGNALS = ("float32", "model")
 RULES = ("full", "no_overlap", "no_draft_entropy", "target_entropy_only")
 MAX_K = 64  # more drafted tokens than this only wastes draft passes: acceptance decays geometrically

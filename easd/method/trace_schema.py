@@ -12,8 +12,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from .methods import METHODS as TABLE
-from .settings import MAX_TOP_N, METHODS, RULES, SIGNALS
+from .methods import METHODS
+from .settings import MAX_TOP_N, RULES, SIGNALS
 
 ORIGINS = ("draft_accepted", "target_resample", "easd_penalty", "bonus", "target", "draft", "mti_guided")
 BLOCK_ENDS = ("target_resample", "easd_penalty", "bonus")  # a speculative block's end: the origin of its last token
@@ -50,7 +50,7 @@ ORIGIN_NEEDS = {
     "draft": ("h_draft",),
     "mti_guided": ("h_target",),
 }
-METHOD_ORIGINS = {name: method.origins for name, method in TABLE.items()}
+METHOD_ORIGINS = {name: method.origins for name, method in METHODS.items()}
 # Each token's top candidates, per distribution: the draft's q, the target's p, and MTI's guided p̃ where it guided
 SIDES = ("draft", "target", "guided")
 
@@ -160,7 +160,7 @@ COUNT = Field("int", 0, MAX_COUNT)
 REAL = Field("float")
 
 ROW_FIELDS = {
-    "method": Field("text", choices=METHODS),
+    "method": Field("text", choices=tuple(METHODS)),
     "rule": Field("text", choices=RULES),
     "position": INDEX,
     "block": INDEX,
