@@ -41,16 +41,16 @@ from ..method.decoding import GenerationSnapshot
 from ..method.pair import ModelPair, PairLoader
 from .chunks import ChunkProgress, decode_chunk
 
-if os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true") and torch.version.cuda is None:
+ON_A_SPACE = os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")  # as a ZeroGPU Space sets it
+if ON_A_SPACE and torch.version.cuda is None:
     # `spaces` would fail on import with an AttributeError deep in its CUDA patching: say what to change instead
     raise EasdError(
         "this is a ZeroGPU Space, but the installed torch is a CPU build: install PyPI's own torch wheel, "
         "which is a CUDA build on Linux (README, 'Deploy on a Space')"
     )
-try:
+spaces = None
+if ON_A_SPACE:  # only there: elsewhere an installed `spaces` would patch torch's CUDA calls for nothing
     import spaces
-except ImportError:  # a plain install: no Space, no ZeroGPU
-    spaces = None
 
 SIMULATED = os.environ.get("EASD_SIMULATE_ZEROGPU", "") == "1"  # ZeroGPU's rules on any machine: module docstring
 FIRST_S = 15  # a call before any was measured: on a GPU it carries the first example (2 lanes × 128 tokens) whole
