@@ -29,6 +29,7 @@ from ..method.decoding import Generation
 from ..method.pair import ModelPair
 from ..method.settings import DecodeSettings
 from ..method.trace import Trace
+from .evaluate import Variant  # label: vanilla, sd-k4, easd-k4-tau1.5: the row name and the answer file's model_id suffix
 
 BASELINE = "vanilla"  # Spec-Bench's name for plain autoregressive decoding with the target
 # MT-bench's categories, which Spec-Bench's leaderboard reports together as "Multi-turn Conversation"
@@ -41,12 +42,6 @@ class Question:
     question_id: int | str
     category: str  # any category is read as it is; Spec-Bench's 13 are not hard-coded
     turns: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Method:
-    label: str  # vanilla, sd-k4, easd-k4-tau1.5: the row name and the answer file's model_id suffix
-    settings: DecodeSettings
 
 
 @dataclass
@@ -104,11 +99,11 @@ def _question(number: int, line: str, path: Path) -> Question:
 # --- decoding -------------------------------------------------------------------------------------
 
 
-def methods_for(k: int, tau_hs: list[float], max_new_tokens: int) -> list[Method]:
+def methods_for(k: int, tau_hs: list[float], max_new_tokens: int) -> list[Variant]:
     """Target-only, SD, and EASD at each τ_H; all greedy, as Spec-Bench measures."""
     sd = DecodeSettings(method="sd", k=k, max_new_tokens=max_new_tokens, temperature=0.0)
-    easd = [Method(f"easd-k{k}-tau{tau_h:g}", replace(sd, method="easd", tau_h=tau_h)) for tau_h in tau_hs]
-    return [Method(BASELINE, replace(sd, method="target")), Method(f"sd-k{k}", sd), *easd]
+    easd = [Variant(f"easd-k{k}-tau{tau_h:g}", replace(sd, method="easd", tau_h=tau_h)) for tau_h in tau_hs]
+    return [Variant(BASELINE, replace(sd, method="target")), Variant(f"sd-k{k}", sd), *easd]
 
 
 def decode_turn(pair: ModelPair, prompt: str, settings: DecodeSettings) -> Trace:
@@ -156,7 +151,7 @@ def _tokens_per_block(trace: Trace) -> list[int]:
 
 
 def run_suite(
-    pair: ModelPair, questions: list[Question], methods: list[Method], progress: bool = True
+    pair: ModelPair, questions: list[Question], methods: list[Variant], progress: bool = True
 ) -> dict[str, list[Answer]]:
     """Every method on every question, methods taking turns in a rotating order; answers per method label."""
     for method in methods:  # untimed warm-up, so one-off costs land on no method
@@ -191,7 +186,7 @@ def too_long(pair: ModelPair, questions: list[Question], max_new_tokens: int) ->
 
 
 def run_spec_bench(
-    pair: ModelPair, questions: list[Question], methods: list[Method], answers_dir: Path | None, skip_long: bool = False
+    pair: ModelPair, questions: list[Question], methods: list[Variant], answers_dir: Path | None, skip_long: bool = False
 ) -> int:
     """The whole command: check every question fits, decode, print the table, write the answer files."""
     import torch
