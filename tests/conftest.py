@@ -14,7 +14,7 @@ PROMPTS = ["Tom has 3 apples and buys 5 more.", "def add(a, b):", "The answer is
 BACKENDS = ("transformers", "llama.cpp")
 
 
-# Under `pytest -n 2` each file runs whole in one worker (--dist loadfile): the browser file's tests walk one page in
+# Under `pytest -n 3` each file runs whole in one worker (--dist loadfile): the browser file's tests walk one page in
 # order, the Ray file starts one cluster, the real-pair file loads the pair once. Files go to the workers in the order
 # collected, and the two longest start first, one in each worker, so that neither is left running one at the end.
 LONGEST_FILES = ("test_real_pair.py", "test_app_browser.py")
@@ -25,8 +25,8 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_configure(config):
-    """Under `pytest -n 2` (the README's command) two worker processes share the cores: each computes with its
-    share, as do the apps and commands it starts (they read OMP_NUM_THREADS), so neither oversubscribes them."""
+    """Under `pytest -n 3` (the README's command) three worker processes share the cores: each computes with its
+    share (one thread on 2 cores), as do the apps and commands it starts (they read OMP_NUM_THREADS), so neither oversubscribes them."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers == 1:
         return
