@@ -19,6 +19,7 @@ Words, used in one sense each (as vLLM keeps a request apart from its index in t
   row              the slot a generation holds in its batch's caches while it decodes: an index 0..B-1.
   block            one round of a generation: drafts judged, tokens emitted (`Block`).
   step             one round of the batch: a block for every generation in it.
+  segment          what RSD's paper calls a reasoning step: text up to its delimiter (rsd.py), never a step.
 
 A generation is decoded exactly as if it ran alone: it has its own random generator, drawn in the
 same order as a solo run, its own settings (method, rule, thresholds, k, sampling, length), and the
