@@ -20,8 +20,8 @@ def stats_html(trace: Trace | None) -> Html:
     parts = [
         join([tag("b", number(s["new_tokens"], "d")), " tokens"]),
         join([tag("b", number(s["tokens_per_s"], ".1f")), " tokens/s"]),
-        join(["acceptance ", tag("b", number(s["acceptance_rate"], ".2f"))]),
-        join(["accepted/block ", tag("b", number(s["mean_accepted_length"], ".2f"))]),
+        join(["mean acceptance length ", tag("b", number(s["mean_acceptance_length"], ".2f"))]),
+        join(["draft acceptance rate ", tag("b", number(s["draft_acceptance_rate"], ".2f"))]),
         join(["target calls ", tag("b", number(s["target_calls"], "d"))]),
         join([f"{METHODS[trace.settings.method].intervention[1] or 'penalties'} ", tag("b", number(s["interventions"], "d"))]),
     ]
@@ -59,8 +59,11 @@ def comparison_html(left: Trace | None, right: Trace | None, fork: int | None) -
             f" ({b['tokens_per_s'] / a['tokens_per_s']:.2f}× {name_a}'s tokens/s)"
         )
     acceptance = ""
-    if a["acceptance_rate"] is not None and b["acceptance_rate"] is not None:
-        acceptance = f"; acceptance {number(b['acceptance_rate'], '.2f')} vs {name_a}'s {number(a['acceptance_rate'], '.2f')}"
+    if a["mean_acceptance_length"] is not None and b["mean_acceptance_length"] is not None:
+        acceptance = (
+            f"; mean acceptance length {number(b['mean_acceptance_length'], '.2f')}"
+            f" vs {name_a}'s {number(a['mean_acceptance_length'], '.2f')}"
+        )
     return tag("p", tag("b", "Comparison:"), f" {change}; {rate}{speed}{acceptance}.", class_="comparison")
 
 

@@ -228,7 +228,8 @@ def test_sweep_grid_shape(data, tmp_path):
 def result_line(**changes) -> dict:
     row = dict.fromkeys(RESULT_COLUMNS, "")
     row.update(problem_id="1", method="sd", sample="0", seed="0", prediction="4", extraction="boxed", gold="4")
-    row.update(correct="True", new_tokens="10", seconds="1.0", tokens_per_s="10", acceptance_rate="0.5", accepted="4")
+    row.update(correct="True", new_tokens="10", seconds="1.0", tokens_per_s="10", accepted="4")
+    row.update(num_drafts="3", num_draft_tokens="12", mean_acceptance_length="2.33", draft_acceptance_rate="0.33")
     row.update(examined="8", penalized="0", target_calls="3", draft_calls="8", stop_reason="eos", saved_seconds="0")
     row.update(tau_h="1.0", tau_o="0.8", text="nan")
     return {**row, **changes}
@@ -271,11 +272,11 @@ def test_bad_results_files_get_one_line(tmp_path, rows, columns, message):
 
 def test_results_load_with_types(tmp_path):
     path = write_results(
-        tmp_path / "results.csv", [result_line(), result_line(method="target", acceptance_rate="", correct="False")]
+        tmp_path / "results.csv", [result_line(), result_line(method="target", draft_acceptance_rate="", correct="False")]
     )
     results = load_results(path)
     assert list(results["correct"]) == [True, False] and list(results["text"]) == ["nan", "nan"]
-    assert results["new_tokens"].tolist() == [10, 10] and results["acceptance_rate"].isna().tolist() == [False, True]
+    assert results["new_tokens"].tolist() == [10, 10] and results["draft_acceptance_rate"].isna().tolist() == [False, True]
 
 
 def test_tables_and_figures_survive_an_empty_frame():

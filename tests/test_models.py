@@ -88,4 +88,4 @@ def test_a_pair_loads_from_gguf_files(tmp_path):
     pair = load_pair(str(tmp_path / "tiny.gguf"), str(tmp_path / "tiny.gguf"), Runtime(backend="transformers", dtype="float32"))
     assert pair.draft_name == "tiny.gguf" and pair.vocab_size == len(pair.tokenizer.vocab())
     trace = Generation(pair, "hi", DecodeSettings(method="sd", max_new_tokens=8), chat=False).run()
-    assert len(trace.records) == 8 and trace.summary()["acceptance_rate"] == 1.0  # a model drafting for itself
+    assert len(trace.records) == 8 and trace.summary()["draft_acceptance_rate"] == 1.0  # a model drafting for itself

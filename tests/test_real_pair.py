@@ -51,7 +51,7 @@ def test_greedy_sd_on_the_real_pair_is_fluent_and_equals_the_target_and_a_loop_w
     assert sd.token_ids == target.token_ids
     prompt = encode_prompt(qwen_pair, QUESTION, chat=True)
     assert sd.token_ids == speculative(qwen_pair.draft, qwen_pair.target, prompt, 4, 48, qwen_pair.eos_ids)
-    assert sd.summary()["acceptance_rate"] > 0.5
+    assert sd.summary()["draft_acceptance_rate"] > 0.5
     assert_fluent_english(sd.text)
     assert qwen_pair.info["draft_logit_shift"] == qwen_pair.info["target_logit_shift"] == 0.0  # measured at load
 

@@ -10,12 +10,12 @@ from components.stats import speed_html
 from easd.method import trace as trace_io
 from easd.method.decoding import Batch, Generation
 from easd.method.settings import DecodeSettings
+from easd.method.spec_metrics import SpecMetrics
 from easd.method.speed import (
     EXTRA_ROW,
     ONE_PASS,
     PassCost,
     Speed,
-    judged_by_position,
     measure_pass_cost,
     predicted_speedup,
 )
@@ -37,7 +37,8 @@ def sd_run(hf_tiny_pair):
 
 
 def test_acceptance_is_counted_per_draft_position_from_the_blocks(sd_run):
-    judged, kept = judged_by_position(sd_run)
+    metrics = SpecMetrics.of([sd_run])
+    judged, kept = metrics.reached_per_position, metrics.accepted_per_position
     assert sum(kept) == sum(r.origin == "draft_accepted" for r in sd_run.records)
     assert judged[0] == sum(bool(b.drafted) for b in sd_run.blocks)  # every block judges its first draft
     assert all(a <= j for a, j in zip(kept, judged)) and judged == sorted(judged, reverse=True)

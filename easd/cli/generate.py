@@ -87,8 +87,10 @@ def _read_prompt(args: argparse.Namespace) -> str:
 
 def summary_line(summary: dict) -> str:
     parts = [f"{summary['new_tokens']} tokens", f"{_fmt(summary['tokens_per_s'], '.2f')} tokens/s"]
-    parts.append(f"acceptance {_fmt(summary['acceptance_rate'], '.3f')}")
-    parts.append(f"mean accepted length {_fmt(summary['mean_accepted_length'], '.2f')}")
+    parts.append(f"mean acceptance length {_fmt(summary['mean_acceptance_length'], '.2f')}")
+    parts.append(f"draft acceptance rate {_fmt(summary['draft_acceptance_rate'], '.3f')}")
+    if summary["conditional_acceptance"]:
+        parts.append("by position " + " ".join(f"{rate:.2f}" for rate in summary["conditional_acceptance"]))
     parts.append(f"{summary['penalized']} penalized ({summary['fragile_penalties']} fragile)")
     parts.append(f"rule fired {summary['fired']} ({summary['fragile']} fragile decisions)")
     parts.append(

@@ -33,6 +33,7 @@ from ..backends.transformers import float32_head
 from ..method.decoding import Batch, Generation, encode_prompt
 from ..method.pair import ModelPair
 from ..method.settings import DecodeSettings
+from ..method.spec_metrics import SpecMetrics
 from ..method.speed import PassCost, Speed, measure_pass_cost
 from ..method.trace import Trace
 
@@ -66,26 +67,22 @@ class Row:
         return self.tokens / self.seconds if self.seconds else 0.0
 
     def rates(self) -> str:
-        """Acceptance, mean accepted length and penalized-token rate over all prompts (our runs only)."""
+        """Speculative decoding's figures over all prompts (our runs only): `rates`."""
         return rates([*self.traces])
 
 
 def rates(traces: list[Trace]) -> str:
-    """Acceptance, kept drafts per target pass and penalized-token rate over runs, from each trace's summary (for MTI:
-    the share of guided tokens and target passes per token)."""
+    """SD's and EASD's figures over runs under vLLM's names (easd.method.spec_metrics: mean acceptance length, draft
+    acceptance rate, conditional acceptance by position, the acceptance-length histogram; EASD's penalties beside
+    them); for MTI, the share of guided tokens and target passes per token; for RSD, its segments."""
     summaries = [t.summary() for t in traces]
-    examined = sum(s["examined"] for s in summaries)
     tokens = sum(s["new_tokens"] for s in summaries)
     if any(t.settings.method == "mti" for t in traces) and tokens:  # MTI's cost: its extra target passes
         guided, passes = sum(s["interventions"] for s in summaries), sum(s["target_calls"] for s in summaries)
         return f"guided {guided / tokens:.3f}  target passes/token {passes / tokens:.3f}"
     if any(t.settings.method == "rsd" for t in traces) and tokens:  # RSD's cost: per step, whoever wrote it
         return rsd_steps(traces)
-    if not examined:
-        return ""
-    accepted = sum(s["accepted"] for s in summaries)
-    blocks, penalized = sum(s["blocks"] for s in summaries), sum(s["penalized"] for s in summaries)
-    return f"acceptance {accepted / examined:.3f}  accepted/block {accepted / blocks:.2f}  penalized {penalized / tokens:.3f}"
+    return SpecMetrics.of(traces).line()
 
 
 def rsd_steps(traces: list[Trace]) -> str:

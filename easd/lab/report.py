@@ -34,7 +34,8 @@ SUMMARY_COLUMNS = [
     "ci95_high",
     "mean_tokens",
     "tokens_per_s",
-    "acceptance_rate",
+    "mean_acceptance_length",
+    "draft_acceptance_rate",
     "penalized_token_rate",
     "interventions_per_1k",
     "penalties",
@@ -57,7 +58,7 @@ def _summary_row(method: str, group: pd.DataFrame, format: str) -> dict:
     correct = int(group["correct"].sum())
     accuracy, low, high = wilson(correct, len(group))
     tokens, seconds = group["new_tokens"].sum(), group["seconds"].sum()
-    examined = group["examined"].sum()
+    drafts, draft_tokens, accepted = (group[c].sum(min_count=1) for c in ("num_drafts", "num_draft_tokens", "accepted"))
     row = {
         "method": method,
         "runs": len(group),
@@ -68,7 +69,10 @@ def _summary_row(method: str, group: pd.DataFrame, format: str) -> dict:
         "ci95_high": high,
         "mean_tokens": group["new_tokens"].mean(),
         "tokens_per_s": tokens / seconds if seconds else np.nan,
-        "acceptance_rate": group["accepted"].sum() / examined if examined else np.nan,
+        # vLLM's figures (easd.method.spec_metrics), over every draft of the method's runs; unknown (NaN) for results
+        # written before they were counted
+        "mean_acceptance_length": 1 + accepted / drafts if drafts > 0 else np.nan,
+        "draft_acceptance_rate": accepted / draft_tokens if draft_tokens > 0 else np.nan,
         "penalized_token_rate": group["penalized"].sum() / tokens if tokens else np.nan,
         # EASD's penalties or MTI's guided tokens per 1,000 new tokens (unknown for results written without the column)
         "interventions_per_1k": 1000 * group["interventions"].sum() / tokens
@@ -296,8 +300,8 @@ def accuracy_figure(summary: pd.DataFrame) -> go.Figure:
 
 
 def speed_figure(summary: pd.DataFrame) -> go.Figure:
-    figure = make_subplots(rows=1, cols=3, subplot_titles=("tokens/s", "acceptance rate", "penalized-token rate"))
-    for col, column in enumerate(("tokens_per_s", "acceptance_rate", "penalized_token_rate"), start=1):
+    figure = make_subplots(rows=1, cols=3, subplot_titles=("tokens/s", "mean acceptance length", "penalized-token rate"))
+    for col, column in enumerate(("tokens_per_s", "mean_acceptance_length", "penalized_token_rate"), start=1):
         figure.add_trace(go.Bar(x=summary["method"], y=summary[column], showlegend=False), row=1, col=col)
     figure.update_layout(title="Speed and intervention")
     return figure

@@ -28,7 +28,10 @@ RESULT_COLUMNS = [
     "new_tokens",
     "seconds",
     "tokens_per_s",
-    "acceptance_rate",
+    "num_drafts",
+    "num_draft_tokens",
+    "mean_acceptance_length",
+    "draft_acceptance_rate",
     "accepted",
     "examined",
     "penalized",
@@ -50,8 +53,12 @@ UNSAID = {"prompt_style": "easd"}  # what a folder made before a key existed was
 
 TEXT_COLUMNS = {"problem_id", "method", "prediction", "extraction", "gold", "correct", "stop_reason", "text"}
 NUMERIC = [column for column in RESULT_COLUMNS if column not in TEXT_COLUMNS]
-OPTIONAL = {"acceptance_rate", "first_penalty_position"}  # empty where they do not exist (no drafts, no penalty)
-ADDED_LATER = {"fragile_penalties", "interventions"}  # results.csv files written before it read as "unknown" (empty)
+# empty where they do not exist (no drafts, no penalty)
+OPTIONAL = {"mean_acceptance_length", "draft_acceptance_rate", "first_penalty_position"}
+# results.csv files written before these read as "unknown" (empty); their acceptance_rate column (accepted / examined)
+# is left unread: the figures are vLLM's now (easd.method.spec_metrics)
+ADDED_LATER = {"fragile_penalties", "interventions", "num_drafts", "num_draft_tokens", "mean_acceptance_length"}
+ADDED_LATER |= {"draft_acceptance_rate"}
 
 
 def load_results(path: str | Path) -> pd.DataFrame:

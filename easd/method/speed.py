@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from .methods import METHODS
 from .pair import ModelPair
+from .spec_metrics import SpecMetrics
 from .trace import Trace
 
 ONE_PASS = "target_pass_s"  # the trace info's key: seconds of a 1-token target pass over one row, measured alone
@@ -73,29 +74,12 @@ def predicted_speedup(alpha: float, k: int, c: float, r: float) -> float:
     return tokens / (k * c + r)
 
 
-def judged_by_position(trace: Trace) -> tuple[list[int], list[int]]:
-    """Per draft position i (1..k): how many blocks judged the draft there, and how many accepted it. A block judges
-    its drafts in order up to the first it refuses (or all of them): positions 1..n+1 with n accepted."""
-    accepted: dict[int, int] = {}
-    for record in trace.records:
-        if record.origin == "draft_accepted":
-            accepted[record.block] = accepted.get(record.block, 0) + 1
-    k = max((len(block.drafted) for block in trace.blocks), default=0)
-    judged, kept = [0] * k, [0] * k
-    for block in trace.blocks:
-        n = accepted.get(block.index, 0)
-        for i in range(min(n + 1, len(block.drafted))):
-            judged[i] += 1
-            kept[i] += i < n
-    return judged, kept
-
-
 @dataclass(frozen=True)
 class Speed:
     """A speculative run's speed, taken apart (see above); None fields were not measured."""
 
     k: int
-    alpha_by_position: list[float]  # NaN where no block reached the position
+    alpha_by_position: list[float]  # spec_metrics' conditional acceptance at draft positions 1..k; NaN where none reached
     alpha: float  # accepted drafts / judged drafts, over all positions
     tokens_per_pass: float  # tokens emitted per target pass
     c: float
@@ -117,11 +101,11 @@ class Speed:
         if not all(sums.values()):
             return None
         k, tokens = traces[0].settings.k, sum(len(t.records) for t in traces)
-        judged, kept = [0] * k, [0] * k
-        for trace in traces:
-            for i, (j, a) in enumerate(zip(*judged_by_position(trace))):
-                judged[i], kept[i] = judged[i] + j, kept[i] + a
-        alpha = sum(kept) / sum(judged)
+        metrics = SpecMetrics.of(traces)  # α per position is the conditional acceptance there
+        if not metrics.num_drafts:
+            return None
+        alpha = sum(metrics.accepted_per_position) / sum(metrics.reached_per_position)
+        by_position = metrics.conditional_acceptance
         # the batch a run's passes served, on average (a trace without the counts ran alone: one row)
         rows = sum(s.target_rows or s.target_calls for s in stats) / sums["target_calls"]
         draft_unit = cost.at(sum(s.draft_rows or s.draft_calls for s in stats) / sums["draft_calls"])
@@ -130,7 +114,7 @@ class Speed:
         r = sums["target_seconds"] / sums["target_calls"] / target_unit
         return cls(
             k=k,
-            alpha_by_position=[a / j if j else float("nan") for a, j in zip(kept, judged)],
+            alpha_by_position=by_position + [float("nan")] * (k - len(by_position)),
             alpha=alpha,
             tokens_per_pass=tokens / sums["target_calls"],
             c=c,

@@ -19,6 +19,7 @@ from . import trace_schema as schema
 from .acceptance import Margins
 from .methods import METHODS
 from .settings import DecodeSettings
+from .spec_metrics import SpecMetrics
 from .trace_schema import MAX_CELLS, MAX_ROWS, MAX_RUNS, MAX_TRACE_BYTES, SchemaError
 from .trace_schema import ORIGINS as ORIGINS  # re-exported: easd.method.trace.ORIGINS
 
@@ -145,7 +146,9 @@ def software_versions() -> dict:
 
 
 def summarize(trace: Trace) -> dict:
-    """The summary metrics (docs/app-and-api.md, "Trace files"): the one place that counts acceptance.
+    """The summary metrics (docs/app-and-api.md, "Trace files"). Speculative decoding's own figures (mean acceptance
+    length, draft acceptance rate, conditional acceptance by position, the acceptance-length histogram) come from
+    easd.method.spec_metrics, under vLLM's names.
 
     `examined` counts the drafted tokens the standard test looked at, `accepted` those it kept.
     """
@@ -168,8 +171,7 @@ def summarize(trace: Trace) -> dict:
         "tokens_per_s": len(records) / seconds if seconds else None,
         "target_calls": stats.target_calls,
         "draft_calls": stats.draft_calls,
-        "acceptance_rate": accepted / examined if examined else None,
-        "mean_accepted_length": accepted / blocks if blocks and examined else None,
+        **SpecMetrics.of([trace]).summary(),
         "penalized": len(penalized),
         "penalized_rate": len(penalized) / len(records) if records else None,
         "interventions": interventions,  # tokens a method chose on purpose (`intervened`)
