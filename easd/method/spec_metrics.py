@@ -16,7 +16,8 @@ accepted tokens". Words:
                      share whose token i was accepted. vLLM prints `acceptance_rate_per_pos` = accepted at i / all
                      drafts; the conditional rate is that divided by the share of drafts reaching i, and says where
                      the draft loses the target without the earlier positions' losses in it.
-  acceptance-length histogram   drafts by the tokens their verification emitted, 1..k+1.
+  acceptance-length histogram   drafts by the tokens their verification emitted, 1..k+1 (in a summary, a list:
+                     the drafts that emitted 1 token, 2 tokens, …).
 EASD: a penalty ends a verification as a rejection does: the penalized token counts as drafted and not accepted, and
 the target's token that replaces it is the verification's last. `penalties` are counted beside the rest.
 A draft whose accepted tokens end with an end token emits no token of the target's: the histogram counts what it
@@ -114,7 +115,8 @@ class SpecMetrics:
             "mean_acceptance_length": self.mean_acceptance_length,
             "draft_acceptance_rate": self.draft_acceptance_rate,
             "conditional_acceptance": self.conditional_acceptance,
-            "acceptance_length_histogram": self.histogram,
+            # drafts that emitted 1, 2, … tokens: a list, as JSON keeps it (a file's and the API's keys must be text)
+            "acceptance_length_histogram": [self.lengths[n] for n in range(1, max(self.lengths, default=0) + 1)],
         }
 
     def line(self) -> str:
