@@ -26,6 +26,7 @@ from easd.errors import EasdError
 from easd.pairs.loading import load_pair, loaded_with_prm
 from easd.pairs.registry import PAIRS, default_pair_name, load_named_pair
 from easd.serving.host import ModelHost
+from easd.serving.metrics import ServingMetrics
 from easd.serving.results import RESULTS_BYTES
 from easd.serving.worker import check_max_rows
 
@@ -120,6 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds after its last run or load that a session's traces and files are deleted (closing the tab deletes them at once)",
     )
     parser.add_argument(
+        "--metrics",
+        choices=("on", "off"),
+        default="off",
+        help="on: GET /metrics serves the shared batch's figures in Prometheus' text format (requests, the line, rows, "
+        "tokens, drafts and acceptances, interventions, stops; never a prompt or a text)",
+    )
+    parser.add_argument(
         "--eval-dir",
         action="append",
         default=[],
@@ -165,6 +173,7 @@ def make_host(args: argparse.Namespace) -> ModelHost:
         max_queued_per_client=args.max_queued_per_client,
         max_per_address=args.max_per_address,
         result_bytes=int(args.result_cache_mb * 2**20),
+        metrics=ServingMetrics() if args.metrics == "on" else None,
     )
 
 
@@ -178,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
         host.ensure_loading(host.default)  # start now, so the first visitor finds it loading or ready
     examples = json.loads((ASSETS / "examples.json").read_text(encoding="utf-8"))
     demo = build_app(host, examples, eval_dirs=args.eval_dir, session_ttl_s=args.session_ttl)
-    serve(demo, args.host, args.port, forwarded_allow_ips=args.forwarded_allow_ips)
+    serve(demo, args.host, args.port, forwarded_allow_ips=args.forwarded_allow_ips, metrics=host.metrics)
 
 
 if __name__ == "__main__":

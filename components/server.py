@@ -8,9 +8,13 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import parse_qs
 
 import gradio as gr
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.middleware import Middleware
+
+from easd.serving.metrics import ServingMetrics
 
 from . import api, gradio_internals
 
@@ -19,10 +23,18 @@ LIGHT_EVENTS = 4  # uploads and the Evaluation tab's events served at once (gene
 MAX_UPLOAD = "60mb"  # a little above easd.method.trace.MAX_TRACE_BYTES, so the app's own message explains the limit
 
 
-def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, forwarded_allow_ips: str = "", **options):
+def serve(
+    demo: gr.Blocks,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    forwarded_allow_ips: str = "",
+    metrics: ServingMetrics | None = None,
+    **options,
+):
     """Queue and launch the app; -> what `demo.launch` returns. Only the proxies in `forwarded_allow_ips`
     (addresses or networks, comma-separated) may name a user's address in X-Forwarded-For: uvicorn,
-    which serves Gradio, reads FORWARDED_ALLOW_IPS as it starts, and by default trusts any client on 127.0.0.1."""
+    which serves Gradio, reads FORWARDED_ALLOW_IPS as it starts, and by default trusts any client on 127.0.0.1.
+    With `metrics`, GET /metrics serves them (`MetricsRoute`); without, there is no such page."""
     os.environ["FORWARDED_ALLOW_IPS"] = forwarded_allow_ips
     demo.queue(default_concurrency_limit=LIGHT_EVENTS, max_size=64)
     gradio_internals.say_results_once(demo, "compare", api.is_result)
@@ -39,6 +51,7 @@ def serve(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, for
         show_error=False,  # handlers answer every failure in one line themselves (see `wire`); nothing raw leaks
         app_kwargs={
             "middleware": [
+                *([Middleware(MetricsRoute, metrics=metrics)] if metrics is not None else []),
                 Middleware(WholeArguments, parameters={"compare": api_parameters(api.compare)}),
                 Middleware(gradio_internals.EventStreams, connections=gradio_internals.Outbox.of(demo).connections),
             ]
@@ -51,6 +64,36 @@ def api_parameters(handler: Callable) -> list[str]:
     """The API's parameter names of a handler, in order (those its `wire` fixes and gr.Request left out)."""
     names = list(inspect.signature(handler).parameters)
     return names[names.index("prompt") : names.index("request")]
+
+
+class MetricsRoute:
+    """GET /metrics: the shared batch's figures in Prometheus' text format (easd.serving.metrics), before Gradio sees
+    the request. `?name[]=NAME` keeps only those metrics, as prometheus_client's own exposition does; anything else
+    is one line saying what /metrics takes. Every other request passes through untouched."""
+
+    def __init__(self, app, metrics: ServingMetrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope.get("path") != "/metrics":
+            return await self.app(scope, receive, send)
+        status, body, kind = self._answer(scope)
+        headers = [(b"content-type", kind.encode()), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    def _answer(self, scope) -> tuple[int, bytes, str]:
+        text = "text/plain; charset=utf-8"
+        if scope.get("method") not in ("GET", "HEAD"):
+            return 405, b"/metrics answers GET only\n", text
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        unknown = sorted(set(query) - {"name[]"})
+        if unknown:
+            return 400, f"/metrics takes only name[]=METRIC (got {unknown[0][:40]!r})\n".encode(), text
+        registry = self.metrics.registry
+        if "name[]" in query:
+            registry = registry.restricted_registry(query["name[]"])
+        return 200, generate_latest(registry), CONTENT_TYPE_LATEST
 
 
 class WholeArguments:

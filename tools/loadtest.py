@@ -39,6 +39,8 @@ import time
 import uuid
 
 import httpx
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from components import api
 from components.rooms import ROOM_EVERY_S
@@ -48,6 +50,7 @@ from easd.backends import configure_threads
 from easd.pairs.loading import Runtime
 from easd.pairs.registry import default_pair_name, load_named_pair
 from easd.serving.host import ModelHost
+from easd.serving.metrics import SERVED, ServingMetrics
 from easd.serving.results import RESULTS_BYTES, Results
 
 PROMPTS = [  # sixteen questions a class might ask, of different lengths and kinds
@@ -82,14 +85,32 @@ def start_app(pair, name: str, max_batch: int | None, cap: int, users: int, shar
         max_queued_per_client=users,
         max_per_address=users,
         result_bytes=RESULTS_BYTES if shared else 0,
+        metrics=ServingMetrics(),  # what GET /metrics would show (app.py --metrics on), printed after each round
     )
     host.ensure_loading(name)
     while host.pair(name) is None:
         time.sleep(0.05)
     host.states[name].worker.joins = shared
     demo = build_app(host, [])
-    _, url, _ = serve(demo, prevent_thread_lock=True, quiet=True)
+    _, url, _ = serve(demo, prevent_thread_lock=True, quiet=True, metrics=host.metrics)
     return demo, url, host
+
+
+def metrics_line(host: ModelHost) -> str:
+    """The /metrics figures a round moved, read back from the exposition text with prometheus_client's parser."""
+    text = generate_latest(host.metrics.registry).decode()
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            key = sample.name + (f"[{sample.labels['served']}]" if "served" in sample.labels else "")
+            totals[key] = totals.get(key, 0.0) + sample.value
+    requests = ", ".join(f"{served} {totals.get(f'easd:requests_total[{served}]', 0):.0f}" for served in SERVED)
+    return (
+        f"/metrics so far: requests {requests}; tokens {totals.get('easd:generation_tokens_total', 0):.0f}; drafts "
+        f"{totals.get('easd:spec_decode_num_drafts_total', 0):.0f}, accepted tokens "
+        f"{totals.get('easd:spec_decode_num_accepted_tokens_total', 0):.0f}; decoding "
+        f"{totals.get('easd:decode_seconds_total', 0):.1f} s"
+    )
 
 
 def send(url: str, users: int, max_new_tokens: int, same: bool = False) -> tuple[list[float], list[dict]]:
@@ -235,6 +256,7 @@ def measure(pair, name: str, counts: list[int], args: argparse.Namespace) -> Non
         compared = sum(a is not None for a in lone)
         print(f"{n:>5} | {queue} | {last:>23.0f} s | {ratio:>16} | {equal} of {compared}", flush=True)
         print(f"      estimates: {estimates.report()}", flush=True)
+        print(f"      {metrics_line(host)}", flush=True)
     demo.close()
 
 

@@ -29,6 +29,7 @@ from ..method.decoding import Generation
 from ..method.pair import ModelPair, PairLoader
 from ..method.speed import measure_pass_cost
 from . import zerogpu
+from .metrics import ServingMetrics
 from .results import RESULTS_BYTES, Results
 from .tickets import Reader, Stream
 from .worker import MAX_DEFAULT_ROWS, Worker, default_max_rows
@@ -81,6 +82,7 @@ class ModelHost:
     )
     abandon_after_s: float = ABANDON_S  # a run whose client has not taken what it was sent for this long is stopped
     result_bytes: int = RESULTS_BYTES  # finished results kept per pair for the same request (app.py --result-cache-mb)
+    metrics: ServingMetrics | None = None  # the figures GET /metrics shows (app.py --metrics); None: not counted
     states: dict[str, LoadState] = field(init=False)  # one per allowed pair, made in __post_init__
 
     def __post_init__(self):
@@ -111,7 +113,12 @@ class ModelHost:
         watches them."""
         worker = self.states[name].worker
         with self._lock:  # counted and submitted at once, so two requests cannot both take the last place
-            self._check_limits(client)
+            try:
+                self._check_limits(client)
+            except Busy:
+                if self.metrics is not None:
+                    self.metrics.arrived(name, "refused")
+                raise
             stream = worker.submit(generations, client.session, client.address, reader, self.max_line)
         try:
             yield stream
@@ -176,7 +183,7 @@ class ModelHost:
         # on ZeroGPU the GPU's free memory cannot be asked outside a GPU call: the default batch then is the fixed one
         rows = self.max_batch or (MAX_DEFAULT_ROWS if chunks else default_max_rows(pair, self.row_tokens))
         results = Results(self.result_bytes)
-        state.worker = Worker(pair, rows, self.row_tokens, self.abandon_after_s, chunks, results)
+        state.worker = Worker(pair, rows, self.row_tokens, self.abandon_after_s, chunks, results, self.metrics, name)
         mode = f"; {zerogpu.MODE}" if chunks else ""
         state.message = f"{pair.describe()}; loaded in {seconds:.0f} s; up to {rows // 2} users decode together{mode}"
         state.pair, state.status = pair, "ready"

@@ -43,6 +43,7 @@ from ..method.seam import free_memory, row_bytes
 from ..method.trace import to_json_dict
 from .chunks import ChunkProgress, catch_up
 from .estimates import Job, Pace, schedule
+from .metrics import ServingMetrics
 from .results import Results, request_key
 from .tickets import Reader, Stream, Ticket
 
@@ -65,6 +66,8 @@ class Worker:
         abandon_after_s: float | None = None,
         chunks: Chunks | None = None,
         results: Results | None = None,
+        metrics: ServingMetrics | None = None,
+        name: str = "",
     ):
         check_max_rows(max_rows)
         limit = min(pair.draft.max_rows, pair.target.max_rows)
@@ -81,6 +84,7 @@ class Worker:
         self.results = results if results is not None else Results()  # finished ones, replayed to the same request
         self.joins = True  # False: a request never joins its twin (the load test's baseline: the app before sharing)
         self.pace = Pace()  # the batch's measured speed, for the estimates
+        self.metrics, self.name = metrics, name  # the app's figures for Prometheus (app.py --metrics), labelled `name`
         self._step = (time.monotonic(), set(), 0, False)  # since the last boundary: (its time, ids stepped, tokens, joined)
         self._ended = 0  # generations that ran to their end, for the pace's running mean
         self._lock = threading.Condition()
@@ -114,19 +118,27 @@ class Worker:
         with self._lock:  # looked up and added at once, so two of the same request cannot both start
             twin = self.computing.get(key) if self.joins else None
             if twin is not None and not (twin.done or twin.cancelled):
+                self._count("joined")
                 return twin.open_stream(owner, reader, "joined")
             if (result := self.results.get(key)) is not None:  # its streams share the result's trace JSON
+                self._count("replayed")
                 return Ticket.finished(result).open_stream(owner, reader, "replayed")
             if max_line is not None and len(self.line) >= max_line:
+                self._count("refused")
                 raise Busy(
                     f"busy: {len(self.line)} requests are waiting for this pair already (at most {max_line}); try again in a minute"
                 )
             stream = ticket.open_stream(owner, reader)
             self.computing[key] = ticket
             self.line.append(ticket)
+            self._count("computed")
             self._renumber()
             self._lock.notify()
         return stream
+
+    def _count(self, served: str) -> None:
+        if self.metrics is not None:
+            self.metrics.arrived(self.name, served)
 
     def cancel_owner(self, owner: str, why: str = "left") -> int:
         """Stop every stream `owner` (a closed tab) holds, with stop reason `why`; -> how many."""
@@ -223,6 +235,8 @@ class Worker:
         """The ticket is over: a result that ran to its end is kept for the same request, then its users are told
         (so that one who asks again at once is replayed, not computed again)."""
         traces = [g.trace for g in ticket.generations]
+        if self.metrics is not None:
+            self.metrics.ended(self.name, traces)
         result = None
         if error is None and ticket.failure is None and all(g.done for g in ticket.generations):  # made once, outside the
             # lock, for its streams and for the same request's replays
@@ -271,6 +285,9 @@ class Worker:
                 admitted.append(ticket)
             self._step = (now, set(), 0, bool(admitted))  # the next step also computes the prompts of those let in
             self._renumber()
+            if self.metrics is not None:
+                rows = sum(t.rows_held for t in self.running)
+                self.metrics.boundary(self.name, len(self.line), rows, now - began if stepped else 0.0)
         for ticket in finished:
             self._settle(ticket)
         return admitted
