@@ -75,9 +75,9 @@ def rates(traces: list[Trace]) -> str:
     """SD's and EASD's figures over runs under vLLM's names (easd.method.spec_metrics: mean acceptance length, draft
     acceptance rate, conditional acceptance by position, the acceptance-length histogram; EASD's penalties beside
     them); for MTI, the share of guided tokens and target passes per token; for RSD, its segments."""
-    summaries = [t.summary() for t in traces]
-    tokens = sum(s["new_tokens"] for s in summaries)
+    tokens = sum(len(t.records) for t in traces)
     if any(t.settings.method == "mti" for t in traces) and tokens:  # MTI's cost: its extra target passes
+        summaries = [t.summary() for t in traces]
         guided, passes = sum(s["interventions"] for s in summaries), sum(s["target_calls"] for s in summaries)
         return f"guided {guided / tokens:.3f}  target passes/token {passes / tokens:.3f}"
     if any(t.settings.method == "rsd" for t in traces) and tokens:  # RSD's cost: per step, whoever wrote it

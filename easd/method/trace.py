@@ -153,8 +153,8 @@ def summarize(trace: Trace) -> dict:
     `examined` counts the drafted tokens the standard test looked at, `accepted` those it kept.
     """
     records, stats = trace.records, trace.stats
-    examined = sum(r.draft_token_id is not None for r in records)
-    accepted = sum(r.origin == "draft_accepted" for r in records)
+    spec = SpecMetrics.of([trace])  # counts the drafts once: what the standard test examined and what it kept
+    examined, accepted = sum(spec.reached_per_position), spec.num_accepted_tokens
     penalized = [r.position for r in records if r.origin == "easd_penalty"]
     interventions = sum(intervened(r.origin, trace.settings.method) for r in records)
     fired = sum(bool(r.triggered) for r in records if r.draft_token_id is not None)
@@ -171,7 +171,7 @@ def summarize(trace: Trace) -> dict:
         "tokens_per_s": len(records) / seconds if seconds else None,
         "target_calls": stats.target_calls,
         "draft_calls": stats.draft_calls,
-        **SpecMetrics.of([trace]).summary(),
+        **spec.summary(),
         "penalized": len(penalized),
         "penalized_rate": len(penalized) / len(records) if records else None,
         "interventions": interventions,  # tokens a method chose on purpose (`intervened`)

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from ..method.methods import METHODS
 from ..method.spec_metrics import SpecMetrics
-from ..method.trace import Trace
+from ..method.trace import Trace, intervened
 
 SERVED = ("computed", "joined", "replayed", "refused")  # how a request was answered
 
@@ -65,9 +65,7 @@ class ServingMetrics:
         for trace in traces:
             method = trace.settings.method
             self.tokens.labels(pair, method).inc(len(trace.records))
-            self.interventions.labels(pair, method).inc(
-                sum(r.origin in METHODS[method].intervention_origins for r in trace.records)
-            )
+            self.interventions.labels(pair, method).inc(sum(intervened(r.origin, method) for r in trace.records))
             self.stops.labels(pair, trace.stats.stop_reason or "stopped").inc()
             if not METHODS[method].verifies:
                 continue
