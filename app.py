@@ -128,6 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
         "tokens, drafts and acceptances, interventions, stops; never a prompt or a text)",
     )
     parser.add_argument(
+        "--mcp",
+        choices=("on", "off"),
+        default="off",
+        help="on: an MCP server at /gradio_api/mcp/ offers one tool, compare_briefly, that runs two methods on a prompt "
+        "and returns both texts, the interventions and the acceptance figures (the API's limits apply)",
+    )
+    parser.add_argument(
         "--eval-dir",
         action="append",
         default=[],
@@ -186,8 +193,9 @@ def main(argv: list[str] | None = None) -> None:
     if host.default is not None:
         host.ensure_loading(host.default)  # start now, so the first visitor finds it loading or ready
     examples = json.loads((ASSETS / "examples.json").read_text(encoding="utf-8"))
-    demo = build_app(host, examples, eval_dirs=args.eval_dir, session_ttl_s=args.session_ttl)
-    serve(demo, args.host, args.port, forwarded_allow_ips=args.forwarded_allow_ips, metrics=host.metrics)
+    mcp = args.mcp == "on"
+    demo = build_app(host, examples, eval_dirs=args.eval_dir, session_ttl_s=args.session_ttl, mcp=mcp)
+    serve(demo, args.host, args.port, forwarded_allow_ips=args.forwarded_allow_ips, metrics=host.metrics, mcp=mcp)
 
 
 if __name__ == "__main__":

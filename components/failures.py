@@ -22,6 +22,14 @@ log = logging.getLogger("easd.app")
 UNEXPECTED = "⚠️ Something went wrong on the server (the details are in its log); try again, or reload the page."
 
 
+class OneLine(gr.Error):
+    """A refusal for an API caller: Gradio sends its message; printed, it is that message, where gr.Error's is quoted
+    (an MCP client is sent the printed error)."""
+
+    def __str__(self) -> str:
+        return self.message
+
+
 def wire(handler: Callable, *fixed, show: Callable[[str], dict] | None = None, words=render.in_page_words) -> Callable:
     """`handler` with its first arguments fixed, as a plain function whose failures are one line each.
 
@@ -41,7 +49,7 @@ def wire(handler: Callable, *fixed, show: Callable[[str], dict] | None = None, w
             log.exception("%s failed", handler.__name__)
             text = UNEXPECTED
         if show is None:
-            raise gr.Error(text, print_exception=False) from None
+            raise OneLine(text, print_exception=False) from None
         return show(text)
 
     if inspect.isasyncgenfunction(handler):

@@ -21,6 +21,8 @@
   API schema included), for every update of every user. A page streams a few updates a second over
   some thirty outputs, and a room sends each update to every viewer, so this was most of the
   server's own work for a room; now such outputs go to the page as the same empty update, built once.
+- Which endpoints are MCP tools (`mcp_tools_only`): Gradio's MCP server offers every public API endpoint; the
+  app's `compare` returns whole traces, megabytes an agent's context cannot hold, so only api.MCP_TOOLS stay.
 - What a custom event sent (`event_data`): the lanes' token clicks send {lane, pos} through
   `gr.HTML`'s JavaScript trigger, which Gradio hands over only as the event's private `_data`.
 
@@ -34,6 +36,7 @@ fourth with Gradio's own output, and tests/test_app_browser.py, which clicks tok
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import importlib.util
 import logging
@@ -384,3 +387,19 @@ def event_data(event: gr.EventData) -> dict:
     """What the page's own JavaScript sent with an event (Gradio keeps it in a private attribute); {} if nothing."""
     data = getattr(event, "_data", None)
     return data if isinstance(data, dict) else {}
+
+
+def mcp_tools_only(demo: gr.Blocks, api_names: tuple[str, ...]) -> Callable:
+    """A lifespan for the app (FastAPI's `lifespan`) that, as the server starts and before it takes a request, leaves
+    Gradio's MCP server (when there is one) only the tools of endpoints `api_names`: its tool list and the tools it
+    will call are both read from `tool_to_endpoint`."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        server = demo.mcp_server_obj
+        if server is not None:
+            tools = server.tool_to_endpoint
+            server.tool_to_endpoint = {tool: name for tool, name in tools.items() if name.lstrip("/") in api_names}
+        yield
+
+    return lifespan

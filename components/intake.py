@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import gradio as gr
+from starlette.requests import Request
 
 from easd.errors import EasdError, SettingsError
 from easd.method.compare import Comparison
@@ -64,5 +65,11 @@ def client_of(request: gr.Request | None) -> Client:
     """The session and address a request comes from (empty when called without a request, as in tests)."""
     if request is None:
         return Client()
-    address = request.client.host if request.client is not None else ""
-    return Client(session=request.session_hash or "", address=address or "")
+    return Client(session=request.session_hash or "", address=address_of(request))
+
+
+def address_of(request: gr.Request | Request | None) -> str:
+    """The network address a request comes from: Gradio's request, or Starlette's where Gradio hands a handler that
+    (its MCP server calls an unqueued tool with the MCP request itself)."""
+    client = request.client if request is not None else None
+    return (client.host if client is not None else "") or ""

@@ -174,13 +174,3 @@ def tooltip(record: TokenRecord) -> str:
         if candidates:
             lines.append(f"{side} top-5: " + ", ".join(f"“{visible_text(t)}” {number(p, '.2f')}" for _, t, p in candidates[:5]))
     return "\n".join(lines)
-
-
-def fork_position(sd: Trace | None, easd: Trace | None) -> int | None:
-    """The first index where the two lanes' tokens differ (None while they agree)."""
-    if sd is None or easd is None:
-        return None
-    for index, (a, b) in enumerate(zip(sd.records, easd.records)):
-        if a.token_id != b.token_id:
-            return index
-    return None

@@ -29,12 +29,15 @@ def serve(
     port: int | None = None,
     forwarded_allow_ips: str = "",
     metrics: ServingMetrics | None = None,
+    mcp: bool = False,
     **options,
 ):
     """Queue and launch the app; -> what `demo.launch` returns. Only the proxies in `forwarded_allow_ips`
     (addresses or networks, comma-separated) may name a user's address in X-Forwarded-For: uvicorn,
     which serves Gradio, reads FORWARDED_ALLOW_IPS as it starts, and by default trusts any client on 127.0.0.1.
-    With `metrics`, GET /metrics serves them (`MetricsRoute`); without, there is no such page."""
+    With `metrics`, GET /metrics serves them (`MetricsRoute`); without, there is no such page. With `mcp`, Gradio's
+    MCP server answers at /gradio_api/mcp with the tools in api.MCP_TOOLS only, and without it there is none (whatever
+    GRADIO_MCP_SERVER says)."""
     os.environ["FORWARDED_ALLOW_IPS"] = forwarded_allow_ips
     demo.queue(default_concurrency_limit=LIGHT_EVENTS, max_size=64)
     gradio_internals.say_results_once(demo, "compare", api.is_result)
@@ -49,12 +52,14 @@ def serve(
         max_file_size=MAX_UPLOAD,
         ssr_mode=False,
         show_error=False,  # handlers answer every failure in one line themselves (see `wire`); nothing raw leaks
+        mcp_server=mcp,
         app_kwargs={
+            "lifespan": gradio_internals.mcp_tools_only(demo, api.MCP_TOOLS),
             "middleware": [
                 *([Middleware(MetricsRoute, metrics=metrics)] if metrics is not None else []),
                 Middleware(WholeArguments, parameters={"compare": api_parameters(api.compare)}),
                 Middleware(gradio_internals.EventStreams, connections=gradio_internals.Outbox.of(demo).connections),
-            ]
+            ],
         },
         **options,
     )

@@ -14,13 +14,12 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from easd.method.compare import LANES
+from easd.method.compare import LANES, first_difference
 from easd.method.methods import METHODS
 from easd.method.trace import TokenRecord, Trace
 from easd.serving.tickets import Stream
 
 from .downloads import Downloads
-from .lanes import fork_position
 from .rooms import Room
 
 
@@ -61,7 +60,7 @@ class Session:
 
     @property
     def fork(self) -> int | None:
-        return fork_position(self.traces["left"], self.traces["right"])
+        return first_difference(self.traces["left"], self.traces["right"])
 
     def speculative(self) -> Trace | None:
         """The first lane's finished run that drafts and verifies (SD or EASD): the one the Speed panel and map explain."""

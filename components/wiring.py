@@ -27,6 +27,7 @@ def build_app(
     gallery: Gallery | None = None,
     eval_dirs: list[str] | None = None,
     session_ttl_s: float = SESSION_TTL_S,
+    mcp: bool = False,
 ) -> gr.Blocks:
     """The whole app: `examples` run live, `gallery` holds recorded comparisons (default: assets/gallery),
     `eval_dirs` are the evaluation folders the operator allows the Evaluation tab to open; a session's
@@ -47,6 +48,10 @@ def build_app(
             concurrency_id="compare",
             concurrency_limit=None,  # it holds no thread while it streams; the pair's line holds its own limit (host.max_line)
         )
+        if mcp:
+            # not queued: Gradio's MCP server then calls it in the MCP request itself, whose address is the caller's
+            # (a queued tool would come through Gradio's own client, from this machine's address)
+            gr.api(wire(api.compare_briefly, host, words=render.in_api_words), api_name="compare_briefly", queue=False)
     for block in demo.blocks.values():
         if isinstance(block, gr.components.Component):
             refuse_in_one_line(block)

@@ -112,7 +112,8 @@ def launch_app(host, eval_dirs=(), loaded=True, **app_options):
             time.sleep(0.05)
     examples = json.loads((ASSETS / "examples.json").read_text())
     demo = build_app(host, examples, eval_dirs=list(eval_dirs), **app_options)
-    _, url, _ = serve(demo, prevent_thread_lock=True, quiet=True, metrics=host.metrics)  # GET /metrics with host.metrics
+    mcp = app_options.get("mcp", False)  # the MCP server with its tool, as app.py --mcp on serves it
+    _, url, _ = serve(demo, prevent_thread_lock=True, quiet=True, metrics=host.metrics, mcp=mcp)  # /metrics with host.metrics
     return url, demo
 
 

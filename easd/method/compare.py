@@ -15,7 +15,8 @@ from dataclasses import dataclass, replace
 from .decoding import Batch, Block, Generation
 from .pair import ModelPair
 from .settings import DecodeSettings
-from .trace import TokenRecord, Trace
+from .spec_metrics import SpecMetrics
+from .trace import TokenRecord, Trace, intervened
 
 LANES = ("left", "right")
 DEFAULT_METHODS = {"left": "sd", "right": "easd"}  # the comparison the app opens with: EASD's one line against SD
@@ -63,3 +64,44 @@ class Comparison:
         for _ in self:
             pass
         return self.traces
+
+
+def first_difference(left: Trace | None, right: Trace | None) -> int | None:
+    """The first position where the two lanes' tokens differ (None while they agree): EASD's fork from SD."""
+    if left is None or right is None:
+        return None
+    for position, (a, b) in enumerate(zip(left.records, right.records)):
+        if a.token_id != b.token_id:
+            return position
+    return None
+
+
+def brief(traces: dict[str, Trace]) -> dict:
+    """A comparison in a few kilobytes, for a caller that reads rather than renders (the app's MCP tool): each lane's
+    method, text, stop reason, its interventions (position, origin, the token chosen and the drafted token it
+    replaced), the runs' speculative-decoding figures under vLLM's names (easd.method.spec_metrics), penalties
+    beside them; and the first position where the lanes differ. No candidates and no per-token rows: that is the
+    whole trace's job (easd-trace JSON)."""
+    lanes = {}
+    for lane, trace in traces.items():
+        method, spec = trace.settings.method, SpecMetrics.of([trace])
+        lanes[lane] = {
+            "method": method,
+            "text": trace.text,
+            "new_tokens": len(trace.records),
+            "stop_reason": trace.stats.stop_reason,
+            "interventions": [_intervention(r) for r in trace.records if intervened(r.origin, method)],
+            **spec.summary(),
+            "penalties": spec.penalties,
+        }
+    left, right = (traces.get(lane) for lane in LANES)
+    return {"lanes": lanes, "first_difference": first_difference(left, right)}
+
+
+def _intervention(record: TokenRecord) -> dict:
+    return {
+        "position": record.position,
+        "origin": record.origin,
+        "token": record.token_text,
+        "drafted": record.draft_token_text,  # None where no draft was examined (MTI's guided token)
+    }

@@ -1,0 +1,162 @@
+"""The MCP tool (app.py --mcp on), called with the MCP client library from PyPI against the running app."""
+
+import asyncio
+import dataclasses
+import json
+import time
+
+import httpx
+import pytest
+from conftest import launch_app
+from gradio_client import Client
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from components.api import compare_briefly
+from components.server import api_parameters
+from easd.method import trace as trace_io
+from easd.method.compare import LANES, brief
+from easd.method.methods import METHODS
+from easd.method.settings import RULES
+from easd.pairs.tiny import load_tiny_pair
+from easd.serving.host import ModelHost
+from easd.serving.metrics import ServingMetrics
+
+TOOL = "compare_briefly"
+
+
+@pytest.fixture(scope="module")
+def served():
+    """The app with its MCP server, on the tiny pair, counting for /metrics: (url, host). A run nobody reads is stopped
+    after 0.05 s, where the app waits 10: a tool call reads only at its end, and must not be taken for gone."""
+    pair = {"tiny-random": long_tiny_pair}
+    host = ModelHost(pair, "tiny-random", max_new_tokens_cap=2000, metrics=ServingMetrics(), abandon_after_s=0.05)
+    url, demo = launch_app(host, mcp=True)
+    yield url, host
+    demo.close()
+
+
+def long_tiny_pair():
+    """The tiny pair with room for 2,000-token runs and no end token, so a run lasts."""
+    return dataclasses.replace(load_tiny_pair(), context_length=4096, eos_ids=frozenset())
+
+
+def with_session(url: str, work):
+    """`work(session)` in an MCP client session with the app, over MCP's streamable HTTP transport."""
+
+    async def run():
+        async with streamable_http_client(f"{url}gradio_api/mcp/") as (read, write, _):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                return await work(session)
+
+    return asyncio.run(run())
+
+
+def call(url: str, **arguments):
+    return with_session(url, lambda session: session.call_tool(TOOL, arguments))
+
+
+def answer(result) -> dict:
+    assert not result.isError, result.content[0].text
+    return json.loads(result.content[0].text)
+
+
+def test_the_one_tool_says_what_each_setting_does(served):
+    url, _ = served
+    tools = with_session(url, lambda session: session.list_tools()).tools
+    assert [tool.name for tool in tools] == [TOOL]  # not `compare`: its whole traces are megabytes
+    [tool] = tools
+    assert "entropy-aware speculative decoding" in tool.description and "mean acceptance length" in tool.description
+    properties = tool.inputSchema["properties"]
+    assert list(properties) == api_parameters(compare_briefly)
+    assert all(properties[name].get("description") for name in properties), "every parameter is described"
+    assert all(method in properties["left"]["description"] for method in METHODS)
+    assert all(rule in properties["rule"]["description"] for rule in RULES)
+
+
+def test_a_call_answers_briefly_what_the_whole_trace_says(served, tmp_path):
+    url, host = served
+    asked = dict(prompt="Tom has 3 apples and buys 2 more.", max_new_tokens=40, k=3)
+    result = answer(call(url, **asked))
+    sd, easd = (result["lanes"][lane] for lane in LANES)
+    assert (sd["method"], easd["method"]) == ("sd", "easd") and sd["new_tokens"] == easd["new_tokens"] == 40
+    assert sd["interventions"] == [] and easd["interventions"], "the tiny pair's EASD refuses some drafts"
+    first = easd["interventions"][0]
+    assert first["origin"] == "easd_penalty" and first["drafted"] is not None
+    assert result["first_difference"] == first["position"]  # greedy SD and EASD agree up to EASD's first penalty
+    assert easd["penalties"] == len(easd["interventions"]) and easd["mean_acceptance_length"] >= 1
+    # the same request through the API: the same run, replayed from the results kept, as whole traces
+    whole = Client(url, verbose=False).predict(**asked, api_name="/compare")
+    (tmp_path / "whole.json").write_text(json.dumps(whole))
+    traces = dict(zip(LANES, trace_io.load(tmp_path / "whole.json")))
+    assert result == brief(traces)
+    assert len(json.dumps(result)) * 10 < len(json.dumps(whole))  # brief: no candidates, no per-token rows
+    samples = httpx.get(f"{url}metrics", timeout=30).text
+    assert 'easd:requests_total{pair="tiny-random",served="computed"} 1.0' in samples
+    assert 'easd:requests_total{pair="tiny-random",served="replayed"} 1.0' in samples
+
+
+BAD = [  # each wrong value, and the one line the tool answers, in its parameter names
+    ({"prompt": "  "}, "prompt: is empty"),
+    ({"prompt": "x", "max_new_tokens": 2001}, "max_new_tokens: must be a whole number from 1 to 2000"),
+    ({"prompt": "x", "tau_o": 2.0}, "tau_o: must be a number from 0 to 1"),
+    ({"prompt": "x", "left": "beam"}, "left: must be one of sd, easd, mti, rsd, target, draft"),
+    ({"prompt": "x", "pair": "../../etc/passwd"}, "pair: must be one of tiny-random"),
+]
+
+
+def test_bad_values_are_one_line_each(served):
+    url, _ = served
+
+    async def calls(session):
+        return [await session.call_tool(TOOL, arguments) for arguments, _ in BAD]
+
+    for result, (arguments, line) in zip(with_session(url, calls), BAD):
+        text = result.content[0].text
+        assert result.isError and line in text, (arguments, text)
+        assert "Traceback" not in text and "\n" not in text.strip()
+
+
+def test_a_flood_from_one_address_keeps_the_apis_share(served):
+    """Ten calls at once from one address: a tool call has no session, so its address is its client and keeps the
+    API's share (two running or waiting); the rest are refused at once as busy."""
+    url, _ = served
+
+    async def flood(session):
+        calls = [session.call_tool(TOOL, {"prompt": f"flood {i}", "max_new_tokens": 64}) for i in range(10)]
+        return await asyncio.gather(*calls)
+
+    results = with_session(url, flood)
+    refused = [r.content[0].text for r in results if r.isError]
+    assert refused and all("busy: you already have" in text for text in refused)
+    assert len(refused) <= 10 - 2 and all(answer(r)["lanes"]["left"]["new_tokens"] == 64 for r in results if not r.isError)
+
+
+def test_a_caller_that_goes_away_stops_its_run(served):
+    url, host = served
+    stops = host.metrics.registry
+
+    async def leave(session):
+        call = session.call_tool(TOOL, {"prompt": "a long story, never read", "max_new_tokens": 2000})
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(call, 1.0)
+
+    with_session(url, leave)
+    deadline = time.monotonic() + 30
+    while stops.get_sample_value("easd:run_stops_total", {"pair": "tiny-random", "reason": "left"}) != 2:
+        assert time.monotonic() < deadline, "the run went on without its caller"
+        time.sleep(0.05)
+    emitted = stops.get_sample_value("easd:generation_tokens_total", {"pair": "tiny-random", "method": "easd"})
+    assert emitted < 2000
+
+
+def test_without_the_flag_there_is_no_mcp_server_whatever_gradio_mcp_server_says(monkeypatch):
+    monkeypatch.setenv("GRADIO_MCP_SERVER", "true")  # Gradio's own switch: the app's flag decides, not it
+    host = ModelHost({"tiny-random": load_tiny_pair}, "tiny-random", max_new_tokens_cap=64)
+    url, demo = launch_app(host)
+    try:
+        assert httpx.get(f"{url}gradio_api/mcp/", timeout=30).status_code == 404
+        assert f"/{TOOL}" not in Client(url, verbose=False).view_api(print_info=False, return_format="dict")["named_endpoints"]
+    finally:
+        demo.close()
