@@ -321,23 +321,28 @@ def test_eval_compares_mti_with_target_only_and_writes_the_papers_table(data, tm
     assert {("mti", "target"), ("easd", "target")} <= set(zip(paired["a"], paired["b"]))
     table, *warnings = (out / "paper.md").read_text().split("\n\n")
     table = table.splitlines()
-    header = "| method | models | problems | average | tokens/s | interventions / 1k tokens | target passes / token | cut off |"
+    header = "| method | models | problems | average | tokens/s | mean acceptance length | interventions / 1k tokens |"
+    header += " target passes / token | cut off |"
     assert table[0] == header + " problems: − target-only (paired 95%) |"
     assert [line.split("|")[1].strip() for line in table[2:]] == ["target", "easd", "mti"]
     models = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in table[2:]}
     assert models == {"target": "TM", "easd": "TM + DM", "mti": "TM"}  # as the paper's Table 1 marks them
     cells = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[6:-1]] for line in table[2:]}
-    assert cells["mti"][:2] == ["1000.0", "2.000"] and cells["target"][:2] == ["0.0", "1.000"]  # τ = 0: a pass more a token
-    assert cells["target"][3] == "—"  # target-only against itself
+    assert cells["mti"][1:3] == ["1000.0", "2.000"] and cells["target"][1:3] == ["0.0", "1.000"]  # τ = 0: a pass more a token
+    assert cells["target"][4] == "—"  # target-only against itself
     summary = pd.read_csv(out / "summary.csv").set_index("method")
     for method in ("target", "easd", "mti"):  # 16 tokens cut most runs short: each such method is named under the table
         share = summary.loc[method, "cut_off"]
-        assert cells[method][2] == f"{share:.1%}"
+        assert cells[method][3] == f"{share:.1%}"
         warned = f"warning: {method} on problems: {share:.0%} of runs were cut off by the token budget"
         assert (warned in "".join(warnings)) == (share > 0.05)
+    # the mean acceptance length pools the drafts: only EASD drafts here
+    easd = results[results["method"] == "easd"]
+    assert cells["easd"][0] == f"{1 + easd['accepted'].sum() / easd['num_drafts'].sum():.2f}"
+    assert cells["target"][0] == cells["mti"][0] == "—"
     mti_vs_target = paired[(paired["a"] == "mti") & (paired["b"] == "target")].iloc[0]
     assert (
-        cells["mti"][3]
+        cells["mti"][4]
         == f"{mti_vs_target['difference']:+.3f} ({mti_vs_target['boot95_low']:+.3f} to {mti_vs_target['boot95_high']:+.3f})"
     )
     assert "| mti |" in capsys.readouterr().out
@@ -346,8 +351,9 @@ def test_eval_compares_mti_with_target_only_and_writes_the_papers_table(data, tm
     capsys.readouterr()
     assert main(["table", str(out), str(second)]) == 0
     header, _, *rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
-    # two benchmarks, their average, tokens/s, interventions, passes, cut off, and each benchmark's paired difference
-    assert header.count("|") == 12 and len(rows) == 3
+    # two benchmarks, their average, tokens/s, acceptance length, interventions, passes, cut off, and each benchmark's
+    # paired difference
+    assert header.count("|") == 13 and len(rows) == 3
     import shutil
 
     larger = tmp_path / "larger"  # the same benchmark run on another pair: the paper's second target scale

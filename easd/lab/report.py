@@ -34,6 +34,9 @@ SUMMARY_COLUMNS = [
     "ci95_high",
     "mean_tokens",
     "tokens_per_s",
+    "num_drafts",
+    "num_draft_tokens",
+    "num_accepted_tokens",
     "mean_acceptance_length",
     "draft_acceptance_rate",
     "penalized_token_rate",
@@ -70,7 +73,10 @@ def _summary_row(method: str, group: pd.DataFrame, format: str) -> dict:
         "mean_tokens": group["new_tokens"].mean(),
         "tokens_per_s": tokens / seconds if seconds else np.nan,
         # vLLM's figures (easd.method.spec_metrics), over every draft of the method's runs; unknown (NaN) for results
-        # written before they were counted
+        # written before they were counted. The counts let the paper's table pool several benchmarks' drafts.
+        "num_drafts": drafts,
+        "num_draft_tokens": draft_tokens,
+        "num_accepted_tokens": accepted,
         "mean_acceptance_length": 1 + accepted / drafts if drafts > 0 else np.nan,
         "draft_acceptance_rate": accepted / draft_tokens if draft_tokens > 0 else np.nan,
         "penalized_token_rate": group["penalized"].sum() / tokens if tokens else np.nan,
@@ -199,6 +205,7 @@ def benchmark_name(out: Path) -> str:
 
 def paper_table(summaries: dict[str, pd.DataFrame], paired: dict[str, pd.DataFrame] | None = None) -> str:
     """The paper's main table as markdown: one row per method; accuracy per benchmark and their average, tokens/s,
+    the mean acceptance length (vLLM's, over every benchmark's drafts; "—" for a method that does not draft),
     interventions per 1,000 tokens and target passes per token over all of them (each benchmark's summary.csv, by
     benchmark name); and where `paired` holds a benchmark's paired.csv, the method's accuracy minus target-only's
     there with its paired bootstrap 95% interval. A method run with several samples per problem (`--samples`) has
@@ -208,7 +215,8 @@ def paper_table(summaries: dict[str, pd.DataFrame], paired: dict[str, pd.DataFra
     wrong whatever the method."""
     paired = paired or {}
     methods = list(dict.fromkeys(m for summary in summaries.values() for m in summary["method"]))
-    header = ["method", "models", *summaries, "average", "tokens/s", "interventions / 1k tokens", "target passes / token"]
+    header = ["method", "models", *summaries, "average", "tokens/s", "mean acceptance length", "interventions / 1k tokens"]
+    header.append("target passes / token")
     header.append("cut off")
     header += [f"{name}: − target-only (paired 95%)" for name in paired]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -243,13 +251,16 @@ def _table_row(label: str, accuracy: dict, summaries: dict, rows: dict, against:
     cells = [f"{100 * accuracy[name]:.2f}" if name in accuracy else "—" for name in summaries]
     average = f"{100 * np.mean([float(a) for a in accuracy.values()]):.2f}" if len(accuracy) == len(summaries) else "—"
     speed = f"{tokens / seconds:.2f}" if seconds else "—"
+    drafts = sum(r.get("num_drafts", np.nan) for r in found)  # NaN for a summary written before drafts were counted
+    accepted = sum(r.get("num_accepted_tokens", np.nan) for r in found)
+    length = f"{1 + accepted / drafts:.2f}" if drafts > 0 else "—"
     rate = "—" if np.isnan(interventions) or not tokens else f"{1000 * interventions / tokens:.1f}"
     per_token = "—" if np.isnan(passes) or not tokens else f"{passes / tokens:.3f}"
     runs = sum(r["runs"] for r in found)
     cut = sum(r.get("cut_off", np.nan) * r["runs"] for r in found)
     cut_off = "—" if np.isnan(cut) or not runs else f"{cut / runs:.1%}"
     models = MODELS.get(re.split("[:@, ]", label, maxsplit=1)[0], "?")
-    return "| " + " | ".join([label, models, *cells, average, speed, rate, per_token, cut_off, *against]) + " |"
+    return "| " + " | ".join([label, models, *cells, average, speed, length, rate, per_token, cut_off, *against]) + " |"
 
 
 def _against_target(paired: pd.DataFrame, method: str) -> str:
