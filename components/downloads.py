@@ -1,4 +1,5 @@
-"""The files a page offers for download: its lanes' traces as one CSV and one JSON file, in a folder of its own.
+"""The files a page offers for download: its lanes' traces as one CSV and one JSON file, and on demand both lanes as
+one HTML file, in a folder of its own.
 
 The folder lies inside Gradio's own file cache, so Gradio serves the downloads from there without copying them;
 it is made on the first export, its files replaced by later ones, and deleted with its owner (a session, or a
@@ -27,16 +28,27 @@ class Downloads:
         traces = [t for t in traces if t is not None and t.records]
         if not traces:
             return None
-        if self.folder is None or not self.folder.is_dir():
-            root.mkdir(parents=True, exist_ok=True)
-            self.folder = Path(tempfile.mkdtemp(prefix="easd-session-", dir=root))
-        for old in self.folder.iterdir():  # one pair of files per owner: the latest export
+        for old in self._made(root).iterdir():  # one pair of files per owner: the latest export
             old.unlink()
         name = export_name(traces[0], datetime.date.today())
         paths = self.folder / f"{name}.csv", self.folder / f"{name}.json"
         trace_io.write_csv(traces, paths[0])
         trace_io.write_json(traces, paths[1])
         return str(paths[0]), str(paths[1])
+
+    def write_page(self, traces: list[Trace], html: str, root: Path) -> str:
+        """`html`, the traces drawn as one page (components.export), beside the latest export's files; -> its path."""
+        first = next(t for t in traces if t is not None and t.records)
+        path = self._made(root) / f"{export_name(first, datetime.date.today())}.html"
+        path.write_text(html, encoding="utf-8", errors="replace")  # a lone surrogate of a token's bytes becomes "?"
+        return str(path)
+
+    def _made(self, root: Path) -> Path:
+        """The folder, made under `root` if it is not there."""
+        if self.folder is None or not self.folder.is_dir():
+            root.mkdir(parents=True, exist_ok=True)
+            self.folder = Path(tempfile.mkdtemp(prefix="easd-session-", dir=root))
+        return self.folder
 
     def delete(self) -> None:
         if self.folder is not None:

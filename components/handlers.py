@@ -23,6 +23,7 @@ from easd.serving.host import ModelHost
 from easd.serving.tickets import Stream
 
 from .controls import RuleView, check_prompt
+from .export import comparison_file
 from .gallery import Gallery
 from .gradio_internals import Outbox, event_data
 from .html import tag
@@ -237,6 +238,17 @@ async def leave(host: ModelHost, sessions: Sessions, outbox: Outbox, request: gr
         return
     host.cancel(client, "left")
     sessions.close(client.session)
+
+
+def make_html(page: Page, values: dict) -> dict:
+    """Both lanes as one HTML file that opens anywhere offline (components.export), offered for download."""
+    session: Session = values[page.state]
+    if session.running:
+        raise EasdError("the run is still going; make the file once it has ended")
+    html = comparison_file(session.traces)  # one line if neither lane has a token
+    path = session.downloads.write_page(list(session.traces.values()), html, page.downloads)
+    line = "One file with both lanes, every token's details and the figures: it opens in any browser, offline."
+    return {page.html_file: gr.File(value=path, visible=True), page.message: say(line)}
 
 
 def clear(page: Page, values: dict) -> dict:

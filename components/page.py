@@ -97,6 +97,8 @@ class Page:
     figures: dict[str, gr.Plot]  # by name, see figures.FIGURES
     download_csv: gr.DownloadButton
     download_json: gr.DownloadButton
+    make_html: gr.Button  # writes both lanes as one HTML file that opens offline (components.export)
+    html_file: gr.File  # that file, once made
     upload: gr.UploadButton
     timer: gr.Timer
     sessions: Sessions  # the open tabs' sessions, so a closed tab frees its own at once
@@ -112,7 +114,8 @@ class Page:
 
     def everything(self) -> list:
         """Every output of a full render, the session included (setting it starts Gradio's time limit afresh)."""
-        return [*self.lane_outputs(), *self.panel_outputs(), self.download_csv, self.download_json, self.message, self.state]
+        files = [self.download_csv, self.download_json, self.make_html, self.html_file]
+        return [*self.lane_outputs(), *self.panel_outputs(), *files, self.message, self.state]
 
 
 def build_page(host: ModelHost, examples: list[str], gallery: Gallery, session_ttl_s: float = SESSION_TTL_S) -> Page:
@@ -255,10 +258,12 @@ def _files() -> dict:
     with gr.Row():
         download_csv = gr.DownloadButton("Download trace (CSV)", interactive=False, elem_id="download_csv")
         download_json = gr.DownloadButton("Download trace (JSON)", interactive=False, elem_id="download_json")
+        make_html = gr.Button("Make one HTML file (opens offline)", interactive=False, elem_id="make_html")
         upload = gr.UploadButton(
             "Load a trace file (.csv / .json)", file_types=[".csv", ".json"], type="filepath", elem_id="upload"
         )
-    return dict(download_csv=download_csv, download_json=download_json, upload=upload)
+    html_file = gr.File(label="Both lanes, the inspector and the figures in one file", visible=False, elem_id="html_file")
+    return dict(download_csv=download_csv, download_json=download_json, make_html=make_html, html_file=html_file, upload=upload)
 
 
 def _first_words(text: str, count: int) -> str:

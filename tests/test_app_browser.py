@@ -9,13 +9,13 @@ import pytest
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from conftest import launch_app  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 from test_app_render import NASTY, nasty_trace  # noqa: E402
 
 from easd.method import trace as trace_io  # noqa: E402
+from tools.offline import chromium  # noqa: E402
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 if os.environ.get("EASD_REQUIRE_BROWSER") and not (CHROMIUM and CHROMEDRIVER):
@@ -29,23 +29,7 @@ pytestmark = pytest.mark.skipif(
 
 def open_browser(url: str, network_log: bool = False):
     """Headless Chromium on `url`, once Generate is enabled; `network_log` keeps its network events (see `received`)."""
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    if network_log:
-        options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--window-size=1400,2200",
-    ):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver = chromium(network_log)
     driver.get(url)
     wait(driver).until(lambda d: d.find_element(By.ID, "generate").is_enabled())
     return driver
@@ -524,6 +508,27 @@ def test_closing_the_tab_deletes_its_traces_and_files(app_url):
     gc.collect()
     print(f"\nclosed tab: its folder was deleted {time.monotonic() - started:.1f} s after the tab closed")
     assert sum(type(o) is Trace for o in gc.get_objects()) <= held - 2  # its two traces went with it
+
+
+def test_a_gallery_recording_is_made_into_one_html_file(app_url):
+    """Open a recording, make the file, download it: both lanes and every token's details, as components.export
+    draws them (tests/test_export.py opens such a file offline)."""
+    import httpx
+
+    driver = open_browser(app_url)
+    try:
+        assert not driver.find_element(By.ID, "make_html").is_enabled()  # nothing to put in a file yet
+        driver.find_element(By.CSS_SELECTOR, "#recorded input").click()
+        wait(driver).until(lambda d: d.find_element(By.CSS_SELECTOR, "#recorded li[role=option]")).click()
+        wait(driver).until(lambda d: "Loaded 2 run(s)" in text_of(d, "message"))
+        driver.find_element(By.ID, "make_html").click()
+        link = wait(driver).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#html_file a[href]"))[0]
+        assert "opens in any browser, offline" in text_of(driver, "message")
+        page = httpx.get(link.get_attribute("href"), timeout=30).text
+        assert page.startswith("<!doctype html>") and "Content-Security-Policy" in page
+        assert 'id="i-left-0"' in page and 'id="i-right-0"' in page
+    finally:
+        driver.quit()
 
 
 def test_the_first_example_on_the_embedded_pair_streams_from_its_first_block():

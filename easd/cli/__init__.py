@@ -11,10 +11,10 @@ import argparse
 import sys
 
 from ..errors import EasdError
-from . import bench, calibrate, evaluate, generate, lm_eval, pairs, sweep, table
+from . import bench, calibrate, evaluate, export_html, generate, lm_eval, pairs, sweep, table
 from .flags import add_weight_flags, check_model_flags, runtime_of
 
-COMMANDS = (generate, bench, pairs, evaluate, table, calibrate, sweep, lm_eval)  # in --help's order
+COMMANDS = (generate, bench, pairs, evaluate, table, calibrate, sweep, export_html, lm_eval)  # in --help's order
 __all__ = ["add_weight_flags", "build_parser", "check_model_flags", "main", "runtime_of"]
 
 
