@@ -1,5 +1,6 @@
 """The Evaluation tab: an `eval` output folder (allowed by the operator) or uploaded CSVs, as tables,
-figures, and any problem's answers side by side."""
+figures, any problem's answers side by side, and the problems where two methods differ, each opening both runs'
+traces in the Compare tab's lanes (a folder written with `eval --traces`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ import pandas as pd
 
 from easd.errors import EasdError
 from easd.lab import report
+from easd.lab.evaluate import trace_name
 from easd.lab.results import load_results
+from easd.method import trace as trace_io
+from easd.method.trace import Trace
 
 from .figures import empty_figure
 from .html import Html, join, number, tag
@@ -33,7 +37,9 @@ class EvaluationTab:
     right_method: gr.Dropdown
     left_answer: gr.HTML
     right_answer: gr.HTML
+    differences: gr.Dataframe  # where the two chosen methods differ: a row opens both traces in the Compare tab
     results: gr.State  # the loaded results.csv, per session
+    traces: gr.State  # the open folder's traces/ (eval --traces), or None: never sent to the browser
 
     def outputs(self) -> list:
         return [
@@ -45,7 +51,9 @@ class EvaluationTab:
             self.problems,
             self.left_method,
             self.right_method,
+            self.differences,
             self.results,
+            self.traces,
         ]
 
 
@@ -77,6 +85,11 @@ def build_evaluation_tab(folders: list[str]) -> EvaluationTab:
     with gr.Row():
         left_answer = gr.HTML(elem_id="eval_left_answer")
         right_answer = gr.HTML(elem_id="eval_right_answer")
+    differences = gr.Dataframe(
+        label="Where left and right differ: click a row to open both runs in the Compare tab, at their first difference",
+        interactive=False,
+        elem_id="eval_differences",
+    )
     return EvaluationTab(
         folder=folder,
         uploads=uploads,
@@ -90,7 +103,9 @@ def build_evaluation_tab(folders: list[str]) -> EvaluationTab:
         right_method=right_method,
         left_answer=left_answer,
         right_answer=right_answer,
+        differences=differences,
         results=gr.State(None),
+        traces=gr.State(None),
     )
 
 
@@ -108,7 +123,8 @@ def load_folder(tab: EvaluationTab, allowed: list[str], values: dict) -> dict:
         raise EasdError("That folder is not one this app was allowed to open.")
     path = Path(allowed[int(choice)])
     files = {name: path / name for name in ("results.csv", "summary.csv", "paired.csv") if (path / name).exists()}
-    return _show(tab, files, f"Opened {path.name}")
+    traces = path / "traces"
+    return _show(tab, files, f"Opened {path.name}") | {tab.traces: traces if traces.is_dir() else None}
 
 
 def load_uploads(tab: EvaluationTab, values: dict) -> dict:
@@ -116,7 +132,7 @@ def load_uploads(tab: EvaluationTab, values: dict) -> dict:
     if not paths:
         return gr.skip()  # change nothing (an empty dict would be read as one output)
     files = {Path(p).name: Path(p) for p in paths}
-    return _show(tab, files, f"Loaded {', '.join(files)}")
+    return _show(tab, files, f"Loaded {', '.join(files)}") | {tab.traces: None}
 
 
 def _show(tab: EvaluationTab, files: dict[str, Path], note: str) -> dict:
@@ -145,6 +161,7 @@ def _show(tab: EvaluationTab, files: dict[str, Path], note: str) -> dict:
         tab.message: tag("p", message),
         tab.left_method: gr.Dropdown(methods, value=left),
         tab.right_method: gr.Dropdown(methods, value=right),
+        tab.differences: differences_table(results, left, right),
         tab.results: results,
     }
 
@@ -197,3 +214,81 @@ def answer_html(results: pd.DataFrame, problem_id: str, sample, method: str) -> 
         ]
     )
     return join([head, tag("pre", row["text"], class_="answer")])
+
+
+# --- where two methods differ, opened in the Compare tab ----------------------------------------
+
+NO_TRACES = "This folder holds no traces: run `python -m easd eval … --traces` to open its problems in the Compare lanes."
+
+
+def differences_table(results: pd.DataFrame, left: str, right: str) -> pd.DataFrame:
+    """The (problem, sample)s where `left` and `right` answered differently, or one is right and the other wrong
+    (those first): each one's verdict and answer, the first character where their texts differ, and each one's first
+    penalty (a token position; "" where it made none)."""
+    runs = {m: results[results["method"] == m].set_index(["problem_id", "sample"]) for m in (left, right)}
+    both = runs[left].index.intersection(runs[right].index, sort=False)
+    rows = []
+    for key in both:
+        a, b = runs[left].loc[key], runs[right].loc[key]
+        if a["prediction"] == b["prediction"] and bool(a["correct"]) == bool(b["correct"]):
+            continue
+        rows.append(
+            {
+                "problem_id": key[0],
+                "sample": key[1],
+                "gold": a["gold"],
+                left: f"{'✓' if a['correct'] else '✗'} {a['prediction']}",
+                right: f"{'✓' if b['correct'] else '✗'} {b['prediction']}",
+                "texts differ at character": _first_different_character(str(a["text"]), str(b["text"])),
+                f"{left}: first penalty": _position(a),
+                f"{right}: first penalty": _position(b),
+                "verdicts differ": bool(a["correct"]) != bool(b["correct"]),
+            }
+        )
+    columns = ["problem_id", "sample", "gold", left, right, "texts differ at character"]
+    columns += [f"{left}: first penalty", f"{right}: first penalty"]
+    if left == right:  # one method against itself: nothing differs, and its columns would collide
+        return pd.DataFrame(columns=list(dict.fromkeys(columns)))
+    table = pd.DataFrame(rows, columns=[*columns, "verdicts differ"])
+    return table.sort_values("verdicts differ", ascending=False, kind="stable")[columns].reset_index(drop=True)
+
+
+def _first_different_character(a: str, b: str) -> int | str:
+    for index, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return index
+    return min(len(a), len(b)) if len(a) != len(b) else ""
+
+
+def _position(row: pd.Series) -> int | str:
+    value = row.get("first_penalty_position")
+    return "" if value is None or pd.isna(value) else int(value)
+
+
+def show_differences(tab: EvaluationTab, values: dict) -> dict:
+    """The differences again, for the methods now chosen."""
+    results = values[tab.results]
+    if results is None:
+        return gr.skip()  # change nothing (an empty dict would be read as one output)
+    return {tab.differences: differences_table(results, values[tab.left_method], values[tab.right_method])}
+
+
+def chosen_runs(tab: EvaluationTab, values: dict, event: gr.SelectData) -> tuple[dict[str, Trace], str] | None:
+    """The traces of the difference clicked, by lane, and where they come from; None for a click on nothing."""
+    results, folder = values[tab.results], values[tab.traces]
+    if results is None or event is None or event.index is None:
+        return None
+    left, right = values[tab.left_method], values[tab.right_method]
+    table = differences_table(results, left, right)
+    if not 0 <= event.index[0] < len(table):
+        return None
+    if folder is None:
+        raise EasdError(NO_TRACES)
+    row = table.iloc[event.index[0]]
+    traces = {}
+    for lane, method in (("left", left), ("right", right)):
+        path = folder / trace_name({"problem_id": row["problem_id"], "method": method, "sample": row["sample"]})
+        if path.resolve().parent != folder.resolve() or not path.is_file():  # a problem id cannot lead out of traces/
+            raise EasdError(f"No trace of {method} on problem {row['problem_id']} in this folder. {NO_TRACES}")
+        [traces[lane]] = trace_io.load(path)
+    return traces, f"problem {row['problem_id']} (sample {row['sample']}) of the Evaluation tab's folder"

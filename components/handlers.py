@@ -18,11 +18,14 @@ import gradio as gr
 
 from easd.errors import EasdError
 from easd.method import trace as trace_io
-from easd.method.compare import LANES
+from easd.method.compare import LANES, first_difference
+from easd.method.trace import intervened
 from easd.serving.host import ModelHost
 from easd.serving.tickets import Stream
 
+from . import evaluation
 from .controls import RuleView, check_prompt
+from .evaluation import EvaluationTab
 from .export import comparison_file
 from .gallery import Gallery
 from .gradio_internals import Outbox, event_data
@@ -277,10 +280,6 @@ def select_token(page: Page, values: dict, event: gr.EventData) -> dict:
         session.selected = None
     elif lane in LANES and isinstance(index, int) and not isinstance(index, bool):
         session.select(lane, index)
-        _, record = session.selected_record()
-        if record is not None:
-            session.step_lane = lane
-            session.step = next(i for i, v in enumerate(block_views(session.traces[lane])) if v.index == record.block)
     view = page.controls.read_view(values)
     return render_lanes(page, session, view) | render_panels(page, session, view) | {page.step_lane: session.step_lane}
 
@@ -322,6 +321,33 @@ def open_recorded(page: Page, host: ModelHost, gallery: Gallery, values: dict, r
     recording, traces = gallery.open(key)
     loaded = session.load_traces(traces, f"the gallery ({recording.title})")
     return show_loaded(page, host, session, f"{loaded}. {recording.shows}")
+
+
+def open_difference(
+    page: Page, host: ModelHost, tab: EvaluationTab, tabs: gr.Tabs, values: dict, event: gr.SelectData, request: gr.Request = None
+) -> dict:
+    """A difference clicked in the Evaluation tab: both runs in the lanes, the token where their texts part (else the
+    first intervention) selected, and the Compare tab in front. No model is involved."""
+    chosen = evaluation.chosen_runs(tab, values, event)
+    if chosen is None:
+        return gr.skip()
+    traces, source = chosen
+    session: Session = values[page.state]
+    page.sessions.track(client_of(request).session, session)
+    session.clear()
+    session.traces = traces
+    first = first_difference(traces["left"], traces["right"])
+    lane, where = "right", f"; their tokens part at token {first}"
+    if first is None:  # the same tokens: the first intervention, if any, is what there is to see
+        lane, first = next(
+            ((name, r.position) for name, t in traces.items() for r in t.records if intervened(r.origin, t.settings.method)),
+            (lane, None),
+        )
+        where = "; the same tokens throughout"
+    if first is not None:
+        session.select(lane, first)
+    shown = show_loaded(page, host, session, f"Opened {source}{where}.")
+    return shown | {tabs: gr.Tabs(selected="compare"), tab.message: say("")}
 
 
 def pick_example(page: Page, values: dict) -> dict:

@@ -112,6 +112,12 @@ class Page:
     def panel_outputs(self) -> list:
         return [self.inspector, self.stepper, *self.figures.values()]
 
+    def loaded(self) -> list:
+        """Every output of runs opened from elsewhere (a file, the gallery, a room, the Evaluation tab): a full render,
+        and the controls, which move to the runs' prompt and settings."""
+        c = self.controls
+        return [*self.everything(), self.prompt, *c.settings().values(), c.tau_o_meaning, *self.methods.values()]
+
     def everything(self) -> list:
         """Every output of a full render, the session included (setting it starts Gradio's time limit afresh)."""
         files = [self.download_csv, self.download_json, self.make_html, self.html_file]

@@ -21,6 +21,7 @@ from easd.serving.tickets import Stream
 
 from .downloads import Downloads
 from .rooms import Room
+from .stepper import block_views
 
 
 @dataclass
@@ -82,9 +83,13 @@ class Session:
         return lane, trace.records[index]
 
     def select(self, lane: str, index: int) -> None:
+        """Select a token of a lane (nothing if it has no such token); the step-through moves to its block."""
         trace = self.traces.get(lane)
         if trace is not None and 0 <= index < len(trace.records):
             self.selected = (lane, index)
+            self.step_lane = lane
+            block = trace.records[index].block
+            self.step = next(i for i, view in enumerate(block_views(trace)) if view.index == block)
 
     def load_traces(self, traces: list[Trace], source: str) -> str:
         """Put loaded runs into the lanes: SD and EASD runs in their usual lanes (SD | EASD), anything else in file order

@@ -36,12 +36,13 @@ def build_app(
     eval_dirs = list(eval_dirs or [])
     with gr.Blocks(title="EASD Lab", delete_cache=(3600, 7200)) as demo:
         outbox = gradio_internals.Outbox.of(demo)
-        with gr.Tab("Compare"):
-            page = build_page(host, examples, gallery, session_ttl_s)
-        with gr.Tab("Evaluation"):
-            tab = build_evaluation_tab(eval_dirs)
+        with gr.Tabs() as tabs:
+            with gr.Tab("Compare", id="compare"):
+                page = build_page(host, examples, gallery, session_ttl_s)
+            with gr.Tab("Evaluation", id="evaluation"):
+                tab = build_evaluation_tab(eval_dirs)
         _wire_compare(demo, page, host, gallery, outbox)
-        _wire_evaluation(tab, eval_dirs)
+        _wire_evaluation(tab, eval_dirs, page, host, tabs)
         gr.api(
             wire(api.compare, host, outbox, words=render.in_api_words),
             api_name="compare",
@@ -90,8 +91,7 @@ def _wire_compare(demo: gr.Blocks, page: Page, host: ModelHost, gallery: Gallery
     for button, delta in ((page.step_prev, -1), (page.step_next, +1), (page.step_lane, 0)):
         trigger = button.change if button is page.step_lane else button.click
         trigger(wire(handlers.step, page, delta, show=say), {page.step_lane, s}, [page.stepper, page.message], **instant)
-    # a loaded run brings its prompt and settings: the controls move to them
-    loaded = [*page.everything(), page.prompt, *c.settings().values(), c.tau_o_meaning, *page.methods.values()]
+    loaded = page.loaded()  # a loaded run brings its prompt and settings: the controls move to them
     page.upload.upload(wire(handlers.load_file, page, host, show=say), {page.upload, s}, loaded, **private)
     page.recorded.change(wire(handlers.open_recorded, page, host, gallery, show=say), {page.recorded, s}, loaded, **private)
     page.example.change(wire(handlers.pick_example, page, show=say), {page.example}, [page.prompt, page.message], **instant)
@@ -111,15 +111,22 @@ def _say(page: Page, text: str) -> dict:
     return {page.message: render.say(text)}
 
 
-def _wire_evaluation(tab: EvaluationTab, eval_dirs: list[str]) -> None:
+def _wire_evaluation(tab: EvaluationTab, eval_dirs: list[str], page: Page, host: ModelHost, tabs: gr.Tabs) -> None:
     private = dict(api_visibility="private")
     say = functools.partial(_eval_say, tab)
     tab.folder.change(wire(evaluation.load_folder, tab, eval_dirs, show=say), {tab.folder}, tab.outputs(), **private)
     tab.uploads.upload(wire(evaluation.load_uploads, tab, show=say), {tab.uploads}, tab.outputs(), **private)
+    chosen = {tab.results, tab.left_method, tab.right_method}
     tab.problems.select(
-        wire(evaluation.show_answers, tab, show=say),
-        {tab.results, tab.left_method, tab.right_method},
-        [tab.left_answer, tab.right_answer, tab.message],
+        wire(evaluation.show_answers, tab, show=say), chosen, [tab.left_answer, tab.right_answer, tab.message], **private
+    )
+    for method in (tab.left_method, tab.right_method):
+        method.input(wire(evaluation.show_differences, tab, show=say), chosen, [tab.differences, tab.message], **private)
+    # a difference opens both runs in the Compare tab's lanes, which come to the front
+    tab.differences.select(
+        wire(handlers.open_difference, page, host, tab, tabs, show=say),
+        {*chosen, tab.traces, page.state},
+        [*page.loaded(), tabs, tab.message],
         **private,
     )
 

@@ -80,7 +80,7 @@ def run(tiny_pair):
 
 @pytest.fixture(scope="session")
 def eval_folder(tmp_path_factory, hf_tiny_pair):
-    """A small `easd eval` output (tiny pair, 3 problems, SD and EASD) for the Evaluation tab."""
+    """A small `easd eval` output (tiny pair, 3 problems, SD and EASD, with their traces) for the Evaluation tab."""
     import json
 
     from easd.lab.evaluate import LocalRunner, parse_methods, run_evaluation
@@ -92,7 +92,7 @@ def eval_folder(tmp_path_factory, hf_tiny_pair):
     (folder / "data.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     problems = load_problems(folder / "data.jsonl", "gsm8k")
     variants = parse_methods("sd,easd", DecodeSettings(max_new_tokens=24))
-    run_evaluation(LocalRunner(hf_tiny_pair), problems, variants, 1, folder, {"pair": "tiny"}, progress=False)
+    run_evaluation(LocalRunner(hf_tiny_pair), problems, variants, 1, folder, {"pair": "tiny"}, keep_traces=True, progress=False)
     write_reports(folder, "gsm8k")
     return folder
 

@@ -301,6 +301,45 @@ def test_evaluation_tab_opens_an_allowed_folder_and_shows_answers(browser, eval_
     next(b for b in browser.find_elements(By.CSS_SELECTOR, "button[role=tab]") if b.text.strip() == "Compare").click()
 
 
+@pytest.fixture(scope="module")
+def viewer_only(eval_folder):
+    """The app with no model (app.py --pair none), allowed to open the eval folder: its url."""
+    from easd.serving.host import ModelHost
+
+    url, demo = launch_app(ModelHost({}, None), eval_dirs=[str(eval_folder)])
+    yield url
+    demo.close()
+
+
+@pytest.mark.parametrize("served", ["tiny-random", "none"])
+def test_a_difference_in_the_evaluation_tab_opens_both_runs_in_the_compare_lanes(request, served):
+    """Evaluation → Compare, with no model involved (the pair `none` too): the problem's two traces in the lanes, the
+    inspector on the token where they part, the figures and step-through as for a run."""
+    url = request.getfixturevalue("app_url" if served == "tiny-random" else "viewer_only")
+    driver = chromium()
+    driver.get(url)
+    try:
+        tab = wait(driver).until(
+            lambda d: [b for b in d.find_elements(By.CSS_SELECTOR, "button[role=tab]") if b.text == "Evaluation"]
+        )
+        tab[0].click()
+        wait(driver).until(lambda d: d.find_element(By.CSS_SELECTOR, "#eval_folder input")).click()
+        wait(driver).until(lambda d: d.find_element(By.CSS_SELECTOR, "#eval_folder li[role=option]")).click()
+        wait(driver).until(lambda d: "3 problems" in text_of(d, "eval_message"))
+        cell = wait(driver).until(lambda d: d.find_element(By.CSS_SELECTOR, "#eval_differences [data-testid='cell-0-0']"))
+        problem = cell.text.strip()
+        cell.click()
+        wait(driver).until(lambda d: f"Opened problem {problem}" in text_of(d, "message"))
+        assert driver.find_element(By.ID, "lane_left").is_displayed()  # the Compare tab is in front
+        part = int(text_of(driver, "message").split("part at token ")[1].split(".")[0])
+        assert f"Token #{part} in EASD" in text_of(driver, "inspector")
+        selected = tokens(driver, "right", ".sel")
+        assert [s.get_attribute("data-pos") for s in selected] == [str(part)]
+        assert "The draft proposed" in text_of(driver, "stepper") and tokens(driver, "left")
+    finally:
+        driver.quit()
+
+
 PANELS = [
     "lane_left",
     "lane_right",

@@ -60,3 +60,42 @@ def test_header_only_or_nan_results_get_one_line(tab, eval_folder, tmp_path):
     results.to_csv(tmp_path / "results.csv", index=False)
     with pytest.raises(EasdError, match="results.csv: row 3, column new_tokens: 'nan' is not a number"):
         evaluation.load_uploads(tab, {tab.uploads: [str(tmp_path / "results.csv")]})
+
+
+def test_the_differences_are_the_problems_where_answers_or_verdicts_part(eval_folder):
+    results = load_results(eval_folder / "results.csv")
+    table = evaluation.differences_table(results, "sd", "easd")
+    sd, easd = (results[results["method"] == m].set_index("problem_id") for m in ("sd", "easd"))
+    parted = [
+        p
+        for p in sd.index
+        if sd.loc[p, "prediction"] != easd.loc[p, "prediction"] or sd.loc[p, "correct"] != easd.loc[p, "correct"]
+    ]
+    assert sorted(table["problem_id"]) == sorted(parted) and parted, "the tiny pair's SD and EASD answer differently"
+    for _, row in table.iterrows():
+        a, b = sd.loc[row["problem_id"], "text"], easd.loc[row["problem_id"], "text"]
+        at = row["texts differ at character"]
+        assert a[:at] == b[:at] and a[at : at + 1] != b[at : at + 1]
+        assert row["easd: first penalty"] == int(easd.loc[row["problem_id"], "first_penalty_position"])
+    assert evaluation.differences_table(results, "sd", "sd").empty  # a method against itself differs nowhere
+    # verdicts that differ come first
+    results.loc[(results["method"] == "easd") & (results["problem_id"] == parted[-1]), "correct"] = True
+    assert evaluation.differences_table(results, "sd", "easd")["problem_id"].iloc[0] == parted[-1]
+
+
+def test_a_difference_opens_both_traces_and_a_folder_without_them_says_so_in_one_line(tab, eval_folder, tmp_path):
+    from types import SimpleNamespace
+
+    shown = evaluation.load_folder(tab, [str(eval_folder)], {tab.folder: "0"})
+    values = {tab.results: shown[tab.results], tab.traces: shown[tab.traces], tab.left_method: "sd", tab.right_method: "easd"}
+    traces, source = evaluation.chosen_runs(tab, values, SimpleNamespace(index=[0, 0]))
+    first = shown[tab.differences].iloc[0]
+    assert [t.settings.method for t in traces.values()] == ["sd", "easd"] and f"problem {first['problem_id']}" in source
+    assert evaluation.chosen_runs(tab, values, SimpleNamespace(index=[99, 0])) is None  # a click past the rows
+    uploaded = evaluation.load_uploads(tab, {tab.uploads: [str(eval_folder / "results.csv")]})
+    with pytest.raises(EasdError, match="holds no traces: run `python -m easd eval … --traces`"):
+        evaluation.chosen_runs(tab, values | {tab.traces: uploaded[tab.traces]}, SimpleNamespace(index=[0, 0]))
+    forged = shown[tab.results].copy()
+    forged["problem_id"] = "../../" + forged["problem_id"].astype(str)  # a results.csv whose ids lead out of traces/
+    with pytest.raises(EasdError, match="No trace of sd on problem ../../"):
+        evaluation.chosen_runs(tab, values | {tab.results: forged}, SimpleNamespace(index=[0, 0]))

@@ -305,10 +305,11 @@ def run_evaluation(
             results.append([row for row, _ in finished])
             if traces_dir is not None:
                 for row, trace in finished:
-                    trace_io.write_json([trace], traces_dir / _trace_name(row))
+                    trace_io.write_json([trace], traces_dir / trace_name(row))
             bar.update()
     return results.read()
 
 
-def _trace_name(row: dict) -> str:
+def trace_name(row: dict) -> str:
+    """The file under --out/traces that holds a result row's trace (`eval --traces`)."""
     return f"{row['problem_id']}-{row['method'].replace(':', '_').replace('/', '_')}-s{row['sample']}.json"
