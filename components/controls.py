@@ -58,6 +58,8 @@ OTHER_LABELS = {
     "chat": "chat template",
     "left": "left lane",
     "right": "right lane",
+    # a link's parameters (components.links), named as the address bar shows them
+    **{name: f"the link's {name}=" for name in ("run", "eval", "problem", "sample", "lane", "token")},
 }
 
 WHATIF_FIELDS = ("rule", "tau_h", "tau_o", "top_n")  # the settings a finished trace can be re-read under

@@ -273,8 +273,8 @@ def show_differences(tab: EvaluationTab, values: dict) -> dict:
     return {tab.differences: differences_table(results, values[tab.left_method], values[tab.right_method])}
 
 
-def chosen_runs(tab: EvaluationTab, values: dict, event: gr.SelectData) -> tuple[dict[str, Trace], str] | None:
-    """The traces of the difference clicked, by lane, and where they come from; None for a click on nothing."""
+def chosen_runs(tab: EvaluationTab, values: dict, event: gr.SelectData) -> tuple[dict[str, Trace], tuple] | None:
+    """The traces of the difference clicked, by lane, and its (problem, sample); None for a click on nothing."""
     results, folder = values[tab.results], values[tab.traces]
     if results is None or event is None or event.index is None:
         return None
@@ -285,10 +285,19 @@ def chosen_runs(tab: EvaluationTab, values: dict, event: gr.SelectData) -> tuple
     if folder is None:
         raise EasdError(NO_TRACES)
     row = table.iloc[event.index[0]]
+    traces = problem_runs(folder, row["problem_id"], row["sample"], {"left": left, "right": right})
+    return traces, (row["problem_id"], row["sample"])
+
+
+def problem_runs(folder: Path | None, problem, sample, methods: dict[str, str]) -> dict[str, Trace]:
+    """The traces of `problem`'s `sample` by each lane's method, from an eval folder's traces/ (`folder`, None when
+    there is none); one line naming what is missing."""
+    if folder is None:
+        raise EasdError(NO_TRACES)
     traces = {}
-    for lane, method in (("left", left), ("right", right)):
-        path = folder / trace_name({"problem_id": row["problem_id"], "method": method, "sample": row["sample"]})
+    for lane, method in methods.items():
+        path = folder / trace_name({"problem_id": problem, "method": method, "sample": sample})
         if path.resolve().parent != folder.resolve() or not path.is_file():  # a problem id cannot lead out of traces/
-            raise EasdError(f"No trace of {method} on problem {row['problem_id']} in this folder. {NO_TRACES}")
+            raise EasdError(f"No trace of {method} on problem {problem} (sample {sample}) in this folder. {NO_TRACES}")
         [traces[lane]] = trace_io.load(path)
-    return traces, f"problem {row['problem_id']} (sample {row['sample']}) of the Evaluation tab's folder"
+    return traces

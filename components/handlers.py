@@ -13,13 +13,14 @@ import asyncio
 import logging
 import time
 from functools import partial
+from pathlib import Path
 
 import gradio as gr
 
 from easd.errors import EasdError
 from easd.method import trace as trace_io
 from easd.method.compare import LANES, first_difference
-from easd.method.trace import intervened
+from easd.method.trace import Trace, intervened
 from easd.serving.host import ModelHost
 from easd.serving.tickets import Stream
 
@@ -32,11 +33,12 @@ from .gradio_internals import Outbox, event_data
 from .html import tag
 from .intake import CompareRequest, client_of
 from .lanes import lane_title
+from .links import Link, eval_folder
 from .news import news
 from .page import Page
 from .render import in_page_words, render_all, render_files, render_lanes, render_lanes_and_panels, render_panels, say, stop_note
 from .rooms import ROOM_EVERY_S, Room
-from .session import Session, Sessions
+from .session import Session, Sessions, in_lanes
 from .stepper import block_views, stepper_html
 
 LANES_EVERY_S = 0.25  # at most four lane updates a second: faster only floods the browser with HTML
@@ -320,34 +322,80 @@ def open_recorded(page: Page, host: ModelHost, gallery: Gallery, values: dict, r
     page.sessions.track(client_of(request).session, session)
     recording, traces = gallery.open(key)
     loaded = session.load_traces(traces, f"the gallery ({recording.title})")
+    session.link = Link({"run": key})
     return show_loaded(page, host, session, f"{loaded}. {recording.shows}")
 
 
 def open_difference(
     page: Page, host: ModelHost, tab: EvaluationTab, tabs: gr.Tabs, values: dict, event: gr.SelectData, request: gr.Request = None
 ) -> dict:
-    """A difference clicked in the Evaluation tab: both runs in the lanes, the token where their texts part (else the
-    first intervention) selected, and the Compare tab in front. No model is involved."""
+    """A difference clicked in the Evaluation tab: both runs in the lanes and the Compare tab in front (`show_runs`).
+    No model is involved."""
     chosen = evaluation.chosen_runs(tab, values, event)
     if chosen is None:
         return gr.skip()
-    traces, source = chosen
+    traces, (problem, sample) = chosen
     session: Session = values[page.state]
     page.sessions.track(client_of(request).session, session)
-    session.clear()
-    session.traces = traces
-    first = first_difference(traces["left"], traces["right"])
-    lane, where = "right", f"; their tokens part at token {first}"
-    if first is None:  # the same tokens: the first intervention, if any, is what there is to see
-        lane, first = next(
-            ((name, r.position) for name, t in traces.items() for r in t.records if intervened(r.origin, t.settings.method)),
-            (lane, None),
-        )
-        where = "; the same tokens throughout"
-    if first is not None:
-        session.select(lane, first)
-    shown = show_loaded(page, host, session, f"Opened {source}{where}.")
+    folder = values[tab.traces].parent.name
+    link = Link({"eval": folder, "problem": problem, "sample": str(sample), **methods_of(traces)})
+    shown = show_runs(page, host, session, traces, link, f"Opened problem {problem} (sample {sample}) of {folder}")
     return shown | {tabs: gr.Tabs(selected="compare"), tab.message: say("")}
+
+
+def open_link(page: Page, host: ModelHost, gallery: Gallery, eval_dirs: list[str], values: dict, request: gr.Request):
+    """A page opened with a link to a recorded run and a token (components.links): the runs in the lanes, the token
+    selected. Only a gallery key or an allowed eval folder can be named; anything else is one line."""
+    link = Link.read(dict(request.query_params) if request is not None else {})
+    if link is None:
+        return {page.message: gr.skip()}  # an update that changes nothing (an empty dict would be read as one output)
+    session: Session = values[page.state]
+    page.sessions.track(client_of(request).session, session)
+    if "run" in link.source:
+        recording, runs = gallery.open(link.source["run"])
+        return show_runs(page, host, session, in_lanes(runs), link, f"Opened {recording.title} from the gallery")
+    folder = eval_folder(link.source["eval"], eval_dirs)
+    problem, sample = link.source["problem"], link.source["sample"]
+    traces = evaluation.problem_runs(_traces_of(folder), problem, sample, {lane: link.source[lane] for lane in LANES})
+    return show_runs(page, host, session, traces, link, f"Opened problem {problem} (sample {sample}) of {folder.name}")
+
+
+def _traces_of(folder: Path) -> Path | None:
+    return folder / "traces" if (folder / "traces").is_dir() else None
+
+
+def methods_of(traces: dict[str, Trace | None]) -> dict[str, str]:
+    """Each lane's method, as a link names them."""
+    return {lane: t.settings.method for lane, t in traces.items() if t is not None}
+
+
+def show_runs(page: Page, host: ModelHost, session: Session, traces: dict, link: Link, opened: str) -> dict:
+    """Recorded runs in the lanes, `link`'s token selected, else the token where the lanes part, else the first
+    intervention; the page's address can then name any token of them (`Link.to`)."""
+    session.clear()
+    session.traces, session.link = traces, Link(link.source)
+    lane, token, note = link.lane, link.token, ""
+    if token is not None and not (traces.get(lane) is not None and token < len(traces[lane].records)):
+        shown = len(traces[lane].records) if traces.get(lane) is not None else 0
+        note, token = f" ⚠️ token: the {lane} lane has tokens 0 to {shown - 1} (got {token}); none is selected", None
+        lane = None
+    elif token is None:
+        lane, token, note = _first_to_see(traces)
+    if token is not None:
+        session.select(lane, token)
+    return show_loaded(page, host, session, f"{opened}{note}.")
+
+
+def _first_to_see(traces: dict) -> tuple[str | None, int | None, str]:
+    """Where a reader should look first: the token where the lanes part, else the first intervention."""
+    first = first_difference(traces.get("left"), traces.get("right"))
+    if first is not None:
+        return "right", first, f"; their tokens part at token {first}"
+    for lane, trace in traces.items():
+        for record in trace.records if trace is not None else []:
+            if intervened(record.origin, trace.settings.method):
+                return lane, record.position, f"; the first intervention is token {record.position} of the {lane} lane"
+    return None, None, ""
 
 
 def pick_example(page: Page, values: dict) -> dict:

@@ -53,10 +53,17 @@ new MutationObserver(() => {
   if (span) { delete element.dataset.refocus; span.focus({preventScroll: true}); }
 }).observe(element, {childList: true, subtree: true});
 """
-# On a phone the inspector is a sheet over the bottom of the screen (assets/style.css); its button closes it.
+# On a phone the inspector is a sheet over the bottom of the screen (assets/style.css); its button closes it. Under
+# it, a recorded run's token has a link (components.links), which "copy link" puts on the clipboard.
 INSPECTOR_JS = """
 element.addEventListener('click', (event) => {
   if (event.target.closest('button.close')) trigger('token_click', {lane: '', pos: -1});
+  const copy = event.target.closest('button.copy-link');
+  if (!copy) return;
+  const url = new URL(copy.dataset.href, location.href).href;
+  const said = (text) => { copy.textContent = text; };
+  if (navigator.clipboard) navigator.clipboard.writeText(url).then(() => said('✓ copied'), () => said('copy the link beside'));
+  else said('copy the link beside');
 });
 """
 INTRO = (

@@ -17,6 +17,7 @@ from .controls import RuleView, api_words, page_words
 from .html import Html, join, tag
 from .inspector import inspector_html
 from .lanes import lane_html, lane_title
+from .links import link_html
 from .page import Page
 from .session import Session
 from .stats import comparison_html, speed_html, stats_html
@@ -65,7 +66,9 @@ def render_panels(page: Page, session: Session, view: RuleView) -> dict:
     focus = figures.Focus(trace=trace, sd=sd, speculative=session.speculative(), view=view, selected=selected)
     views = block_views(session.traces.get(session.step_lane))
     out = {page.figures[name]: draw(focus) for name, (_, draw) in figures.FIGURES.items()}
-    out[page.inspector] = inspector_html(lane, session.traces.get(lane), record, view)
+    out[page.inspector] = join(
+        [inspector_html(lane, session.traces.get(lane), record, view), link_html(session.link, session.selected)]
+    )
     out[page.stepper] = stepper_html(lane_title(session.step_lane, session.traces.get(session.step_lane)), views, session.step)
     return out
 

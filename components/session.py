@@ -20,6 +20,7 @@ from easd.method.trace import TokenRecord, Trace
 from easd.serving.tickets import Stream
 
 from .downloads import Downloads
+from .links import Link
 from .rooms import Room
 from .stepper import block_views
 
@@ -35,6 +36,7 @@ class Session:
     downloads: Downloads = field(default_factory=Downloads)
     room: Room | None = None  # the room this page presents to (components.rooms)
     watching: Room | None = None  # the room this page watches
+    link: Link | None = None  # how a link finds the recorded runs shown (components.links); None for a live run
 
     def clear(self) -> None:
         """Forget the traces and the selection; the run stops and the download folder is deleted too (Clear). A room
@@ -92,14 +94,9 @@ class Session:
             self.step = next(i for i, view in enumerate(block_views(trace)) if view.index == block)
 
     def load_traces(self, traces: list[Trace], source: str) -> str:
-        """Put loaded runs into the lanes: SD and EASD runs in their usual lanes (SD | EASD), anything else in file order
-        (the app exports its lanes left to right)."""
+        """Put loaded runs into the lanes (`in_lanes`); -> the line that says so."""
         self.clear()
-        by_method = {t.settings.method: t for t in traces}
-        if set(by_method) <= {"sd", "easd"}:
-            self.traces = {"left": by_method.get("sd"), "right": by_method.get("easd")}
-        else:
-            self.traces = dict(zip(LANES, traces + [None, None]))
+        self.traces = in_lanes(traces)
         shown = [t for t in self.traces.values() if t is not None]
         skipped = len(traces) - len(shown)
         return f"Loaded {len(shown)} run(s) from {source}" + (f"; {skipped} more run(s) in the file not shown" if skipped else "")
@@ -107,6 +104,15 @@ class Session:
     def export(self, root: Path) -> tuple[str, str] | None:
         """Both lanes' traces as the session's downloads under `root`; None while there is nothing to export."""
         return self.downloads.write(list(self.traces.values()), root)
+
+
+def in_lanes(traces: list[Trace]) -> dict[str, Trace | None]:
+    """A file's runs by lane: SD and EASD runs in their usual lanes (SD | EASD), anything else in file order (the app
+    exports its lanes left to right)."""
+    by_method = {t.settings.method: t for t in traces}
+    if set(by_method) <= {"sd", "easd"}:
+        return {"left": by_method.get("sd"), "right": by_method.get("easd")}
+    return dict(zip(LANES, traces + [None, None]))
 
 
 class Sessions:

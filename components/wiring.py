@@ -41,7 +41,7 @@ def build_app(
                 page = build_page(host, examples, gallery, session_ttl_s)
             with gr.Tab("Evaluation", id="evaluation"):
                 tab = build_evaluation_tab(eval_dirs)
-        _wire_compare(demo, page, host, gallery, outbox)
+        _wire_compare(demo, page, host, gallery, outbox, eval_dirs)
         _wire_evaluation(tab, eval_dirs, page, host, tabs)
         gr.api(
             wire(api.compare, host, outbox, words=render.in_api_words),
@@ -59,7 +59,9 @@ def build_app(
     return demo
 
 
-def _wire_compare(demo: gr.Blocks, page: Page, host: ModelHost, gallery: Gallery, outbox: gradio_internals.Outbox) -> None:
+def _wire_compare(
+    demo: gr.Blocks, page: Page, host: ModelHost, gallery: Gallery, outbox: gradio_internals.Outbox, eval_dirs: list[str]
+) -> None:
     c, s = page.controls, page.state
     say = functools.partial(_say, page)
     whatif_in = {*c.whatif().values(), s}
@@ -101,6 +103,8 @@ def _wire_compare(demo: gr.Blocks, page: Page, host: ModelHost, gallery: Gallery
     demo.load(
         wire(handlers.follow_room, page, host, show=say), {s}, loaded, concurrency_id="room", concurrency_limit=None, **private
     )
+    # a page opened with a link to a recorded run's token (components.links) opens it
+    demo.load(wire(handlers.open_link, page, host, gallery, eval_dirs, show=say), {s}, loaded, **instant)
     polled = [page.status, page.generate, page.timer, page.message]
     tokens = page.controls.max_new_tokens
     for trigger in (demo.load, page.timer.tick, page.pair.change, tokens.release):  # on ZeroGPU the status says the cost

@@ -340,6 +340,51 @@ def test_a_difference_in_the_evaluation_tab_opens_both_runs_in_the_compare_lanes
         driver.quit()
 
 
+@pytest.mark.parametrize("served", ["tiny-random", "none"])
+def test_a_link_opens_a_recorded_run_at_its_token_and_the_inspector_copies_it(request, served, eval_folder):
+    """?run=KEY&lane=…&token=… opens a gallery recording, ?eval=NAME&problem=… an allowed folder's problem, each at its
+    token, with no model (`--pair none` too); a token's link is offered and follows the selection; a bad link is one
+    line."""
+    url = request.getfixturevalue("app_url" if served == "tiny-random" else "viewer_only")
+    driver = chromium()
+    try:
+        from components.gallery import Gallery
+
+        key = next(iter(Gallery().recordings))
+        driver.get(f"{url}?run={key}&lane=left&token=7")
+        wait(driver).until(lambda d: "from the gallery" in text_of(d, "message"))
+        assert "Token #7 in SD" in text_of(driver, "inspector")
+        copy = driver.find_element(By.CSS_SELECTOR, "#inspector button.copy-link")
+        assert copy.get_attribute("data-href") == f"?run={key}&lane=left&token=7"
+        tokens(driver, "right")[3].click()
+        wait(driver).until(lambda d: "Token #3 in EASD" in text_of(d, "inspector"))
+        link = driver.find_element(By.CSS_SELECTOR, "#inspector .token-link a").get_attribute("href")
+        assert link.endswith(f"?run={key}&lane=right&token=3")
+        problem = evaluation_problem(eval_folder)
+        driver.get(f"{url}?eval={eval_folder.name}&problem={problem}&left=sd&right=easd&token=2")
+        wait(driver).until(lambda d: f"Opened problem {problem} (sample 0) of {eval_folder.name}" in text_of(d, "message"))
+        assert "Token #2 in EASD" in text_of(driver, "inspector")
+        for bad, line in (
+            ("?run=nope", "recorded run: must be one of the gallery's runs"),
+            ("?eval=../etc&problem=1", "the link's eval=: must be the name of an evaluation folder"),
+            (f"?run={key}&token=99999", "⚠️ token: the right lane has tokens 0 to"),
+            (f"?eval={eval_folder.name}&problem=../../x", "No trace of sd on problem ../../x"),
+        ):
+            driver.get(url + bad)
+            wait(driver).until(lambda d, line=line: line in text_of(d, "message"))
+        assert driver.execute_script("return window.__xss") is None
+    finally:
+        driver.quit()
+
+
+def evaluation_problem(folder) -> str:
+    """A problem id of an eval folder, from its results."""
+    import csv
+
+    with open(folder / "results.csv", encoding="utf-8") as file:
+        return next(csv.DictReader(file))["problem_id"]
+
+
 PANELS = [
     "lane_left",
     "lane_right",

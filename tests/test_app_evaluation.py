@@ -88,9 +88,9 @@ def test_a_difference_opens_both_traces_and_a_folder_without_them_says_so_in_one
 
     shown = evaluation.load_folder(tab, [str(eval_folder)], {tab.folder: "0"})
     values = {tab.results: shown[tab.results], tab.traces: shown[tab.traces], tab.left_method: "sd", tab.right_method: "easd"}
-    traces, source = evaluation.chosen_runs(tab, values, SimpleNamespace(index=[0, 0]))
+    traces, (problem, sample) = evaluation.chosen_runs(tab, values, SimpleNamespace(index=[0, 0]))
     first = shown[tab.differences].iloc[0]
-    assert [t.settings.method for t in traces.values()] == ["sd", "easd"] and f"problem {first['problem_id']}" in source
+    assert [t.settings.method for t in traces.values()] == ["sd", "easd"] and (problem, sample) == (first["problem_id"], 0)
     assert evaluation.chosen_runs(tab, values, SimpleNamespace(index=[99, 0])) is None  # a click past the rows
     uploaded = evaluation.load_uploads(tab, {tab.uploads: [str(eval_folder / "results.csv")]})
     with pytest.raises(EasdError, match="holds no traces: run `python -m easd eval … --traces`"):
