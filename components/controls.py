@@ -58,6 +58,7 @@ OTHER_LABELS = {
     "chat": "chat template",
     "left": "left lane",
     "right": "right lane",
+    "search": "Find tokens",
     # a link's parameters (components.links), named as the address bar shows them
     **{name: f"the link's {name}=" for name in ("run", "eval", "problem", "sample", "lane", "token")},
 }

@@ -38,6 +38,7 @@ from .news import news
 from .page import Page
 from .render import in_page_words, render_all, render_files, render_lanes, render_lanes_and_panels, render_panels, say, stop_note
 from .rooms import ROOM_EVERY_S, Room
+from .search import Search
 from .session import Session, Sessions, in_lanes
 from .stepper import block_views, stepper_html
 
@@ -282,6 +283,22 @@ def select_token(page: Page, values: dict, event: gr.EventData) -> dict:
         session.selected = None
     elif lane in LANES and isinstance(index, int) and not isinstance(index, bool):
         session.select(lane, index)
+    view = page.controls.read_view(values)
+    return render_lanes(page, session, view) | render_panels(page, session, view) | {page.step_lane: session.step_lane}
+
+
+def find(page: Page, delta: int, values: dict) -> dict:
+    """The search box read (components.search) and its matches marked; the selection moves to the next match after it
+    (`delta` +1: Enter or next ›) or the one before (-1), around the ends, left lane first."""
+    session: Session = values[page.state]
+    session.search = Search.read(values[page.search])  # one line in the page for a filter it cannot read
+    if session.search is not None:
+        hits = [(lane, i) for lane in LANES for i in session.search.positions(session.traces[lane])]
+        order = [(LANES.index(lane), i) for lane, i in hits]
+        here = (LANES.index(session.selected[0]), session.selected[1]) if session.selected else (-1, -1)
+        after = [n for n, place in enumerate(order) if (place > here if delta > 0 else place < here)]
+        if hits:
+            session.select(*hits[(after[0] if delta > 0 else after[-1]) if after else (0 if delta > 0 else -1)])
     view = page.controls.read_view(values)
     return render_lanes(page, session, view) | render_panels(page, session, view) | {page.step_lane: session.step_lane}
 

@@ -57,6 +57,7 @@ def legend_html() -> Html:
     items += [
         tag("span", "fork› first difference", class_="tok fork-mark"),
         tag("span", "would be penalized (what-if)", class_="tok whatif"),
+        tag("span", "found by the search", class_="tok found"),
         tag("span", "penalty rounding could flip", class_="tok o-easd_penalty fragile"),
     ]
     return tag("div", *items, class_="legend")
@@ -110,11 +111,12 @@ def lane_html(
     selected: int | None = None,
     fork: int | None = None,
     whatif: np.ndarray | None = None,
+    found: set[int] | None = None,
     running: bool = False,
     spans: Spans | None = None,
 ) -> Html:
     """One lane: a span per token, with data-lane/data-pos for clicks and a tooltip per token (from `spans`, where
-    each is rendered once, if given).
+    each is rendered once, if given); `whatif` marks what EASD would refuse, `found` the tokens a search matched.
 
     Only spans, no wrapper: while a run streams, each update then just *appends* to the last one,
     which Gradio sends as a small diff instead of the whole lane again.
@@ -126,7 +128,10 @@ def lane_html(
     # one token of the lane is in the Tab order (the selected one, else the first); the arrow keys reach the rest
     entry = selected if selected in window else window.start
     spans = spans or Spans(len(window))
-    drawn = [spans.span(lane, i, trace.records[i], (i == selected, i == fork, bool(marks[i]), i == entry)) for i in window]
+    found = found or set()
+    drawn = [
+        spans.span(lane, i, trace.records[i], (i == selected, i == fork, bool(marks[i]), i == entry, i in found)) for i in window
+    ]
     if len(window) < len(trace.records):
         note = (
             f"showing tokens {window.start}–{window.stop - 1} of {len(trace.records):,}; click a token near an end to move on ›"
@@ -135,7 +140,9 @@ def lane_html(
     return join(drawn)
 
 
-def _span(lane: str, index: int, record: TokenRecord, selected: bool, fork: bool, whatif: bool, entry: bool) -> Html:
+def _span(
+    lane: str, index: int, record: TokenRecord, selected: bool, fork: bool, whatif: bool, entry: bool, found: bool = False
+) -> Html:
     fragile = record.origin == "easd_penalty" and record.fragile is True  # marked by "≈" and a dashed frame, not colour alone
     classes = [
         "tok",
@@ -144,6 +151,7 @@ def _span(lane: str, index: int, record: TokenRecord, selected: bool, fork: bool
         fork and "fork",
         whatif and "whatif",
         fragile and "fragile",
+        found and "found",
     ]
     return tag(
         "span",

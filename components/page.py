@@ -96,6 +96,10 @@ class Page:
     lanes: dict[str, gr.HTML]
     stats: dict[str, gr.HTML]
     comparison: gr.HTML
+    search: gr.Textbox  # a filter of tokens (components.search); Enter steps to the next match
+    search_prev: gr.Button
+    search_next: gr.Button
+    found: gr.HTML  # how many tokens match, or what a filter that cannot be read lacks
     inspector: gr.HTML
     step_lane: gr.Radio
     step_prev: gr.Button
@@ -114,7 +118,7 @@ class Page:
     downloads: Path  # where sessions write their exports: inside Gradio's file cache, which serves them as they are
 
     def lane_outputs(self) -> list:
-        return [*self.titles.values(), *self.lanes.values(), *self.stats.values(), self.comparison]
+        return [*self.titles.values(), *self.lanes.values(), *self.stats.values(), self.comparison, self.found]
 
     def panel_outputs(self) -> list:
         return [self.inspector, self.stepper, *self.figures.values()]
@@ -227,7 +231,19 @@ def _lanes() -> dict:
                     )
                 lanes[lane] = gr.HTML(lane_html(lane, None), js_on_load=LANE_JS, elem_id=f"lane_{lane}", elem_classes=["lane"])
                 stats[lane] = gr.HTML(elem_id=f"stats_{lane}")
-    return dict(methods=methods, titles=titles, lanes=lanes, stats=stats, comparison=gr.HTML(elem_id="comparison"))
+    with gr.Row(equal_height=True):
+        search = gr.Textbox(
+            label="Find tokens",
+            placeholder='e.g. h_draft>1.5 h_target>1.5 origin=easd_penalty · fragile · "apples" — Enter: next match',
+            max_lines=1,
+            scale=4,
+            elem_id="search",
+        )
+        search_prev = gr.Button("‹ previous match", scale=1, min_width=90, elem_id="search_prev")
+        search_next = gr.Button("next match ›", scale=1, min_width=90, elem_id="search_next")
+    found = gr.HTML(elem_id="found")
+    searching = dict(search=search, search_prev=search_prev, search_next=search_next, found=found)
+    return dict(methods=methods, titles=titles, lanes=lanes, stats=stats, comparison=gr.HTML(elem_id="comparison"), **searching)
 
 
 def _side(host: ModelHost) -> dict:

@@ -19,6 +19,7 @@ from .inspector import inspector_html
 from .lanes import lane_html, lane_title
 from .links import link_html
 from .page import Page
+from .search import Search
 from .session import Session
 from .stats import comparison_html, speed_html, stats_html
 from .stepper import block_views, stepper_html
@@ -32,6 +33,7 @@ def say(text: str) -> Html:
 def render_lanes(page: Page, session: Session, view: RuleView) -> dict:
     traces, fork = session.traces, session.fork
     marks, sd_lane = _whatif_marks(session, view), session.lane_running("sd")
+    found = {lane: set(session.search.positions(traces[lane])) if session.search else set() for lane in LANES}
     finished = join([comparison_html(traces["left"], traces["right"], fork), speed_html(session.speculative())])
     out = {page.comparison: finished if not session.running else Html("")}
     for lane in LANES:
@@ -39,10 +41,27 @@ def render_lanes(page: Page, session: Session, view: RuleView) -> dict:
         whatif = marks if lane == sd_lane else None
         out[page.titles[lane]] = tag("h3", lane_title(lane, traces[lane]))
         out[page.lanes[lane]] = lane_html(
-            lane, traces[lane], selected=selected, fork=fork, whatif=whatif, running=session.running, spans=page.spans
+            lane,
+            traces[lane],
+            selected=selected,
+            fork=fork,
+            whatif=whatif,
+            found=found[lane],
+            running=session.running,
+            spans=page.spans,
         )
         out[page.stats[lane]] = stats_html(traces[lane])
+    out[page.found] = found_html(session.search, found)
     return out
+
+
+def found_html(search: Search | None, found: dict[str, set[int]]) -> Html:
+    """How many tokens of each lane the search matched (nothing without a search)."""
+    if search is None:
+        return Html("")
+    counts = ", ".join(f"{lane} {len(positions)}" for lane, positions in found.items())
+    total = sum(len(positions) for positions in found.values())
+    return tag("p", f"{total} token(s) match “{search.text}” ({counts}); Enter or next match › steps through them.")
 
 
 def _whatif_marks(session: Session, view: RuleView):

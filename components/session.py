@@ -22,6 +22,7 @@ from easd.serving.tickets import Stream
 from .downloads import Downloads
 from .links import Link
 from .rooms import Room
+from .search import Search
 from .stepper import block_views
 
 
@@ -37,13 +38,14 @@ class Session:
     room: Room | None = None  # the room this page presents to (components.rooms)
     watching: Room | None = None  # the room this page watches
     link: Link | None = None  # how a link finds the recorded runs shown (components.links); None for a live run
+    search: Search | None = None  # the tokens the reader looks for (components.search): marked in every run shown
 
     def clear(self) -> None:
         """Forget the traces and the selection; the run stops and the download folder is deleted too (Clear). A room
-        the page presents or watches stays."""
-        room, watching = self.room, self.watching
+        the page presents or watches stays, and so does the search, which marks the next runs too."""
+        room, watching, search = self.room, self.watching, self.search
         self._forget("stopped")
-        self.room, self.watching = room, watching
+        self.room, self.watching, self.search = room, watching, search
 
     def close(self) -> None:
         """The session ends (tab closed, state expired): its run stops ("left"), its room ends, its files and traces go."""

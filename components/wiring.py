@@ -90,6 +90,8 @@ def _wire_compare(
     selected = [*rerendered, page.step_lane]
     for source in (*page.lanes.values(), page.inspector):  # the inspector's close button deselects
         source.token_click(wire(handlers.select_token, page, show=say), whatif_in, selected, **instant)
+    for trigger, delta in ((page.search.submit, +1), (page.search_next.click, +1), (page.search_prev.click, -1)):
+        trigger(wire(handlers.find, page, delta, show=say), {*whatif_in, page.search}, selected, **instant)
     for button, delta in ((page.step_prev, -1), (page.step_next, +1), (page.step_lane, 0)):
         trigger = button.change if button is page.step_lane else button.click
         trigger(wire(handlers.step, page, delta, show=say), {page.step_lane, s}, [page.stepper, page.message], **instant)

@@ -385,6 +385,42 @@ def evaluation_problem(folder) -> str:
         return next(csv.DictReader(file))["problem_id"]
 
 
+def test_a_search_marks_counts_and_steps_through_matching_tokens_with_the_keyboard(app_url):
+    from components.gallery import Gallery
+    from components.search import Search
+
+    key = next(iter(Gallery().recordings))
+    _, runs = Gallery().open(key)
+    wanted = "h_draft>1 h_target>1"  # both models unsure
+    hits = [("left", i) for i in Search.read(wanted).positions(runs[0])] + [
+        ("right", i) for i in Search.read(wanted).positions(runs[1])
+    ]
+    assert len(hits) > 2 and runs[0].settings.method == "sd"
+
+    def chosen(driver):
+        return [(lane, int(t.get_attribute("data-pos"))) for lane in ("left", "right") for t in tokens(driver, lane, ".sel")]
+
+    driver = chromium()
+    try:
+        driver.get(f"{app_url}?run={key}&lane=left&token=0")
+        wait(driver).until(lambda d: "from the gallery" in text_of(d, "message"))
+        box = driver.find_element(By.CSS_SELECTOR, "#search input, #search textarea")
+        box.send_keys(wanted, Keys.ENTER)
+        wait(driver).until(lambda d: f"{len(hits)} token(s) match" in text_of(d, "found"))
+        assert len(tokens(driver, "left", ".found")) + len(tokens(driver, "right", ".found")) == len(hits)
+        wait(driver).until(lambda d: chosen(d) == [hits[0]])  # from token 0, the first match
+        box.send_keys(Keys.ENTER)  # Enter again: the next one
+        wait(driver).until(lambda d: chosen(d) == [hits[1]])
+        assert f"Token #{hits[1][1]} in SD" in text_of(driver, "inspector")
+        driver.find_element(By.ID, "search_prev").click()
+        wait(driver).until(lambda d: chosen(d) == [hits[0]])
+        box.clear()
+        box.send_keys("h_draft>lots", Keys.ENTER)
+        wait(driver).until(lambda d: "Find tokens: h_draft> needs a number, as in h_draft>1.5" in text_of(d, "message"))
+    finally:
+        driver.quit()
+
+
 PANELS = [
     "lane_left",
     "lane_right",
