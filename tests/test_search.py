@@ -70,3 +70,11 @@ def test_an_empty_filter_is_none_and_matches_are_marked_in_the_lane():
     assert Search.read("") is None and Search.read("   ") is None and Search.read(None) is None
     html = lane_html("right", RUN, found={1, 2})
     assert html.count("found") == 2 and 'data-pos="1"' in html
+
+
+def test_a_hostile_filter_is_shown_as_text():
+    from components.render import found_html
+
+    search = Search.read('"<img src=x onerror=alert(1)>" "\udc80"')
+    html = found_html(search, {"left": set(), "right": {1}})
+    assert "<img" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html and "1 token(s) match" in html

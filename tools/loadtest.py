@@ -310,9 +310,10 @@ class PageClient:
                 if trigger == "click" and ids.get(target) not in self.events:
                     self.events[ids.get(target)] = index
                     self.inputs[ids.get(target)] = [(i, ids.get(i)) for i in dependency["inputs"]]
-                elif trigger == "load":
+                elif trigger == "load" and dependency["types"]["generator"]:
                     loads[len(dependency["outputs"])] = index
-        self.watch_index = loads[max(loads)]  # of the page's two load events, the room's renders everything
+        # of the page's load events, the room's is the one that streams (a generator), and it renders everything
+        self.watch_index = loads[max(loads)]
 
     def session(self) -> str:
         return uuid.uuid4().hex
