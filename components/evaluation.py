@@ -157,11 +157,12 @@ def _show(tab: EvaluationTab, files: dict[str, Path], note: str) -> dict:
     left = "sd" if "sd" in methods else methods[0]
     right = next((m for m in methods if str(m).startswith("easd")), methods[-1])
     message = f"{note}: {results['problem_id'].nunique()} problems, methods {', '.join(map(str, methods))}"
+    differences = differences_table(results, left, right)
     return shown | {
-        tab.message: tag("p", message),
+        tab.message: tag("p", f"{message}. {differ_line(differences, left, right)}"),
         tab.left_method: gr.Dropdown(methods, value=left),
         tab.right_method: gr.Dropdown(methods, value=right),
-        tab.differences: differences_table(results, left, right),
+        tab.differences: differences,
         tab.results: results,
     }
 
@@ -270,7 +271,16 @@ def show_differences(tab: EvaluationTab, values: dict) -> dict:
     results = values[tab.results]
     if results is None:
         return gr.skip()  # change nothing (an empty dict would be read as one output)
-    return {tab.differences: differences_table(results, values[tab.left_method], values[tab.right_method])}
+    left, right = values[tab.left_method], values[tab.right_method]
+    differences = differences_table(results, left, right)
+    return {tab.differences: differences, tab.message: tag("p", differ_line(differences, left, right))}
+
+
+def differ_line(differences: pd.DataFrame, left: str, right: str) -> str:
+    """How many problems the two methods answered differently, in words."""
+    if not len(differences):
+        return f"{left} and {right} answered every problem alike."
+    return f"{left} and {right} differ on {len(differences)} problem(s): they are listed under the answers."
 
 
 def chosen_runs(tab: EvaluationTab, values: dict, event: gr.SelectData) -> tuple[dict[str, Trace], tuple] | None:

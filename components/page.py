@@ -239,8 +239,8 @@ def _lanes() -> dict:
             scale=4,
             elem_id="search",
         )
-        search_prev = gr.Button("‹ previous match", scale=1, min_width=90, elem_id="search_prev")
-        search_next = gr.Button("next match ›", scale=1, min_width=90, elem_id="search_next")
+        search_prev = gr.Button("‹ previous match", size="sm", scale=0, min_width=130, elem_id="search_prev")
+        search_next = gr.Button("next match ›", size="sm", scale=0, min_width=130, elem_id="search_next")
     found = gr.HTML(elem_id="found")
     searching = dict(search=search, search_prev=search_prev, search_next=search_next, found=found)
     return dict(methods=methods, titles=titles, lanes=lanes, stats=stats, comparison=gr.HTML(elem_id="comparison"), **searching)
