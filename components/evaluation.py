@@ -123,8 +123,7 @@ def load_folder(tab: EvaluationTab, allowed: list[str], values: dict) -> dict:
         raise EasdError("That folder is not one this app was allowed to open.")
     path = Path(allowed[int(choice)])
     files = {name: path / name for name in ("results.csv", "summary.csv", "paired.csv") if (path / name).exists()}
-    traces = path / "traces"
-    return _show(tab, files, f"Opened {path.name}") | {tab.traces: traces if traces.is_dir() else None}
+    return _show(tab, files, f"Opened {path.name}") | {tab.traces: traces_in(path)}
 
 
 def load_uploads(tab: EvaluationTab, values: dict) -> dict:
@@ -165,6 +164,11 @@ def _show(tab: EvaluationTab, files: dict[str, Path], note: str) -> dict:
         tab.differences: differences,
         tab.results: results,
     }
+
+
+def traces_in(folder: Path) -> Path | None:
+    """An eval folder's traces/ (`eval --traces`), or None when it was written without them."""
+    return folder / "traces" if (folder / "traces").is_dir() else None
 
 
 def _one_line(err: Exception, files: dict[str, Path]) -> str:

@@ -13,7 +13,6 @@ import asyncio
 import logging
 import time
 from functools import partial
-from pathlib import Path
 
 import gradio as gr
 
@@ -292,13 +291,16 @@ def find(page: Page, delta: int, values: dict) -> dict:
     (`delta` +1: Enter or next ›) or the one before (-1), around the ends, left lane first."""
     session: Session = values[page.state]
     session.search = Search.read(values[page.search])  # one line in the page for a filter it cannot read
-    if session.search is not None:
-        hits = [(lane, i) for lane in LANES for i in session.search.positions(session.traces[lane])]
-        order = [(LANES.index(lane), i) for lane, i in hits]
-        here = (LANES.index(session.selected[0]), session.selected[1]) if session.selected else (-1, -1)
-        after = [n for n, place in enumerate(order) if (place > here if delta > 0 else place < here)]
-        if hits:
-            session.select(*hits[(after[0] if delta > 0 else after[-1]) if after else (0 if delta > 0 else -1)])
+    hits = [(lane, i) for lane in LANES for i in session.search.positions(session.traces[lane])] if session.search else []
+    if hits:
+        place = {lane: n for n, lane in enumerate(LANES)}  # reading order: the left lane, then the right
+        here = (place[session.selected[0]], session.selected[1]) if session.selected else (-1, -1)
+        if delta > 0:
+            later = [hit for hit in hits if (place[hit[0]], hit[1]) > here]
+            session.select(*(later[0] if later else hits[0]))
+        else:
+            earlier = [hit for hit in hits if (place[hit[0]], hit[1]) < here]
+            session.select(*(earlier[-1] if earlier else hits[-1]))
     view = page.controls.read_view(values)
     return render_lanes(page, session, view) | render_panels(page, session, view) | {page.step_lane: session.step_lane}
 
@@ -355,7 +357,7 @@ def open_difference(
     session: Session = values[page.state]
     page.sessions.track(client_of(request).session, session)
     folder = values[tab.traces].parent.name
-    link = Link({"eval": folder, "problem": problem, "sample": str(sample), **methods_of(traces)})
+    link = Link({"eval": folder, "problem": problem, "sample": str(sample), **_methods_of(traces)})
     shown = show_runs(page, host, session, traces, link, f"Opened problem {problem} (sample {sample}) of {folder}")
     return shown | {tabs: gr.Tabs(selected="compare"), tab.message: say("")}
 
@@ -373,15 +375,11 @@ def open_link(page: Page, host: ModelHost, gallery: Gallery, eval_dirs: list[str
         return show_runs(page, host, session, in_lanes(runs), link, f"Opened {recording.title} from the gallery")
     folder = eval_folder(link.source["eval"], eval_dirs)
     problem, sample = link.source["problem"], link.source["sample"]
-    traces = evaluation.problem_runs(_traces_of(folder), problem, sample, {lane: link.source[lane] for lane in LANES})
-    return show_runs(page, host, session, traces, link, f"Opened problem {problem} (sample {sample}) of {folder.name}")
+    runs = evaluation.problem_runs(evaluation.traces_in(folder), problem, sample, {lane: link.source[lane] for lane in LANES})
+    return show_runs(page, host, session, runs, link, f"Opened problem {problem} (sample {sample}) of {folder.name}")
 
 
-def _traces_of(folder: Path) -> Path | None:
-    return folder / "traces" if (folder / "traces").is_dir() else None
-
-
-def methods_of(traces: dict[str, Trace | None]) -> dict[str, str]:
+def _methods_of(traces: dict[str, Trace | None]) -> dict[str, str]:
     """Each lane's method, as a link names them."""
     return {lane: t.settings.method for lane, t in traces.items() if t is not None}
 
