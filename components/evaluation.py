@@ -19,6 +19,7 @@ from easd.method.trace import Trace
 
 from .figures import empty_figure
 from .html import Html, join, number, tag
+from .links import folder_name
 
 
 @dataclass(kw_only=True)
@@ -63,7 +64,7 @@ def build_evaluation_tab(folders: list[str]) -> EvaluationTab:
     )
     with gr.Row():
         # the browser sees a folder's name and a number, never its path
-        choices = [(Path(folder).name or folder, str(i)) for i, folder in enumerate(folders)]
+        choices = [(folder_name(folder), str(i)) for i, folder in enumerate(folders)]
         folder = gr.Dropdown(choices, value=None, label="Evaluation folder", interactive=bool(folders), elem_id="eval_folder")
         uploads = gr.File(file_count="multiple", file_types=[".csv"], label="…or upload CSV files", elem_id="eval_upload")
     message = gr.HTML(elem_id="eval_message")
@@ -230,6 +231,10 @@ def differences_table(results: pd.DataFrame, left: str, right: str) -> pd.DataFr
     """The (problem, sample)s where `left` and `right` answered differently, or one is right and the other wrong
     (those first): each one's verdict and answer, the first character where their texts differ, and each one's first
     penalty (a token position; "" where it made none)."""
+    columns = ["problem_id", "sample", "gold", left, right, "texts differ at character"]
+    columns += [f"{left}: first penalty", f"{right}: first penalty"]
+    if left == right:  # one method against itself: nothing differs, and its columns would collide
+        return pd.DataFrame(columns=list(dict.fromkeys(columns)))
     runs = {m: results[results["method"] == m].set_index(["problem_id", "sample"]) for m in (left, right)}
     both = runs[left].index.intersection(runs[right].index, sort=False)
     rows = []
@@ -250,10 +255,6 @@ def differences_table(results: pd.DataFrame, left: str, right: str) -> pd.DataFr
                 "verdicts differ": bool(a["correct"]) != bool(b["correct"]),
             }
         )
-    columns = ["problem_id", "sample", "gold", left, right, "texts differ at character"]
-    columns += [f"{left}: first penalty", f"{right}: first penalty"]
-    if left == right:  # one method against itself: nothing differs, and its columns would collide
-        return pd.DataFrame(columns=list(dict.fromkeys(columns)))
     table = pd.DataFrame(rows, columns=[*columns, "verdicts differ"])
     return table.sort_values("verdicts differ", ascending=False, kind="stable")[columns].reset_index(drop=True)
 

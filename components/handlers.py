@@ -32,7 +32,7 @@ from .gradio_internals import Outbox, event_data
 from .html import tag
 from .intake import CompareRequest, client_of
 from .lanes import lane_title
-from .links import Link, eval_folder
+from .links import Link, eval_folder, folder_name
 from .news import news
 from .page import Page
 from .render import in_page_words, render_all, render_files, render_lanes, render_lanes_and_panels, render_panels, say, stop_note
@@ -356,7 +356,7 @@ def open_difference(
     traces, (problem, sample) = chosen
     session: Session = values[page.state]
     page.sessions.track(client_of(request).session, session)
-    folder = values[tab.traces].parent.name
+    folder = folder_name(values[tab.traces].parent)
     link = Link({"eval": folder, "problem": problem, "sample": str(sample), **_methods_of(traces)})
     shown = show_runs(page, host, session, traces, link, f"Opened problem {problem} (sample {sample}) of {folder}")
     return shown | {tabs: gr.Tabs(selected="compare"), tab.message: say("")}

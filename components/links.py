@@ -74,6 +74,11 @@ def link_html(link: Link | None, selected: tuple[str, int] | None) -> Html:
 def eval_folder(name: str, allowed: list[str]) -> Path:
     """The allowed eval folder named `name` (as the Evaluation tab lists it); one line if none is."""
     for folder in allowed:
-        if (Path(folder).name or folder) == name:
+        if folder_name(folder) == name:
             return Path(folder)
     raise SettingsError("eval", f"must be the name of an evaluation folder this app may open (got {name[:40]!r})")
+
+
+def folder_name(folder: str | Path) -> str:
+    """An allowed eval folder as the browser knows it: its name, never its path (the Evaluation tab's list, links)."""
+    return Path(folder).name or str(folder)

@@ -43,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _chosen(runs: str, count: int, path: Path) -> list[int]:
     """The runs' indices: two (or the one a one-run file holds), each a place in the file."""
+    if count == 0:
+        raise EasdError(f"{path.name}: holds no run")
     try:
         places = [int(part) for part in runs.split(",")]
     except ValueError:
@@ -51,6 +53,4 @@ def _chosen(runs: str, count: int, path: Path) -> list[int]:
         return [0]
     if len(places) != 2 or not all(1 <= p <= count for p in places):
         raise SettingsError("--runs", f"must be two places from 1 to {count}, the runs {path.name} holds (got {runs[:40]!r})")
-    if count == 0:
-        raise EasdError(f"{path.name}: holds no run")
     return [p - 1 for p in places]
