@@ -4,7 +4,6 @@ and the tests start it)."""
 from __future__ import annotations
 
 import inspect
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +16,7 @@ from starlette.middleware import Middleware
 from easd.serving.metrics import ServingMetrics
 
 from . import api, gradio_internals
+from .routes import ApiCalls, McpRequests
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 LIGHT_EVENTS = 4  # uploads and the Evaluation tab's events served at once (generation has its own limit: ModelHost.slots)
@@ -45,6 +45,9 @@ def serve(
     gradio_internals.skip_untouched_outputs(demo)
     gradio_internals.sessions_without_configs()
     gradio_internals.absent_matplotlib_fails_at_once()
+    endpoints = {"compare": api_parameters(api.compare)}  # the API by name, each with its parameters in order
+    if mcp:
+        endpoints["compare_briefly"] = api_parameters(api.compare_briefly)
     return demo.launch(
         server_name=host,
         server_port=port,
@@ -57,7 +60,8 @@ def serve(
             "lifespan": gradio_internals.mcp_tools_only(demo, api.MCP_TOOLS),
             "middleware": [
                 *([Middleware(MetricsRoute, metrics=metrics)] if metrics is not None else []),
-                Middleware(WholeArguments, parameters={"compare": api_parameters(api.compare)}),
+                Middleware(ApiCalls, parameters=endpoints),
+                *([Middleware(McpRequests)] if mcp else []),
                 Middleware(gradio_internals.EventStreams, connections=gradio_internals.Outbox.of(demo).connections),
             ],
         },
@@ -99,53 +103,3 @@ class MetricsRoute:
         if "name[]" in query:
             registry = registry.restricted_registry(query["name[]"])
         return 200, generate_latest(registry), CONTENT_TYPE_LATEST
-
-
-class WholeArguments:
-    """Answers a plain-HTTP API call with too few values in one line, before Gradio sees it.
-
-    POST /gradio_api/call/NAME takes every parameter's value, in order. Given fewer, Gradio fails
-    inside the server (`{"error": null}` for the caller, a traceback in the log); here the caller is
-    told which values to send. Any other request passes through untouched.
-    """
-
-    def __init__(self, app, parameters: dict[str, list[str]]):
-        self.app, self.parameters = app, parameters
-
-    async def __call__(self, scope, receive, send):
-        name = scope.get("path", "").rsplit("/gradio_api/call/", 1)[-1].strip("/") if scope["type"] == "http" else ""
-        if scope.get("method") != "POST" or "/gradio_api/call/" not in scope.get("path", "") or name not in self.parameters:
-            return await self.app(scope, receive, send)
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body, more = body + message.get("body", b""), message.get("more_body", False)
-        problem = self._problem(name, body)
-        if problem:
-            response = json.dumps({"detail": problem}).encode()
-            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(response)).encode())]
-            await send({"type": "http.response.start", "status": 422, "headers": headers})
-            return await send({"type": "http.response.body", "body": response})
-        replayed = False
-
-        async def replay():
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app(scope, replay, send)
-
-    def _problem(self, name: str, body: bytes) -> str | None:
-        try:
-            data = json.loads(body).get("data")
-        except (ValueError, AttributeError):
-            return None  # not a JSON object: Gradio answers that itself
-        wanted = self.parameters[name]
-        if not isinstance(data, list) or len(data) >= len(wanted):
-            return None
-        return (
-            f"{name} takes {len(wanted)} values in this order: {', '.join(wanted)} (got {len(data)}); send them all, or "
-            f"POST /gradio_api/call/v2/{name} with named values, where missing ones take their defaults"
-        )

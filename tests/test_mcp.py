@@ -11,6 +11,7 @@ from conftest import launch_app
 from gradio_client import Client
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from test_app_isolation import ARGUMENTS
 
 from components.api import compare_briefly
 from components.server import api_parameters
@@ -160,3 +161,69 @@ def test_without_the_flag_there_is_no_mcp_server_whatever_gradio_mcp_server_says
         assert f"/{TOOL}" not in Client(url, verbose=False).view_api(print_info=False, return_format="dict")["named_endpoints"]
     finally:
         demo.close()
+
+
+# --- every route the app serves answers a bad call in one line (components.routes) -------------------------------
+
+
+def post(url: str, route: str, body) -> httpx.Response:
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+    return httpx.post(f"{url}gradio_api/{route}", content=content, headers=headers, timeout=30)
+
+
+@pytest.mark.parametrize("route", ["run/compare", "api/compare", "run/compare_briefly", "api/compare_briefly", "call/compare"])
+def test_too_few_values_on_any_route_get_one_line(served, route, capfd):
+    url, _ = served
+    answered = post(url, route, {"data": ["Hi"]})
+    name = route.split("/")[1]
+    assert answered.status_code == 422
+    assert answered.json()["detail"].startswith(f"{name} takes 14 values in this order: prompt, tau_h")
+    assert "Traceback" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("route", ["run/nosuch", "api/nosuch", "call/nosuch", "call/v2/nosuch", "run/generate", "run/stop"])
+def test_a_name_that_is_no_api_endpoint_gets_one_line_not_a_traceback(served, route, capfd):
+    """Unknown names, and the page's own events, which Gradio would run by their names on the plain routes."""
+    url, _ = served
+    answered = post(url, route, {"data": ["Hi"]})
+    assert answered.status_code == 404
+    assert (
+        answered.json()["detail"] == f"this app has no API endpoint {route.rsplit('/', 1)[1]!r}: it has compare, compare_briefly"
+    )
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_body_nested_too_deeply_is_one_line(served, capfd):
+    url, _ = served
+    deep = b"[" * 100_000 + b"]" * 100_000
+    answered = post(url, "run/compare", b'{"data": ' + deep + b"}")
+    assert answered.status_code == 422 and "nested too deeply" in answered.json()["detail"]
+    rpc = b'{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "compare_briefly", "arguments": {"prompt": '
+    answered = post(url, "mcp/", rpc + deep + b"}}}")
+    assert answered.status_code == 400 and "nested too deeply" in answered.json()["error"]["message"]
+    assert "Traceback" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_a_number_json_cannot_carry_is_named_by_its_argument(served, constant):
+    url, _ = served
+    rpc = '{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "compare_briefly", '
+    answered = post(url, "mcp/", (rpc + f'"arguments": {{"prompt": "x", "tau_h": {constant}}}}}}}').encode())
+    result = answered.json()["result"]
+    assert answered.json()["id"] == 7 and result["isError"]
+    assert result["content"][0]["text"] == f"tau_h: must be a finite number (got {constant}, which JSON cannot carry)"
+
+
+def test_a_caller_that_leaves_the_plain_route_stops_its_run(served):
+    """POST /gradio_api/run/compare_briefly runs in the request itself: a caller that goes away ends it, as over MCP."""
+    url, host = served
+    stops = host.metrics.registry
+    before = stops.get_sample_value("easd:run_stops_total", {"pair": "tiny-random", "reason": "left"}) or 0
+    values = {"prompt": "a long story, never read", "max_new_tokens": 2000}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{url}gradio_api/run/compare_briefly", json={"data": list((ARGUMENTS | values).values())}, timeout=1.0)
+    deadline = time.monotonic() + 30
+    while stops.get_sample_value("easd:run_stops_total", {"pair": "tiny-random", "reason": "left"}) != before + 2:
+        assert time.monotonic() < deadline, "the run went on without its caller"
+        time.sleep(0.05)
