@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, replace
 
 import gradio as gr
 
-from easd.errors import SettingsError
+from easd.errors import SettingsError, shown
 from easd.method.acceptance import rule_fires
 from easd.method.settings import RULES, DecodeSettings, overlap_needed
 
@@ -93,19 +93,19 @@ def check_number(name: str, value, field: Slider) -> int | float:
         ok = isinstance(value, int) or value.is_integer()
         value = int(value) if ok else value
     if not (ok and field.low <= value <= field.high):
-        raise SettingsError(name, f"must be {field.describe()} (got {_shown(value)})")
+        raise SettingsError(name, f"must be {field.describe()} (got {shown(value)})")
     return value
 
 
 def check_rule(value) -> str:
     if not (isinstance(value, str) and value in RULES):
-        raise SettingsError("rule", f"must be one of {', '.join(RULES)} (got {_shown(value)})")
+        raise SettingsError("rule", f"must be one of {', '.join(RULES)} (got {shown(value)})")
     return value
 
 
 def check_prompt(value) -> str:
     if not isinstance(value, str):
-        raise SettingsError("prompt", f"must be text (got {_shown(value)})")
+        raise SettingsError("prompt", f"must be text (got {shown(value)})")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -118,20 +118,14 @@ def check_prompt(value) -> str:
 def check_method(lane: str, value) -> str:
     """A lane's method (`lane` is "left" or "right", as the API's parameters are named)."""
     if not (isinstance(value, str) and value in TITLES):
-        raise SettingsError(lane, f"must be one of {', '.join(TITLES)} (got {_shown(value)})")
+        raise SettingsError(lane, f"must be one of {', '.join(TITLES)} (got {shown(value)})")
     return value
 
 
 def check_flag(name: str, value) -> bool:
     if not isinstance(value, bool):
-        raise SettingsError(name, f"must be true or false (got {_shown(value)})")
+        raise SettingsError(name, f"must be true or false (got {shown(value)})")
     return value
-
-
-def _shown(value) -> str:
-    """A bad value, short enough for one line."""
-    shown = repr(value)
-    return shown if len(shown) <= 40 else shown[:37] + "…"
 
 
 @dataclass(frozen=True)

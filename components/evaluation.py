@@ -10,7 +10,7 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
-from easd.errors import EasdError
+from easd.errors import EasdError, shown
 from easd.lab import report
 from easd.lab.evaluate import trace_name
 from easd.lab.results import load_results
@@ -312,7 +312,14 @@ def problem_runs(folder: Path | None, problem, sample, methods: dict[str, str]) 
     traces = {}
     for lane, method in methods.items():
         path = folder / trace_name({"problem_id": problem, "method": method, "sample": sample})
-        if path.resolve().parent != folder.resolve() or not path.is_file():  # a problem id cannot lead out of traces/
-            raise EasdError(f"No trace of {method} on problem {problem} (sample {sample}) in this folder. {NO_TRACES}")
+        try:
+            inside = path.resolve().parent == folder.resolve() and path.is_file()  # a problem id cannot lead out of traces/
+        except (OSError, ValueError):  # a name the file system cannot hold (a NUL, too long)
+            inside = False
+        if not inside:
+            raise EasdError(
+                f"This folder's traces/ holds no trace of {shown(str(method))} on problem {shown(str(problem))} (sample {sample}): "
+                "check the problem id and the methods, which must be among those the eval ran"
+            )
         [traces[lane]] = trace_io.load(path)
     return traces

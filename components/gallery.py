@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from easd.errors import SettingsError
+from easd.errors import SettingsError, shown
 from easd.method import trace as trace_io
 from easd.method.compare import Comparison
 from easd.method.decoding import Batch
@@ -58,7 +58,7 @@ class Gallery:
     def open(self, key) -> tuple[Recording, list[Trace]]:
         recording = self.recordings.get(key) if isinstance(key, str) else None
         if recording is None:
-            raise SettingsError("recorded run", f"must be one of the gallery's runs (got {repr(key)[:40]})")
+            raise SettingsError("recorded run", f"must be one of the gallery's runs (got {shown(key)})")
         return recording, trace_io.load(self.folder / recording.file)
 
     def record(self, pair, keys: list[str]) -> None:

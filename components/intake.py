@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import gradio as gr
 from starlette.requests import Request
 
-from easd.errors import EasdError, SettingsError
+from easd.errors import EasdError, SettingsError, shown
 from easd.method.compare import Comparison
 from easd.method.methods import METHODS
 from easd.method.settings import DecodeSettings
@@ -47,7 +47,7 @@ def allowed_pair(host: ModelHost, name) -> str:
     if not host.allowed:
         raise EasdError("no model pair is served here; this app can only view trace files")
     if not (isinstance(name, str) and name in host.allowed):
-        raise SettingsError("pair", f"must be one of {', '.join(host.allowed)} (got {repr(name)[:40]})")
+        raise SettingsError("pair", f"must be one of {', '.join(host.allowed)} (got {shown(name)})")
     return name
 
 

@@ -5,6 +5,14 @@ wrong and how to fix it, in one line. The CLI prints it and exits with status 2;
 in the page. Anything else is a bug.
 """
 
+SHOWN_CHARS = 40  # a bad value quoted in an error is cut to about this: a pasted megabyte must still be one line
+
+
+def shown(value) -> str:
+    """A bad value as an error message quotes it: its repr, cut short enough for one line."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "…"
+
 
 class EasdError(Exception):
     """A problem with the user's input, files or environment, explained in one line."""

@@ -97,5 +97,5 @@ def test_a_difference_opens_both_traces_and_a_folder_without_them_says_so_in_one
         evaluation.chosen_runs(tab, values | {tab.traces: uploaded[tab.traces]}, SimpleNamespace(index=[0, 0]))
     forged = shown[tab.results].copy()
     forged["problem_id"] = "../../" + forged["problem_id"].astype(str)  # a results.csv whose ids lead out of traces/
-    with pytest.raises(EasdError, match="No trace of sd on problem ../../"):
+    with pytest.raises(EasdError, match="traces/ holds no trace of 'sd' on problem '../../"):
         evaluation.chosen_runs(tab, values | {tab.results: forged}, SimpleNamespace(index=[0, 0]))

@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from urllib.parse import quote
 
 from tqdm import tqdm
 
@@ -312,4 +313,6 @@ def run_evaluation(
 
 def trace_name(row: dict) -> str:
     """The file under --out/traces that holds a result row's trace (`eval --traces`)."""
-    return f"{row['problem_id']}-{row['method'].replace(':', '_').replace('/', '_')}-s{row['sample']}.json"
+    # a problem id may hold a slash (MATH-500's "test/algebra/1.json"): quoted, it names a file in traces/ itself, and
+    # GSM8K's or any plain id stays as it is
+    return f"{quote(str(row['problem_id']), safe='')}-{row['method'].replace(':', '_').replace('/', '_')}-s{row['sample']}.json"
