@@ -36,12 +36,15 @@ class Downloads:
         trace_io.write_json(traces, paths[1])
         return str(paths[0]), str(paths[1])
 
-    def write_page(self, traces: list[Trace], html: str, root: Path) -> str:
-        """`html`, the traces drawn as one page (components.export), beside the latest export's files; -> its path."""
+    def page_path(self, traces: list[Trace], root: Path) -> Path:
+        """Where the traces drawn as one page (components.export) go: beside the latest export's files."""
         first = next(t for t in traces if t is not None and t.records)
-        path = self._made(root) / f"{export_name(first, datetime.date.today())}.html"
-        path.write_text(html, encoding="utf-8", errors="replace")  # a lone surrogate of a token's bytes becomes "?"
-        return str(path)
+        return self._made(root) / f"{export_name(first, datetime.date.today())}.html"
+
+    def latest_json(self) -> Path | None:
+        """The JSON file of the latest export (`write`), None before one."""
+        found = sorted(self.folder.glob("*.json")) if self.folder is not None and self.folder.is_dir() else []
+        return found[0] if found else None
 
     def _made(self, root: Path) -> Path:
         """The folder, made under `root` if it is not there."""

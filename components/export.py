@@ -14,10 +14,17 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import multiprocessing
+import os
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 from plotly.offline import get_plotlyjs
 
 from easd.errors import EasdError
+from easd.files import write_text_whole
+from easd.method import trace as trace_io
 from easd.method.compare import LANES
 from easd.method.trace import Trace
 
@@ -30,6 +37,7 @@ from .server import ASSETS
 from .session import Session
 from .stats import comparison_html, speed_html, stats_html
 
+NOTHING_YET = "nothing to put in a file yet: run a comparison, or open one, first"
 # Shows the chosen token's inspector (its <template>, rendered in Python), marks the token, keeps the address's
 # #lane-position in step so a link opens on that token, and draws the figures from their JSON.
 SCRIPT = """
@@ -93,7 +101,7 @@ def comparison_file(traces: dict[str, Trace | None]) -> str:
     session = Session(traces={lane: traces.get(lane) for lane in LANES})
     shown = next((t for t in session.traces.values() if t is not None and t.records), None)
     if shown is None:
-        raise EasdError("nothing to put in a file yet: run a comparison, or open one, first")
+        raise EasdError(NOTHING_YET)
     body = join(
         [
             tag("h1", "EASD Lab: ", " | ".join(lane_title(lane, t) for lane, t in session.traces.items())),
@@ -121,13 +129,39 @@ def comparison_file(traces: dict[str, Trace | None]) -> str:
     return f'<!doctype html>\n<html lang="en"><head>{head}</head><body>{body}{tag("script", Html(ours))}</body></html>\n'
 
 
+def file_aside(source: Path, lanes: list[str], out: Path) -> int:
+    """Write the comparison file at `out`, in a process of its own, from the runs of `source` (a JSON trace file whose
+    runs are `lanes`' in order: the page's own download, already written). A long run's file takes seconds of
+    CPU, and in the server's process its long single steps (a join of the whole file, escaping one huge text) would hold
+    Python's lock for a third of a second at a time, keeping every other user's page and /metrics waiting; the
+    process is started once, on the first file, and serves one file at a time (the page's make_html limit).
+    -> the id of the process that wrote it."""
+    with _LOCK:
+        global _POOL
+        if _POOL is None:
+            _POOL = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        pool = _POOL
+    return pool.submit(write_file, source, lanes, out).result()
+
+
+def write_file(source: Path, lanes: list[str], out: Path) -> int:
+    """`file_aside`'s work, where it runs: -> that process's id."""
+    runs = trace_io.read_json(source, capped=False)  # the server's own file: no limit to apply
+    write_text_whole(out, comparison_file(dict(zip(lanes, runs))), errors="replace")  # a lone surrogate becomes "?"
+    return os.getpid()
+
+
+_LOCK = threading.Lock()
+_POOL: ProcessPoolExecutor | None = None  # the process that makes files, once one was asked for
+
+
 def _lanes(session: Session) -> Html:
     fork = session.fork
     sections = [
         tag(
             "section",
             tag("h3", lane_title(lane, trace)),
-            tag("div", lane_html(lane, trace, fork=fork), class_="prose lane", id=f"lane_{lane}"),
+            tag("div", lane_html(lane, trace, fork=fork, limit=None), class_="prose lane", id=f"lane_{lane}"),  # every token
             stats_html(trace),
         )
         for lane, trace in session.traces.items()

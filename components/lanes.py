@@ -73,13 +73,13 @@ def lane_title(lane: str, trace: Trace | None) -> str:
     return f"{method}{rule}"
 
 
-def lane_window(trace: Trace, selected: int | None) -> range:
-    """The indices of the records a lane draws: all of them, or MAX_LANE_TOKENS around the selection."""
+def lane_window(trace: Trace, selected: int | None, limit: int | None = MAX_LANE_TOKENS) -> range:
+    """The indices of the records a lane draws: all of them, or `limit` around the selection (None: no limit)."""
     count = len(trace.records)
-    if count <= MAX_LANE_TOKENS:
+    if limit is None or count <= limit:
         return range(count)
-    start = min(max((selected or 0) - MAX_LANE_TOKENS // 2, 0), count - MAX_LANE_TOKENS)
-    return range(start, start + MAX_LANE_TOKENS)
+    start = min(max((selected or 0) - limit // 2, 0), count - limit)
+    return range(start, start + limit)
 
 
 class Spans:
@@ -114,9 +114,12 @@ def lane_html(
     found: set[int] | None = None,
     running: bool = False,
     spans: Spans | None = None,
+    limit: int | None = MAX_LANE_TOKENS,
 ) -> Html:
     """One lane: a span per token, with data-lane/data-pos for clicks and a tooltip per token (from `spans`, where
     each is rendered once, if given); `whatif` marks what EASD would refuse, `found` the tokens a search matched.
+    The page draws at most `limit` tokens, around the selection, and moves the window as the selection moves; a file
+    that opens without a server (components.export) draws them all (None).
 
     Only spans, no wrapper: while a run streams, each update then just *appends* to the last one,
     which Gradio sends as a small diff instead of the whole lane again.
@@ -124,7 +127,7 @@ def lane_html(
     if trace is None or not trace.records:
         return tag("span", "generating…" if running else "no tokens yet", class_="empty")
     marks = whatif if whatif is not None else np.zeros(len(trace.records), dtype=bool)
-    window = lane_window(trace, selected)
+    window = lane_window(trace, selected, limit)
     # one token of the lane is in the Tab order (the selected one, else the first); the arrow keys reach the rest
     entry = selected if selected in window else window.start
     spans = spans or Spans(len(window))

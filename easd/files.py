@@ -13,9 +13,14 @@ def temporary_path(final: Path) -> Path:
     return final.parent / f".{final.name}.tmp-{uuid.uuid4().hex[:8]}"
 
 
-def write_text_whole(path: Path, text: str) -> None:
-    """Write `text` to `path` aside and rename it into place, making the folder if needed."""
+def write_text_whole(path: Path, text: str, errors: str = "strict") -> None:
+    """Write `text` (UTF-8) to `path` aside and rename it into place, making the folder if needed; if anything fails,
+    nothing is left behind, not even the aside."""
     path.parent.mkdir(parents=True, exist_ok=True)
     written = temporary_path(path)
-    written.write_text(text)
-    os.replace(written, path)
+    try:
+        written.write_text(text, encoding="utf-8", errors=errors)
+        os.replace(written, path)
+    except BaseException:
+        written.unlink(missing_ok=True)
+        raise

@@ -2,7 +2,9 @@
 opened from disk in Chromium with the network off, on a laptop's screen and a phone's."""
 
 import base64
+import dataclasses
 import hashlib
+import os
 import re
 from html import unescape
 
@@ -10,7 +12,7 @@ import pytest
 from test_app_browser import CHROMEDRIVER, CHROMIUM
 from test_app_render import nasty_trace
 
-from components.export import comparison_file
+from components.export import comparison_file, file_aside
 from easd.cli import main
 from easd.method import trace as trace_io
 from easd.method.compare import Comparison
@@ -85,6 +87,37 @@ def test_the_command_line_writes_it_and_says_what_is_wrong_in_one_line(compared,
     assert "missing.json: no such file" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "out, line",
+    [
+        ("{folder}", "--out: {folder} is a folder: give the HTML file's name"),
+        ("/proc/version", "--out: cannot write /proc/version"),
+        ("/sys/x.html", "--out: cannot write /sys/x.html"),
+        ("{trace}", "--out: is the trace file itself (both.json)"),
+    ],
+)
+def test_an_output_it_cannot_write_is_one_line_and_leaves_the_trace_as_it_was(compared, tmp_path, capsys, out, line):
+    _, path = compared
+    before = path.read_bytes()
+    out, line = (text.format(folder=tmp_path, trace=path) for text in (out, line))
+    assert main(["export-html", str(path), "-o", out]) == 2
+    err = capsys.readouterr().err
+    assert line in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert path.read_bytes() == before and not list(tmp_path.glob(".*.tmp-*"))  # nothing half-written anywhere
+
+
+def test_a_trace_with_a_byte_order_mark_is_a_trace(compared, tmp_path):
+    """Editors and spreadsheets on Windows write UTF-8 with a byte-order mark: JSON and CSV alike still load."""
+    traces, path = compared
+    for name, write in (("bom.json", trace_io.write_json), ("bom.csv", trace_io.write_csv)):
+        plain = tmp_path / f"plain-{name}"
+        write(list(traces.values()), plain)
+        marked = tmp_path / name
+        marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+        assert [t.token_ids for t in trace_io.load(marked)] == [t.token_ids for t in traces.values()]
+    assert main(["export-html", str(tmp_path / "bom.json"), "-o", str(tmp_path / "bom.html")]) == 0
+
+
 browser_only = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver")
 
 
@@ -132,3 +165,59 @@ def test_a_script_that_slipped_into_the_file_would_not_run(compared, tmp_path):
         assert refused, "the policy said nothing: was the script allowed?"
     finally:
         driver.quit()
+
+
+def tiled(trace, count: int):
+    """`trace` with its tokens repeated to `count` (renumbered): a long run without decoding one."""
+    records, blocks = trace.records, trace.records[-1].block + 1
+    return dataclasses.replace(
+        trace,
+        records=[
+            dataclasses.replace(
+                records[i % len(records)], position=i, block=records[i % len(records)].block + i // len(records) * blocks
+            )
+            for i in range(count)
+        ],
+    )
+
+
+@pytest.mark.slow  # two files of 2,000 and 25,000 tokens a lane, about 30 s, and the long one opened in Chromium
+@browser_only
+def test_every_token_of_a_long_run_is_in_the_file_and_reachable_offline(compared, tmp_path):
+    """The page draws 2,000 tokens of a lane around the selection (components.lanes); a file has no server to move
+    that window, so it draws every token, and its size grows no faster than the run."""
+    traces, _ = compared
+    sizes = {}
+    for count in (2_000, 25_000):
+        path = tmp_path / f"long-{count}.html"
+        path.write_text(comparison_file({lane: tiled(t, count) for lane, t in traces.items()}), encoding="utf-8")
+        sizes[count] = path.stat().st_size
+    assert sizes[25_000] / sizes[2_000] <= 25_000 / 2_000
+    driver, seconds = open_offline(tmp_path / "long-25000.html", "1280,720", "#right-24000")
+    try:
+        inspector = driver.find_element("id", "inspector")
+        assert "Token #24000 in EASD" in inspector.text  # a link far past the page's window
+        assert len(driver.find_elements("css selector", 'span[data-lane="left"][data-pos]')) == 25_000
+        driver.find_element("css selector", 'span[data-lane="left"][data-pos="1999"]').click()
+        driver.switch_to.active_element.send_keys("\ue014")  # the right arrow key, past the page's 2,000
+        assert "Token #2000 in SD" in inspector.text
+        last = driver.find_element("css selector", 'span[data-lane="right"][data-pos="24999"]')
+        driver.execute_script("arguments[0].scrollIntoView()", last)
+        last.click()
+        assert "Token #24999 in EASD" in inspector.text
+        print(
+            f"\n2,000 and 25,000 tokens a lane: {sizes[2_000] / 2**20:.1f} MB and {sizes[25_000] / 2**20:.1f} MB; "
+            f"the long one drawn {seconds:.1f} s after opening"
+        )
+    finally:
+        driver.quit()
+
+
+def test_the_page_makes_its_file_in_a_process_of_its_own(compared, tmp_path):
+    """A long run's file takes seconds of CPU whose single steps would hold the server's lock (a third of a second at a
+    time for 25,000 tokens a lane): the page makes it in another process, from its own JSON download, and the file is
+    the same as one made here."""
+    traces, path = compared
+    out = tmp_path / "aside.html"
+    assert file_aside(path, ["left", "right"], out) != os.getpid()
+    assert out.read_text(encoding="utf-8") == comparison_file(traces)

@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import EasdError, SettingsError
+from ..files import write_text_whole
 from ..method import trace as trace_io
 
 NAME = "export-html"
@@ -27,18 +28,32 @@ def add(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    out = args.out or args.trace.with_suffix(".html")
-    if not out.parent.resolve().is_dir():
-        raise SettingsError("--out", f"the folder {out.parent} does not exist")
     traces = trace_io.load(args.trace)
+    out = _writable(args.out or args.trace.with_suffix(".html"), args.trace)
     chosen = _chosen(args.runs, len(traces), args.trace)
     from components.export import comparison_file  # the page's renderers (see the module's docstring)
 
     lanes = dict(zip(("left", "right"), [traces[i] for i in chosen] + [None]))
     html = comparison_file(lanes)
-    out.write_text(html, encoding="utf-8", errors="replace")  # a lone surrogate of a token's bytes becomes "?"
+    try:  # written aside and renamed: a failure leaves nothing half-written, and an old file as it was
+        write_text_whole(out, html, errors="replace")  # a lone surrogate of a token's bytes becomes "?"
+    except OSError as err:
+        raise SettingsError("--out", f"cannot write {out}: {err.strerror or err}") from None
     print(f"wrote {out} ({out.stat().st_size / 2**20:.1f} MB): {', '.join(t.settings.method for t in lanes.values() if t)}")
     return 0
+
+
+def _writable(out: Path, trace: Path) -> Path:
+    """`out` if an HTML file may be written there: its folder exists, it is no folder itself, and it is not the trace."""
+    if not out.parent.resolve().is_dir():
+        raise SettingsError("--out", f"the folder {out.parent} does not exist")
+    if out.is_dir():
+        raise SettingsError("--out", f"{out} is a folder: give the HTML file's name, as in {out / 'run.html'}")
+    if out.resolve() == trace.resolve():
+        raise SettingsError(
+            "--out", f"is the trace file itself ({trace.name}): give another name, as in {trace.with_suffix('.html').name}"
+        )
+    return out
 
 
 def _chosen(runs: str, count: int, path: Path) -> list[int]:

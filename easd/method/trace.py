@@ -319,7 +319,8 @@ def read_csv(path: str | Path) -> list[Trace]:
     """Read a trace CSV exactly and check every cell; one line naming the first bad row and column if any is bad."""
     path = Path(path)
     try:
-        with path.open(newline="", encoding="utf-8") as handle:
+        # utf-8-sig: a byte-order mark (a spreadsheet or an editor wrote it) is no part of the header
+        with path.open(newline="", encoding="utf-8-sig") as handle:
             return _runs_from_csv(csv.reader(handle))
     except SchemaError as err:
         raise EasdError(f"{path.name}: {err}") from None
@@ -468,11 +469,12 @@ def write_json(traces: list[Trace], path: str | Path) -> None:
     Path(path).write_text(json.dumps(to_json_dict(traces), ensure_ascii=False, indent=1), encoding="utf-8")
 
 
-def read_json(path: str | Path) -> list[Trace]:
-    """Read a trace JSON and check every field; one line naming the first bad field (a JSON path) if any is bad."""
+def read_json(path: str | Path, capped: bool = True) -> list[Trace]:
+    """Read a trace JSON and check every field; one line naming the first bad field (a JSON path) if any is bad.
+    A file of more fields than MAX_CELLS is refused unless it is not `capped` (one this program wrote itself)."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))  # a byte-order mark is no part of the text
     except RecursionError:
         raise EasdError(f"{path.name}: not a readable trace JSON (nested too deeply)") from None
     except UnicodeDecodeError:
@@ -484,7 +486,7 @@ def read_json(path: str | Path) -> list[Trace]:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise EasdError(f'{path.name}: not an EASD trace (expected "format": "{FORMAT}")')
     try:
-        return _runs_from_json(data)
+        return _runs_from_json(data, capped)
     except SchemaError as err:
         raise EasdError(f"{path.name}: {err}") from None
 
@@ -496,7 +498,7 @@ _JSON_ROW_FIELDS |= {
 }
 
 
-def _runs_from_json(data: dict) -> list[Trace]:
+def _runs_from_json(data: dict, capped: bool) -> list[Trace]:
     _check_keys(data, {"format", "version", "runs"})
     version = data.get("version")
     if version not in (1, FORMAT_VERSION) or isinstance(version, bool):
@@ -504,7 +506,7 @@ def _runs_from_json(data: dict) -> list[Trace]:
     runs = _list(data, "runs", MAX_RUNS)
     rows = [run["rows"] for run in runs if isinstance(run, dict) and isinstance(run.get("rows"), list)]
     cells = sum(len(row) for run_rows in rows for row in run_rows if isinstance(row, dict))
-    if cells > MAX_CELLS:
+    if capped and cells > MAX_CELLS:
         raise SchemaError("runs", f"the rows hold {cells:,} fields, more than the {MAX_CELLS:,} a trace may have")
     traces = []
     for i, run in enumerate(runs):
