@@ -16,7 +16,7 @@ from functools import partial
 
 import gradio as gr
 
-from easd.errors import EasdError
+from easd.errors import EasdError, SettingsError, shown
 from easd.method import trace as trace_io
 from easd.method.compare import LANES, first_difference
 from easd.method.trace import Trace, intervened
@@ -26,7 +26,7 @@ from easd.serving.tickets import Stream
 from . import evaluation
 from .controls import RuleView, check_prompt
 from .evaluation import EvaluationTab
-from .export import comparison_file
+from .export import NOTHING_YET, file_aside
 from .gallery import Gallery
 from .gradio_internals import Outbox, event_data
 from .html import tag
@@ -246,14 +246,19 @@ async def leave(host: ModelHost, sessions: Sessions, outbox: Outbox, request: gr
 
 
 def make_html(page: Page, values: dict) -> dict:
-    """Both lanes as one HTML file that opens anywhere offline (components.export), offered for download."""
+    """Both lanes as one HTML file that opens anywhere offline (components.export), offered for download; it is made
+    from the session's JSON download in a process of its own (`export.file_aside`)."""
     session: Session = values[page.state]
     if session.running:
         raise EasdError("the run is still going; make the file once it has ended")
-    html = comparison_file(session.traces)  # one line if neither lane has a token
-    path = session.downloads.write_page(list(session.traces.values()), html, page.downloads)
+    lanes = [lane for lane, trace in session.traces.items() if trace is not None and trace.records]
+    source = session.downloads.latest_json()  # its runs are those lanes', in order
+    if not lanes or source is None:
+        raise EasdError(NOTHING_YET)
+    path = session.downloads.page_path(list(session.traces.values()), page.downloads)
+    file_aside(source, lanes, path)
     line = "One file with both lanes, every token's details and the figures: it opens in any browser, offline."
-    return {page.html_file: gr.File(value=path, visible=True), page.message: say(line)}
+    return {page.html_file: gr.File(value=str(path), visible=True), page.message: say(line)}
 
 
 def clear(page: Page, values: dict) -> dict:
@@ -290,7 +295,12 @@ def find(page: Page, delta: int, values: dict) -> dict:
     """The search box read (components.search) and its matches marked; the selection moves to the next match after it
     (`delta` +1: Enter or next ›) or the one before (-1), around the ends, left lane first."""
     session: Session = values[page.state]
-    session.search = Search.read(values[page.search])  # one line in the page for a filter it cannot read
+    view = page.controls.read_view(values)
+    try:
+        session.search = Search.read(values[page.search])
+    except SettingsError as err:  # said where the count stood, and none of the last filter's marks or count stays
+        session.search = None
+        return render_lanes(page, session, view) | {page.found: say(in_page_words(err))}
     hits = [(lane, i) for lane in LANES for i in session.search.positions(session.traces[lane])] if session.search else []
     if hits:
         place = {lane: n for n, lane in enumerate(LANES)}  # reading order: the left lane, then the right
@@ -301,7 +311,6 @@ def find(page: Page, delta: int, values: dict) -> dict:
         else:
             earlier = [hit for hit in hits if (place[hit[0]], hit[1]) < here]
             session.select(*(earlier[-1] if earlier else hits[-1]))
-    view = page.controls.read_view(values)
     return render_lanes(page, session, view) | render_panels(page, session, view) | {page.step_lane: session.step_lane}
 
 
@@ -371,6 +380,8 @@ def open_link(page: Page, host: ModelHost, gallery: Gallery, eval_dirs: list[str
     session: Session = values[page.state]
     page.sessions.track(client_of(request).session, session)
     if "run" in link.source:
+        if link.source["run"] not in gallery.recordings:
+            raise SettingsError("run", f"must be the key of a recording in the gallery (got {shown(link.source['run'])})")
         recording, runs = gallery.open(link.source["run"])
         return show_runs(page, host, session, in_lanes(runs), link, f"Opened {recording.title} from the gallery")
     folder = eval_folder(link.source["eval"], eval_dirs)
@@ -419,13 +430,13 @@ def pick_example(page: Page, values: dict) -> dict:
 
 
 def show_loaded(page: Page, host: ModelHost, session: Session, message: str) -> dict:
-    """Loaded runs with their context: the prompt, the pair and the settings they ran with, on the page's controls."""
+    """Loaded runs with their context: the prompt and the settings they ran with, on the page's controls (the comparison
+    line under the lanes names their models)."""
     first = next(t for t in session.traces.values() if t is not None)
     shown = page.controls.show(first.settings, host.max_new_tokens_cap)
     view = RuleView.of(first.settings)
-    context = f" They ran on draft {first.draft_model or '?'} → target {first.target_model or '?'}."
     methods = {page.methods[lane]: t.settings.method for lane, t in session.traces.items() if t is not None}
-    update = render_all(page, session, view, message=message + context) | shown | methods
+    update = render_all(page, session, view, message=message) | shown | methods
     return update | ({page.prompt: first.prompt} if first.prompt else {})
 
 

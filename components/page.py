@@ -136,17 +136,18 @@ class Page:
 
 
 def build_page(host: ModelHost, examples: list[str], gallery: Gallery, session_ttl_s: float = SESSION_TTL_S) -> Page:
-    """The first screen holds the prompt and the first lines of both lanes (checked in Chromium at 1280×720), and
-    beside them the legend and the inspector, which stay in view while the lanes scroll; the settings sit under the
+    """The first screen holds the prompt and the first lines of both lanes (checked in Chromium at 1280×720 and, for a
+    run opened by a link, 1280×577), and beside them the examples and recorded runs, the legend and the inspector, which stay in view while the lanes scroll; the settings sit under the
     inspector, the step-through, figures and files below. Each section is built by its own function and returns its
     components by their names in `Page`."""
     state = gr.State(Session(), time_to_live=session_ttl_s, delete_callback=Session.close)
-    _masthead()
     with gr.Row(equal_height=False):
         with gr.Column(scale=3, elem_id="main"):
-            ask = _ask(examples, gallery)
+            gr.Markdown("## EASD Lab: SD vs entropy-aware SD", elem_id="masthead")
+            ask = _ask()
             lanes = _lanes()
         with gr.Column(scale=2, elem_id="side"):
+            picks = _picks(examples, gallery)
             side = _side(host)
     with gr.Row(equal_height=False):
         steps = _steps()
@@ -154,6 +155,7 @@ def build_page(host: ModelHost, examples: list[str], gallery: Gallery, session_t
     files = _files()
     return Page(
         state=state,
+        **picks,
         **ask,
         **lanes,
         **side,
@@ -168,46 +170,36 @@ def build_page(host: ModelHost, examples: list[str], gallery: Gallery, session_t
     )
 
 
-def _masthead() -> None:
-    with gr.Row(elem_id="masthead"):
-        gr.Markdown("## EASD Lab: SD vs entropy-aware SD")
-        with gr.Accordion("What am I looking at?", open=False, elem_id="about"):
-            gr.Markdown(INTRO)
-
-
-def _ask(examples: list[str], gallery: Gallery) -> dict:
-    """The prompt, Generate/Stop/Clear/Present, the examples and recorded runs, and the message line."""
-    with gr.Row(equal_height=True):
-        prompt = gr.Textbox(
-            label="Prompt",
-            lines=2,
-            max_lines=6,
-            placeholder="Ask a math word problem or a coding question…",
-            elem_id="prompt",
-            scale=5,
-        )
-        with gr.Column(scale=1, min_width=120):
-            generate = gr.Button("Generate", variant="primary", interactive=False, elem_id="generate")
-            with gr.Row():
-                stop = gr.Button("Stop", variant="stop", elem_id="stop", size="sm", min_width=50)
-                clear = gr.Button("Clear", elem_id="clear", size="sm", min_width=50)
-            present = gr.Button("Present", elem_id="present", size="sm", min_width=50)
-    with gr.Row():
+def _picks(examples: list[str], gallery: Gallery) -> dict:
+    """What to look at: an example to run, or a recorded run to open at once. At the top of the side column, so that
+    the lanes start high on a laptop's first screen (8 lines of each at 1280×577, a run opened by a link included)."""
+    with gr.Row(elem_id="picks"):
         example = gr.Dropdown(
             [(_first_words(e, 12), e) for e in examples], value=None, label="Examples to run", elem_id="examples"
         )
         recorded = gr.Dropdown(gallery.choices(), value=None, label="Recorded runs (open at once)", elem_id="recorded")
+    return dict(example=example, recorded=recorded)
+
+
+def _ask() -> dict:
+    """The prompt, Generate/Stop/Clear/Present, and the message line."""
+    with gr.Row(equal_height=True):
+        prompt = gr.Textbox(
+            label="Prompt",
+            lines=1,
+            max_lines=3,  # a long prompt scrolls in its box: the lanes under it keep their place
+            placeholder="Ask a math word problem or a coding question…",
+            elem_id="prompt",
+            scale=4,
+        )
+        with gr.Column(scale=1, min_width=240):
+            generate = gr.Button("Generate", variant="primary", interactive=False, elem_id="generate")
+            with gr.Row():
+                stop = gr.Button("Stop", variant="stop", elem_id="stop", size="sm", min_width=50)
+                clear = gr.Button("Clear", elem_id="clear", size="sm", min_width=50)
+                present = gr.Button("Present", elem_id="present", size="sm", min_width=60)
     message = gr.HTML(elem_id="message")
-    return dict(
-        prompt=prompt,
-        generate=generate,
-        stop=stop,
-        clear=clear,
-        present=present,
-        example=example,
-        recorded=recorded,
-        message=message,
-    )
+    return dict(prompt=prompt, generate=generate, stop=stop, clear=clear, present=present, message=message)
 
 
 def _lanes() -> dict:
@@ -247,7 +239,10 @@ def _lanes() -> dict:
 
 
 def _side(host: ModelHost) -> dict:
-    """The legend and the inspector (in view beside the lanes as they scroll), the pair and its status, the settings."""
+    """What the page shows, folded; the legend and the inspector (in view beside the lanes as they scroll), the pair and
+    its status, the settings."""
+    with gr.Accordion("What am I looking at?", open=False, elem_id="about"):
+        gr.Markdown(INTRO)
     gr.HTML(legend_html(), elem_id="legend")
     inspector = gr.HTML(inspector_html("", None, None, RuleView()), js_on_load=INSPECTOR_JS, elem_id="inspector")
     names = list(host.allowed)

@@ -64,7 +64,8 @@ def comparison_html(left: Trace | None, right: Trace | None, fork: int | None) -
             f"; mean acceptance length {number(b['mean_acceptance_length'], '.2f')}"
             f" vs {name_a}'s {number(a['mean_acceptance_length'], '.2f')}"
         )
-    return tag("p", tag("b", "Comparison:"), f" {change}; {rate}{speed}{acceptance}.", class_="comparison")
+    models = f" They ran on draft {right.draft_model or '?'} → target {right.target_model or '?'}."
+    return tag("p", tag("b", "Comparison:"), f" {change}; {rate}{speed}{acceptance}.{models}", class_="comparison")
 
 
 def _intervention_rate(name: str, trace: Trace, summary: dict) -> str:

@@ -129,6 +129,16 @@ def lines_in_view(driver, lane: str) -> int:
     )
 
 
+def lines_of_room(driver, lane: str) -> int:
+    """How many of the lane's lines fit between its first token and the bottom of the viewport."""
+    return driver.execute_script(
+        "const first = document.querySelector(`#lane_${arguments[0]} span.tok`);"
+        "const height = parseFloat(getComputedStyle(first.parentElement).lineHeight);"
+        "return Math.floor((window.innerHeight - first.getBoundingClientRect().top) / height);",
+        lane,
+    )
+
+
 @pytest.mark.parametrize("width, height", [(1440, 900), (1280, 720)])
 def test_the_first_lines_of_both_lanes_and_the_legend_are_on_the_first_screen(browser, sized, width, height):
     """The mission's first picture is SD and EASD growing side by side: on a laptop's first screen, not below it.
@@ -265,7 +275,7 @@ def test_a_loaded_trace_brings_its_prompt_and_settings(browser, tmp_path, run):
     trace_io.write_json(traces, tmp_path / "context.json")
     browser.find_element(By.CSS_SELECTOR, "input[type=file]").send_keys(str(tmp_path / "context.json"))
     wait(browser).until(lambda d: "Loaded 2 run(s) from context.json" in text_of(d, "message"))
-    assert "tiny-random-draft" in text_of(browser, "message")
+    assert "They ran on draft tiny-random-draft" in text_of(browser, "comparison")  # the models, under the lanes
     wait(browser).until(lambda d: d.find_element(By.CSS_SELECTOR, "#prompt textarea").get_attribute("value") == traces[0].prompt)
     for name, value in (("tau_h", "1.5"), ("top_n", "3"), ("k", "3")):
         shown = lambda d, n=name: d.find_element(By.CSS_SELECTOR, f"#{n} input[type=number]").get_attribute("value")  # noqa: E731
@@ -365,14 +375,41 @@ def test_a_link_opens_a_recorded_run_at_its_token_and_the_inspector_copies_it(re
         wait(driver).until(lambda d: f"Opened problem {problem} (sample 0) of {eval_folder.name}" in text_of(d, "message"))
         assert "Token #2 in EASD" in text_of(driver, "inspector")
         for bad, line in (
-            ("?run=nope", "recorded run: must be one of the gallery's runs"),
+            ("?run=nope", "the link's run=: must be the key of a recording in the gallery (got 'nope')"),
             ("?eval=../etc&problem=1", "the link's eval=: must be the name of an evaluation folder"),
             (f"?run={key}&token=99999", "⚠️ token: the right lane has tokens 0 to"),
-            (f"?eval={eval_folder.name}&problem=../../x", "No trace of sd on problem ../../x"),
+            (f"?run={key}&token=%C2%B2", "the link's token=: must be a whole number from 0 to 999,999,999 (got '²')"),
+            (f"?run={key}&token={'9' * 200}", "the link's token=: must be a whole number from 0 to 999,999,999 (got '9999"),
+            (f"?eval={eval_folder.name}&problem=0%00", "the link's problem=: must be a problem id of that folder"),
+            (f"?eval={eval_folder.name}&problem=../../x", "This folder's traces/ holds no trace of 'sd' on problem '../../x'"),
         ):
             driver.get(url + bad)
             wait(driver).until(lambda d, line=line: line in text_of(d, "message"))
         assert driver.execute_script("return window.__xss") is None
+    finally:
+        driver.quit()
+
+
+@pytest.mark.parametrize("link", ["gallery", "eval"])
+def test_a_run_opened_by_a_link_shows_8_lines_of_each_lane_on_a_laptops_first_screen(app_url, eval_folder, link):
+    """A class opens a link to see the lanes: at 1280×720 Chromium's page is 1280×577, and the "Opened …" line, the
+    examples and the recorded runs once sat above the lanes, leaving 2 lines of each on the first screen."""
+    from components.gallery import Gallery
+
+    driver = chromium()
+    try:
+        metrics = {"width": 1280, "height": 577, "deviceScaleFactor": 1, "mobile": False}
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+        if link == "gallery":
+            driver.get(f"{app_url}?run={next(iter(Gallery().recordings))}")
+        else:
+            driver.get(f"{app_url}?eval={eval_folder.name}&problem={evaluation_problem(eval_folder)}")
+        wait(driver).until(lambda d: "Opened" in text_of(d, "message"))
+        driver.execute_script("window.scrollTo(0, 0)")
+        room = {lane: lines_of_room(driver, lane) for lane in ("left", "right")}  # a short run fills fewer lines
+        assert min(room.values()) >= 8, f"lines each lane has room for on the first screen at 1280×577: {room}"
+        if link == "gallery":  # a recorded run is long enough to fill them
+            assert min(lines_in_view(driver, lane) for lane in ("left", "right")) >= 8
     finally:
         driver.quit()
 
@@ -415,8 +452,14 @@ def test_a_search_marks_counts_and_steps_through_matching_tokens_with_the_keyboa
         driver.find_element(By.ID, "search_prev").click()
         wait(driver).until(lambda d: chosen(d) == [hits[0]])
         box.clear()
-        box.send_keys("h_draft>lots", Keys.ENTER)
-        wait(driver).until(lambda d: "Find tokens: h_draft> needs a number, as in h_draft>1.5" in text_of(d, "message"))
+        box.send_keys("h_draft>lots", Keys.ENTER)  # a filter it cannot read: said where the count was, no old mark stays
+        wait(driver).until(lambda d: "Find tokens: h_draft> needs a number, as in h_draft>1.5" in text_of(d, "found"))
+        assert tokens(driver, "left", ".found") + tokens(driver, "right", ".found") == []
+        assert "token(s) match" not in text_of(driver, "found")
+        box.clear()
+        box.send_keys(wanted, Keys.ENTER)  # mended: the error line goes, the count is back
+        wait(driver).until(lambda d: f"{len(hits)} token(s) match" in text_of(d, "found"))
+        assert "needs a number" not in text_of(driver, "found") + text_of(driver, "message")
     finally:
         driver.quit()
 
