@@ -1,45 +1,112 @@
-"""The app's API: `compare`, as gradio_client and HTTP callers see it (docs/app-and-api.md, "The API")."""
+"""The app's API: `compare`, and `compare_briefly` for MCP, as gradio_client, HTTP callers and agents see them
+(docs/app-and-api.md, "The API").
+
+Their parameters are the page's: the prompt, every setting the page has a control for (made from its declaration,
+easd.method.knobs, so a method added to the table brings its own), the pair, the chat flag and each lane's method.
+Gradio, gradio_client and Gradio's MCP server read an endpoint's parameters from its function's signature and its
+docstring's Args, so `endpoint` builds both from the declarations, when the app is built (components.wiring).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import json
 from collections.abc import AsyncIterator
+from inspect import Parameter
 
 import gradio as gr
 
-from easd.method import trace as trace_io
 from easd.method.compare import DEFAULT_METHODS, LANES, brief
+from easd.method.methods import in_batch, knobs, owner, settings_values
 from easd.serving.host import Client, ModelHost
+from easd.traces import files as trace_io
 
-from .controls import DEFAULTS, read_settings
+from .controls import DEFAULTS, describe, read_settings
 from .gradio_internals import Outbox
 from .intake import CompareRequest, address_of, client_of
 from .news import news_without_a_thread
 
 API_EVERY_S = 0.5  # the API streams each run's new rows twice a second
 MCP_TOOLS = ("compare_briefly",)  # the endpoints an MCP client sees (app.py --mcp on): compact answers, not whole traces
+KINDS = {"int": int, "float": float, "text": str}
 
 
-async def compare(
-    host: ModelHost,
-    outbox: Outbox,
-    prompt: str | None = None,
-    tau_h: float = DEFAULTS.tau_h,
-    tau_o: float = DEFAULTS.tau_o,
-    top_n: int = DEFAULTS.top_n,
-    k: int = DEFAULTS.k,
-    temperature: float = DEFAULTS.temperature,
-    top_p: float = DEFAULTS.top_p,
-    max_new_tokens: int = DEFAULTS.max_new_tokens,
-    rule: str = DEFAULTS.rule,
-    seed: int = DEFAULTS.seed,
-    pair: str = "",
-    chat: bool = True,
-    left: str = DEFAULT_METHODS["left"],
-    right: str = DEFAULT_METHODS["right"],
-    request: gr.Request = None,
-) -> AsyncIterator[dict]:
+def parameters() -> list[tuple[str, object, type, str]]:
+    """The API's parameters in order, each (name, default, type, description): the prompt, the settings every method
+    reads, the pair, the chat flag and the lanes' methods, then each method's own settings (appended, so that a
+    caller passing values in order keeps their places)."""
+    defaults, methods = settings_values(DEFAULTS), ", ".join(in_batch())
+    settings = {name: (defaults[name], KINDS[knob.kind], _described(knob)) for name, knob in knobs().items() if knob.control}
+    shared = [(name, *rest) for name, rest in settings.items() if owner(name)[0] is None]
+    own = [(name, *rest) for name, rest in settings.items() if owner(name)[0] is not None]
+    return [
+        ("prompt", None, str, "the user's message (with chat true, it is wrapped in the model's chat template)"),
+        *shared,
+        ("pair", "", str, 'a model pair the server allows ("" for its default)'),
+        ("chat", True, bool, "wrap the prompt in the chat template"),
+        ("left", DEFAULT_METHODS["left"], str, f"the first method ({methods})"),
+        ("right", DEFAULT_METHODS["right"], str, "the second method"),
+        *own,
+    ]
+
+
+def _described(knob) -> str:
+    """A setting's description for a caller: what it does, and what the API takes (the page's range)."""
+    control = knob.control
+    takes = describe(control, knob) if control.kind in ("slider", "number") else knob.describe()
+    return f"{knob.help} ({takes})"
+
+
+def endpoint(handler):
+    """`handler(*fixed, values, request)` (`values`: the API's parameters by name) as the function Gradio serves: its
+    signature lists `fixed`, every parameter of `parameters()` with its default and type, and `request`; its docstring
+    describes each (Gradio's MCP server reads them from its Args)."""
+    own = inspect.signature(handler)
+    fixed = list(own.parameters.values())[:-2]
+    listed = parameters()
+    signature = inspect.Signature(
+        [
+            *fixed,
+            *(
+                Parameter(name, Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=kind)
+                for name, default, kind, _ in listed
+            ),
+            Parameter("request", Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=gr.Request),
+        ],
+        return_annotation=own.return_annotation,  # Gradio reads its outputs from it: one value
+    )
+
+    def split(args, kwargs) -> tuple[list, dict, object]:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        given = bound.arguments
+        return [given[p.name] for p in fixed], {name: given[name] for name, *_ in listed}, given["request"]
+
+    if inspect.isasyncgenfunction(handler):
+
+        async def served(*args, **kwargs):
+            front, values, request = split(args, kwargs)
+            async for update in handler(*front, values, request):
+                yield update
+
+    else:
+
+        async def served(*args, **kwargs):
+            front, values, request = split(args, kwargs)
+            return await handler(*front, values, request)
+
+    functools.update_wrapper(served, handler)
+    served.__signature__ = signature
+    served.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()} | {"return": own.return_annotation}
+    summary, _, returns = (handler.__doc__ or "").partition("Returns:")
+    args = "\n".join(f"        {name}: {description}" for name, _, _, description in listed)
+    served.__doc__ = f"{summary.rstrip()}\n\n    Args:\n{args}\n" + (f"\n    Returns:{returns}" if returns else "")
+    return served
+
+
+async def compare(host: ModelHost, outbox: Outbox, values: dict, request: gr.Request) -> AsyncIterator[dict]:
     """Run two methods (`left`, `right`: SD and EASD unless asked otherwise) with the same prompt, seed and settings in
     the shared batch; streams them (at most every API_EVERY_S) and ends with both whole traces (easd-trace JSON), sent
     once (`gradio_internals.say_results_once`).
@@ -49,7 +116,7 @@ async def compare(
     the run so far, and users who asked for the same run share it (Ticket.update). A call holds no
     thread while it streams, so a hundred users watching one run cost what a few do.
     """
-    asked = _asked(host, prompt, tau_h, tau_o, top_n, k, temperature, top_p, max_new_tokens, rule, seed, pair, chat, left, right)
+    asked = _asked(host, values)
     await _loaded(host, asked.pair)
     comparison = asked.comparison(host)
     client = client_of(request)
@@ -65,46 +132,13 @@ async def compare(
     yield await asyncio.to_thread(stream.document)  # the first of a run's streams to ask makes it, outside the event loop
 
 
-async def compare_briefly(
-    host: ModelHost,
-    prompt: str | None = None,
-    tau_h: float = DEFAULTS.tau_h,
-    tau_o: float = DEFAULTS.tau_o,
-    top_n: int = DEFAULTS.top_n,
-    k: int = DEFAULTS.k,
-    temperature: float = DEFAULTS.temperature,
-    top_p: float = DEFAULTS.top_p,
-    max_new_tokens: int = DEFAULTS.max_new_tokens,
-    rule: str = DEFAULTS.rule,
-    seed: int = DEFAULTS.seed,
-    pair: str = "",
-    chat: bool = True,
-    left: str = DEFAULT_METHODS["left"],
-    right: str = DEFAULT_METHODS["right"],
-    request: gr.Request = None,
-) -> str:
+async def compare_briefly(host: ModelHost, values: dict, request: gr.Request) -> str:
     """Decode one prompt with two methods side by side on the served model pair (speculative decoding and entropy-aware speculative decoding unless asked otherwise), with the same seed and settings, and return both texts, where they first differ, each intervention (position, token chosen, drafted token refused) and the speculative-decoding figures under vLLM's names (mean acceptance length, draft acceptance rate, acceptance by draft position, acceptance-length histogram).
-
-    Args:
-        prompt: the user's message (with chat true, it is wrapped in the model's chat template)
-        tau_h: entropy threshold in nats: EASD refuses a drafted token only where both models' entropies exceed it
-        tau_o: overlap threshold from 0 to 1: the share of the two models' top-n candidates that must be shared
-        top_n: how many top candidates of each model the overlap compares
-        k: tokens the draft model proposes per block
-        temperature: 0 is greedy; above 0 samples
-        top_p: nucleus sampling mass (1 keeps the whole distribution)
-        max_new_tokens: tokens to generate per method (at most the server's cap)
-        rule: which EASD rule decides a refusal (full, no_overlap, no_draft_entropy, target_entropy_only)
-        seed: random seed, the same for both methods
-        pair: a model pair the server allows ("" for its default)
-        chat: wrap the prompt in the chat template
-        left: the first method (target, draft, sd, easd, mti, rsd)
-        right: the second method
 
     Returns:
         JSON text of an object: lanes (left and right, each with method, text, new_tokens, stop_reason, interventions, num_drafts, num_draft_tokens, num_accepted_tokens, mean_acceptance_length, draft_acceptance_rate, conditional_acceptance, acceptance_length_histogram, penalties) and first_difference (the first token position where the two texts differ, or null)
     """
-    asked = _asked(host, prompt, tau_h, tau_o, top_n, k, temperature, top_p, max_new_tokens, rule, seed, pair, chat, left, right)
+    asked = _asked(host, values)
     await _loaded(host, asked.pair)
     comparison = asked.comparison(host)
     # a tool call has no session of its own (MCP's HTTP transport here is stateless): its address is the client, so
@@ -127,14 +161,12 @@ def _waiting() -> bool:
     return True
 
 
-def _asked(
-    host: ModelHost, prompt, tau_h, tau_o, top_n, k, temperature, top_p, max_new_tokens, rule, seed, pair, chat, left, right
-):
-    """The API's values as one checked request: settings read as the page reads its sliders, "" the app's pair."""
-    values = dict(tau_h=tau_h, tau_o=tau_o, top_n=top_n, k=k, temperature=temperature, top_p=top_p, rule=rule, seed=seed)
-    settings = read_settings(values | {"max_new_tokens": max_new_tokens}, host.max_new_tokens_cap)
-    pair = host.default if pair == "" else pair
-    return CompareRequest.check(host, pair, prompt, settings, chat, {"left": left, "right": right})
+def _asked(host: ModelHost, values: dict) -> CompareRequest:
+    """The API's values as one checked request: settings read as the page reads its controls, "" the app's pair."""
+    settings = read_settings(values, host.max_new_tokens_cap)
+    pair = host.default if values["pair"] == "" else values["pair"]
+    methods = {lane: values[lane] for lane in LANES}
+    return CompareRequest.check(host, pair, values["prompt"], settings, values["chat"], methods)
 
 
 async def _loaded(host: ModelHost, pair: str) -> None:

@@ -1,10 +1,10 @@
 """The settings panel, and the one boundary where its values (or an API call's) become settings.
 
-`FIELDS` says once, per setting, what the page calls it and the range its slider offers; the
-sliders are built from it and every value that arrives (from the page or the `/compare` API) is
-checked against the same ranges by type, so a crafted request gets no more than the page allows.
-What passes becomes one validated object: `DecodeSettings` for a run, `RuleView` for re-reading
-a finished trace. Defaults come from `DecodeSettings`.
+Every setting whose declaration has a page control (easd.method.knobs: its `control`, DecodeSettings' or a method's
+own) is a component here, built from that declaration: its label, what it means, its range. Every value that
+arrives, from the page or the API (components.api), is checked against the same ranges by type, so a crafted request
+gets no more than the page allows. What passes becomes one validated object: `DecodeSettings` for a run, `RuleView`
+for re-reading a finished trace.
 """
 
 from __future__ import annotations
@@ -16,43 +16,12 @@ import gradio as gr
 
 from easd.errors import SettingsError, shown
 from easd.method.acceptance import rule_fires
-from easd.method.settings import RULES, DecodeSettings, overlap_needed
-
-from .lanes import TITLES
+from easd.method.knobs import Control, Knob
+from easd.method.methods import in_batch, knobs, make_settings, owner, settings_values
+from easd.method.settings import MAX_SEED, WHATIF_TOP, DecodeSettings, overlap_needed
 
 DEFAULTS = DecodeSettings()
-WHATIF_TOP = 20  # candidates kept per token, so the what-if covers every n the slider offers
-MAX_SEED = 2**63 - 1  # torch seeds are 64-bit signed
-
-
-@dataclass(frozen=True)
-class Slider:
-    """One numeric setting as the page shows it: its label, what it means, and its slider's range."""
-
-    label: str  # how the page names it, also in error messages
-    meaning: str
-    low: float
-    high: float
-    step: float
-    integer: bool = False
-
-    def describe(self) -> str:
-        kind = "a whole number" if self.integer else "a number"
-        return f"{kind} from {self.low:g} to {self.high:g}" if self.high < MAX_SEED else f"{kind} from {self.low:g} to 2^63 − 1"
-
-
-FIELDS: dict[str, Slider] = {
-    "tau_h": Slider("τ_H", "entropy threshold (nats)", 0, 4, 0.05),
-    "tau_o": Slider("τ_O", "overlap threshold", 0, 1, 0.05),
-    "top_n": Slider("n", "top-n candidates compared", 1, WHATIF_TOP, 1, integer=True),
-    "k": Slider("k", "draft tokens per block", 1, 12, 1, integer=True),
-    "temperature": Slider("temperature", "0 = greedy", 0, 1.5, 0.05),
-    "top_p": Slider("top-p", "nucleus mass", 0.05, 1, 0.05),
-    "max_new_tokens": Slider("max new tokens", "per run", 1, DEFAULTS.max_new_tokens, 1, integer=True),  # high: the cap
-    "seed": Slider("seed", "same for both runs", 0, MAX_SEED, 1, integer=True),
-}
 OTHER_LABELS = {
-    "rule": "EASD rule",
     "prompt": "Prompt",
     "pair": "Model pair",
     "chat": "chat template",
@@ -62,20 +31,27 @@ OTHER_LABELS = {
     # a link's parameters (components.links), named as the address bar shows them
     **{name: f"the link's {name}=" for name in ("run", "eval", "problem", "sample", "lane", "token")},
 }
-
 WHATIF_FIELDS = ("rule", "tau_h", "tau_o", "top_n")  # the settings a finished trace can be re-read under
 
 
-def fields(max_new_tokens_cap: int) -> dict[str, Slider]:
-    """FIELDS with this app's cap on new tokens."""
-    cap = replace(FIELDS["max_new_tokens"], high=max_new_tokens_cap, meaning=f"at most {max_new_tokens_cap} per run")
-    return FIELDS | {"max_new_tokens": cap}
+def page_knobs(max_new_tokens_cap: int) -> dict[str, Knob]:
+    """Every setting the page shows, by flat name, in declaration order, with this app's cap on new tokens."""
+    found = {name: knob for name, knob in knobs().items() if knob.control is not None}
+    tokens = found["max_new_tokens"]
+    cap = replace(tokens.control, high=max_new_tokens_cap)
+    return found | {"max_new_tokens": replace(tokens, control=cap, short=f"at most {max_new_tokens_cap} per run")}
+
+
+def label(name: str, knob: Knob) -> str:
+    """A control's label: its name on the page and what it means ("τ_H: entropy threshold (nats)")."""
+    return f"{knob.label or name}: {knob.short}" if knob.short else knob.label or name
 
 
 def page_words(err: SettingsError) -> str:
-    """A settings error as the page says it: the slider's label, not a command-line flag."""
-    label = FIELDS[err.setting].label if err.setting in FIELDS else OTHER_LABELS.get(err.setting, err.setting)
-    return f"{label}: {err.message}"
+    """A settings error as the page says it: the control's name, not a command-line flag."""
+    knob = knobs().get(err.setting)
+    name = (knob.label or err.setting) if knob is not None else OTHER_LABELS.get(err.setting, err.setting)
+    return f"{name}: {err.message}"
 
 
 def api_words(err: SettingsError) -> str:
@@ -86,21 +62,32 @@ def api_words(err: SettingsError) -> str:
 # --- checking values at the boundary --------------------------------------------------------------
 
 
-def check_number(name: str, value, field: Slider) -> int | float:
-    """`value` if it is a finite number in the field's range (a whole one where the field counts)."""
+def check_value(name: str, value, knob: Knob):
+    """`value` if the page could have sent it for this setting: within its control's range (a whole number where it
+    counts), one of its choices, or a text it accepts; SettingsError naming it otherwise."""
+    control = knob.control
+    if control.kind in ("slider", "number"):
+        return check_number(name, value, knob)
+    knob.check(name, value)
+    return value
+
+
+def check_number(name: str, value, knob: Knob) -> int | float:
+    """`value` if it is a finite number in the control's range (a whole one where the setting counts)."""
+    control = knob.control
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if ok and field.integer:
+    if ok and knob.kind == "int":
         ok = isinstance(value, int) or value.is_integer()
         value = int(value) if ok else value
-    if not (ok and field.low <= value <= field.high):
-        raise SettingsError(name, f"must be {field.describe()} (got {shown(value)})")
+    if not (ok and control.low <= value <= control.high):
+        raise SettingsError(name, f"must be {describe(control, knob)} (got {shown(value)})")
     return value
 
 
-def check_rule(value) -> str:
-    if not (isinstance(value, str) and value in RULES):
-        raise SettingsError("rule", f"must be one of {', '.join(RULES)} (got {shown(value)})")
-    return value
+def describe(control: Control, knob: Knob) -> str:
+    kind = "a whole number" if knob.kind == "int" else "a number"
+    high = "2^63 − 1" if control.high >= MAX_SEED else f"{control.high:g}"
+    return f"{kind} from {control.low:g} to {high}"
 
 
 def check_prompt(value) -> str:
@@ -116,9 +103,9 @@ def check_prompt(value) -> str:
 
 
 def check_method(lane: str, value) -> str:
-    """A lane's method (`lane` is "left" or "right", as the API's parameters are named)."""
-    if not (isinstance(value, str) and value in TITLES):
-        raise SettingsError(lane, f"must be one of {', '.join(TITLES)} (got {shown(value)})")
+    """A lane's method (`lane` is "left" or "right", as the API's parameters are named): one the batch decodes."""
+    if not (isinstance(value, str) and value in in_batch()):
+        raise SettingsError(lane, f"must be one of {', '.join(in_batch())} (got {shown(value)})")
     return value
 
 
@@ -143,8 +130,8 @@ class RuleView:
     @classmethod
     def read(cls, values: dict[str, object]) -> RuleView:
         """From raw values by setting name; raises SettingsError naming the first bad one."""
-        numbers = {name: check_number(name, values[name], FIELDS[name]) for name in WHATIF_FIELDS[1:]}
-        return cls(rule=check_rule(values["rule"]), **numbers)
+        declared = knobs()
+        return cls(**{name: check_value(name, values[name], declared[name]) for name in WHATIF_FIELDS})
 
     @classmethod
     def of(cls, settings: DecodeSettings) -> RuleView:
@@ -163,13 +150,14 @@ class RuleView:
 
 
 def read_settings(values: dict[str, object], max_new_tokens_cap: int) -> DecodeSettings:
-    """A run's settings from raw values by setting name (missing ones take their defaults, within the
-    cap as on the page), checked against the page's ranges; raises SettingsError naming the first bad one."""
-    limits = fields(max_new_tokens_cap)
-    given = {name: values.get(name, min(getattr(DEFAULTS, name), field.high)) for name, field in limits.items()}
-    numbers = {name: check_number(name, given[name], field) for name, field in limits.items()}
-    rule = check_rule(values.get("rule", DEFAULTS.rule))
-    return DecodeSettings(rule=rule, record_top=WHATIF_TOP, **numbers).validate()
+    """A run's settings from raw values by setting name (missing ones take their defaults, within the cap as on the
+    page), each checked against its control's range; raises SettingsError naming the first bad one."""
+    defaults = settings_values(DEFAULTS)
+    checked = {}
+    for name, knob in page_knobs(max_new_tokens_cap).items():
+        default = min(defaults[name], knob.control.high) if knob.control.kind == "slider" else defaults[name]
+        checked[name] = check_value(name, values.get(name, default), knob)
+    return make_settings(checked, record_top=WHATIF_TOP).validate()
 
 
 # --- the panel ------------------------------------------------------------------------------------
@@ -177,78 +165,72 @@ def read_settings(values: dict[str, object], max_new_tokens_cap: int) -> DecodeS
 
 @dataclass
 class Controls:
-    """The settings' components, by setting name (see `settings`), plus the τ_O reading and the chat box."""
+    """Every setting's component by its flat name (`settings`), the τ_O reading and the chat box."""
 
-    tau_h: gr.Slider
-    tau_o: gr.Slider
+    components: dict[str, gr.components.Component]
     tau_o_meaning: gr.Markdown
-    top_n: gr.Slider
-    k: gr.Slider
-    temperature: gr.Slider
-    top_p: gr.Slider
-    max_new_tokens: gr.Slider
-    rule: gr.Dropdown
-    seed: gr.Number
     chat: gr.Checkbox
+
+    def __getitem__(self, name: str) -> gr.components.Component:
+        return self.components[name]
 
     def settings(self) -> dict[str, gr.components.Component]:
         """Every run setting's component, by setting name."""
-        return {name: getattr(self, name) for name in (*FIELDS, "rule")}
+        return dict(self.components)
 
     def whatif(self) -> dict[str, gr.components.Component]:
-        return {name: getattr(self, name) for name in WHATIF_FIELDS}
+        return {name: self.components[name] for name in WHATIF_FIELDS}
 
     def read_settings(self, values: dict, max_new_tokens_cap: int) -> DecodeSettings:
         """The run's settings from an event's input values (keyed by component)."""
-        return read_settings({name: values[c] for name, c in self.settings().items()}, max_new_tokens_cap)
+        return read_settings({name: values[c] for name, c in self.components.items()}, max_new_tokens_cap)
 
     def read_view(self, values: dict) -> RuleView:
         return RuleView.read({name: values[c] for name, c in self.whatif().items()})
 
     def show(self, settings: DecodeSettings, max_new_tokens_cap: int) -> dict:
-        """Every control moved to a run's settings (a loaded trace's), so the inspector and the
-        what-if start from what the run used; values beyond a slider's range stop at its end."""
-        limits = fields(max_new_tokens_cap)
-        shown = {
-            c: min(max(getattr(settings, name), limits[name].low), limits[name].high)
-            for name, c in self.settings().items()
-            if name in limits
-        }
-        return shown | {self.rule: settings.rule, self.tau_o_meaning: RuleView.of(settings).overlap_meaning()}
+        """Every control moved to a run's settings (a loaded trace's), so the inspector and the what-if start from what
+        the run used; values beyond a slider's range stop at its end."""
+        values, declared = settings_values(settings), page_knobs(max_new_tokens_cap)
+        shown = {}
+        for name, component in self.components.items():
+            control, value = declared[name].control, values[name]
+            shown[component] = min(max(value, control.low), control.high) if control.kind == "slider" else value
+        return shown | {self.tau_o_meaning: RuleView.of(settings).overlap_meaning()}
 
 
 def build_controls(max_new_tokens_cap: int) -> Controls:
-    limits = fields(max_new_tokens_cap)
+    """The settings every method reads, then, folded, sampling and length, and each method's own."""
+    declared, defaults = page_knobs(max_new_tokens_cap), settings_values(DEFAULTS)
+    made: dict[str, gr.components.Component] = {}
 
-    def slider(name: str, **extra) -> gr.Slider:
-        f = limits[name]
-        value = min(getattr(DEFAULTS, name), f.high)
-        return gr.Slider(f.low, f.high, value=value, step=f.step, label=f"{f.label}: {f.meaning}", elem_id=name, **extra)
+    def add(names) -> None:
+        for name in names:
+            made[name] = _component(name, declared[name], defaults[name])
 
     with gr.Group():
-        tau_h = slider("tau_h")
-        tau_o = slider("tau_o")
+        add(("tau_h", "tau_o"))
         tau_o_meaning = gr.Markdown(RuleView().overlap_meaning(), elem_id="tau_o_meaning")  # under its slider, full width
-        top_n = slider("top_n")
-        k = slider("k")
-        rule = gr.Dropdown(list(RULES), value=DEFAULTS.rule, label="EASD rule (full, or the paper's ablations)", elem_id="rule")
+        add(("top_n", "k", "rule"))
     with gr.Accordion("Sampling and length", open=False, elem_id="sampling"):
-        temperature = slider("temperature")
-        top_p = slider("top_p")
-        max_new_tokens = slider("max_new_tokens")
-        # no precision or bounds here: Gradio would round or refuse in its own words; read_settings checks it
-        seed = gr.Number(value=DEFAULTS.seed, label=f"seed ({FIELDS['seed'].meaning})", elem_id="seed")
+        add(("temperature", "top_p", "max_new_tokens", "seed"))
         chat = gr.Checkbox(value=True, label="use the chat template", elem_id="chat")
-    return Controls(
-        tau_h=tau_h,
-        tau_o=tau_o,
-        tau_o_meaning=tau_o_meaning,
-        top_n=top_n,
-        k=k,
-        temperature=temperature,
-        top_p=top_p,
-        max_new_tokens=max_new_tokens,
-        rule=rule,
-        seed=seed,
-        chat=chat,
-    )
+    own = [name for name in declared if owner(name)[0] is not None]
+    with gr.Accordion("Each method's own settings", open=False, elem_id="method_settings"):
+        add(own)
+    common = [name for name in declared if name not in made]  # a setting every method reads, added to the table later
+    add(common)
+    return Controls(components={name: made[name] for name in declared}, tau_o_meaning=tau_o_meaning, chat=chat)
+
+
+def _component(name: str, knob: Knob, default) -> gr.components.Component:
+    """The page's control for a setting, as its declaration says."""
+    control, text = knob.control, label(name, knob)
+    if control.kind == "slider":
+        value = min(default, control.high)
+        return gr.Slider(control.low, control.high, value=value, step=control.step, label=text, elem_id=name)
+    if control.kind == "number":  # no precision or bounds here: Gradio would round or refuse in its own words
+        return gr.Number(value=default, label=f"{knob.label or name} ({knob.short})", elem_id=name)
+    if control.kind == "choice":
+        return gr.Dropdown(list(knob.choices), value=default, label=f"{knob.label or name} ({knob.short})", elem_id=name)
+    return gr.Textbox(value=default, label=text, max_lines=1, elem_id=name)

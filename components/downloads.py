@@ -15,8 +15,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from easd.method import trace as trace_io
 from easd.method.trace import Trace
+from easd.traces import files as trace_io
 
 
 @dataclass

@@ -14,8 +14,8 @@ from easd.errors import EasdError, shown
 from easd.lab import report
 from easd.lab.evaluate import trace_name
 from easd.lab.results import load_results
-from easd.method import trace as trace_io
 from easd.method.trace import Trace
+from easd.traces import files as trace_io
 
 from .figures import empty_figure
 from .html import Html, join, number, tag

@@ -24,9 +24,9 @@ from plotly.offline import get_plotlyjs
 
 from easd.errors import EasdError
 from easd.files import write_text_whole
-from easd.method import trace as trace_io
 from easd.method.compare import LANES
 from easd.method.trace import Trace
+from easd.traces import files as trace_io
 
 from . import figures
 from .controls import RuleView

@@ -3,7 +3,7 @@
 `assets/gallery/index.json` lists each recording: a key, a title, one sentence on what to look
 at, its trace file, and the prompt and settings it was made with. The browser only ever sends a
 key from that list; the file behind it is the server's choice, and it passes the same checks as
-an upload (`easd.method.trace.load`).
+an upload (`easd.traces.files.load`).
 
 Record them again (the embedded pair, every comparison in one batch; float32 rows do not depend
 on the batch they are in):
@@ -15,18 +15,18 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from easd.errors import SettingsError, shown
-from easd.method import trace as trace_io
 from easd.method.compare import Comparison
-from easd.method.decoding import Batch
-from easd.method.settings import DecodeSettings
+from easd.method.methods import make_settings
+from easd.method.settings import WHATIF_TOP, DecodeSettings
+from easd.method.step import Batch
+from easd.method.summary import summarize
 from easd.method.trace import Trace
 from easd.pairs.loading import Runtime
-
-from .controls import WHATIF_TOP
+from easd.traces import files as trace_io
 
 FOLDER = Path(__file__).resolve().parent.parent / "assets" / "gallery"
 
@@ -42,7 +42,7 @@ class Recording:
 
     def decode_settings(self) -> DecodeSettings:
         """What the recording ran with; traces keep WHATIF_TOP candidates, as the app's runs do, for the what-if."""
-        return replace(DecodeSettings.from_dict(self.settings), record_top=WHATIF_TOP).validate()
+        return make_settings(self.settings, record_top=WHATIF_TOP).validate()
 
 
 class Gallery:
@@ -70,7 +70,7 @@ class Gallery:
             traces = list(comparison.traces.values())
             compact = json.dumps(trace_io.to_json_dict(traces), ensure_ascii=False, separators=(",", ":"))
             (self.folder / self.recordings[key].file).write_text(compact, encoding="utf-8")
-            summary = traces[1].summary()
+            summary = summarize(traces[1])
             print(f"{key}: fork at {summary['first_penalty_position']}, {summary['penalized']} penalties")
             for trace in traces:
                 print(f"  {trace.settings.method}: {trace.text[-160:]!r}")

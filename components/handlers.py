@@ -17,11 +17,12 @@ from functools import partial
 import gradio as gr
 
 from easd.errors import EasdError, SettingsError, shown
-from easd.method import trace as trace_io
 from easd.method.compare import LANES, first_difference
-from easd.method.trace import Trace, intervened
+from easd.method.summary import intervened
+from easd.method.trace import Trace
 from easd.serving.host import ModelHost
 from easd.serving.tickets import Stream
+from easd.traces import files as trace_io
 
 from . import evaluation
 from .controls import RuleView, check_prompt
@@ -452,7 +453,7 @@ def poll(page: Page, host: ModelHost, values: dict) -> dict:
     state = host.ensure_loading(name)
     ready = state.status == "ready"
     note = f"\n\n{state.pair.note}" if ready and state.pair.note else ""
-    tokens = values[page.controls.max_new_tokens]  # the cost line reads the slider as it stands; a bad value says nothing
+    tokens = values[page.controls["max_new_tokens"]]  # the cost line reads the slider as it stands; a bad value says nothing
     if ready and isinstance(tokens, int | float) and 1 <= tokens <= host.max_new_tokens_cap:
         cost = host.gpu_cost(name, int(tokens))
         note += f"\n\n{cost}" if cost else ""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from easd.method.acceptance import RULE_CONDITIONS, rule_conditions
 from easd.method.methods import METHODS
-from easd.method.settings import DecodeSettings, overlap_needed
+from easd.method.settings import overlap_needed
 from easd.method.trace import TokenRecord, Trace
 from easd.method.whatif import record_overlap
 
@@ -25,11 +25,10 @@ def inspector_html(lane: str, trace: Trace | None, record: TokenRecord | None, v
         )
     close = tag("button", "✕ close", class_="close", type="button", aria_label="Close the token details")
     parts = [close, _header(lane_title(lane, trace), record), _decision(record)]
-    method = METHODS[trace.settings.method]
-    if method.guides:
-        parts.append(_guidance(record, trace.settings))
-    if method.needs_prm:
-        parts.append(_segment(record, trace.settings))
+    method = METHODS.get(trace.settings.method)
+    explained = method.explains(record, trace.settings) if method is not None else ""
+    if explained:  # what the run's own method did here (MTI's guidance, RSD's step), in its words
+        parts.append(tag("p", explained))
     if record.draft_token_id is not None:
         parts.append(_signals(record, view))
     if record.h_draft_margin is not None:
@@ -86,35 +85,6 @@ def _decision(record: TokenRecord) -> Html:
         "draft": ("The draft alone chose ", chosen, "."),
     }
     return tag("p", *explanations.get(record.origin, ()) if isinstance(record.origin, str) else ())
-
-
-def _guidance(record: TokenRecord, settings: DecodeSettings) -> Html:
-    """MTI's decision at this position: the target's entropy against τ, and what the guidance was."""
-    if not _is_real(record.h_target):
-        return tag("p", "This row does not record the target's entropy.")
-    guided = record.origin == "mti_guided"
-    compared = f"H_target = {number(record.h_target)} nats {'>' if guided else '≤'} τ = {settings.mti_tau:g}"
-    if not guided:
-        return tag("p", compared, ": MTI did not intervene, so this is the target's own choice.")
-    how = (
-        ": one more target pass read the context followed by the negative prompt ",
-        _code(settings.mti_negative),
-        f" (p_u), and the token came from log p_u + ω (log p − log p_u) with ω = {settings.mti_omega:g}.",
-    )
-    return tag("p", compared, *how)
-
-
-def _segment(record: TokenRecord, settings: DecodeSettings) -> Html:
-    """RSD's decision on this token's segment (the paper's reasoning step): the PRM's reward for the draft's version
-    against δ, and who wrote it."""
-    if not (_is_real(record.rsd_reward) and isinstance(record.rsd_step, int)):
-        return tag("p", "This row does not record its reasoning step's reward.")
-    reward = f"the process reward model gave the draft's version {number(record.rsd_reward)}"
-    if record.origin == "draft":
-        verdict = f"{reward} ≥ δ = {settings.rsd_delta:g}, so the draft's step was kept."
-    else:
-        verdict = f"{reward} < δ = {settings.rsd_delta:g}, so the target wrote the step again from the same prefix."
-    return tag("p", tag("b", f"Reasoning step {record.rsd_step}"), f" (text up to {settings.rsd_delimiter!r}): {verdict}")
 
 
 def _signals(record: TokenRecord, view: RuleView) -> Html:

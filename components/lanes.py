@@ -26,7 +26,6 @@ ORIGIN_LABELS = {
     "mti_guided": "MTI guided",
 }
 ORIGIN_CLASSES = {origin: f"o-{origin}" for origin in ORIGIN_LABELS}  # an origin not listed gets "o-unknown"
-TITLES = {name: method.title for name, method in METHODS.items()}  # what a lane can run
 _VISIBLE = {"\n": "↵\n", "\t": "⇥", "\r": "␍"}
 MAX_LANE_TOKENS = 2000  # spans drawn per lane: a huge loaded trace is shown as a window around the selection
 MAX_KEPT_SPANS = 50_000  # spans a page keeps rendered (about 20 MB): 16 users' two lanes of 1,000 tokens, and more
@@ -68,9 +67,15 @@ def lane_title(lane: str, trace: Trace | None) -> str:
     if trace is None:
         return f"{lane} lane"
     settings = trace.settings
-    method = TITLES.get(settings.method, settings.method) if isinstance(settings.method, str) else str(settings.method)
-    rule = f", rule {settings.rule}" if settings.method == "easd" else ""
+    method = title(settings.method)
+    refuses = settings.method in METHODS and METHODS[settings.method].refuses  # its rule decides what it refuses
+    rule = f", rule {settings.rule}" if refuses else ""
     return f"{method}{rule}"
+
+
+def title(method) -> str:
+    """How a lane names a run's method: its title in the methods' table, else the name as it is (a hand-made file's)."""
+    return METHODS[method].title if isinstance(method, str) and method in METHODS else str(method)
 
 
 def lane_window(trace: Trace, selected: int | None, limit: int | None = MAX_LANE_TOKENS) -> range:

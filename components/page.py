@@ -9,6 +9,7 @@ import gradio as gr
 from gradio.utils import get_upload_folder
 
 from easd.method.compare import DEFAULT_METHODS, LANES
+from easd.method.methods import in_batch
 from easd.serving.host import ModelHost
 
 from . import figures
@@ -16,7 +17,7 @@ from .controls import Controls, RuleView, build_controls
 from .gallery import Gallery
 from .html import tag
 from .inspector import inspector_html
-from .lanes import TITLES, Spans, lane_html, lane_title, legend_html
+from .lanes import Spans, lane_html, lane_title, legend_html
 from .rooms import Rooms
 from .session import Session, Sessions
 from .stepper import stepper_html
@@ -213,7 +214,7 @@ def _lanes() -> dict:
                 with gr.Row(equal_height=True, elem_classes=["lane-head"]):
                     titles[lane] = gr.HTML(tag("h3", lane_title(lane, None)), elem_id=f"title_{lane}", min_width=120)
                     methods[lane] = gr.Dropdown(
-                        [(label, method) for method, label in TITLES.items()],
+                        [(method.title, name) for name, method in in_batch().items()],
                         value=DEFAULT_METHODS[lane],
                         label=f"{lane} lane runs",
                         show_label=False,

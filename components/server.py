@@ -3,9 +3,7 @@ and the tests start it)."""
 
 from __future__ import annotations
 
-import inspect
 import os
-from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import parse_qs
 
@@ -45,9 +43,8 @@ def serve(
     gradio_internals.skip_untouched_outputs(demo)
     gradio_internals.sessions_without_configs()
     gradio_internals.absent_matplotlib_fails_at_once()
-    endpoints = {"compare": api_parameters(api.compare)}  # the API by name, each with its parameters in order
-    if mcp:
-        endpoints["compare_briefly"] = api_parameters(api.compare_briefly)
+    names = [name for name, *_ in api.parameters()]  # the API's parameters, in order
+    endpoints = {"compare": names, **({"compare_briefly": names} if mcp else {})}
     return demo.launch(
         server_name=host,
         server_port=port,
@@ -67,12 +64,6 @@ def serve(
         },
         **options,
     )
-
-
-def api_parameters(handler: Callable) -> list[str]:
-    """The API's parameter names of a handler, in order (those its `wire` fixes and gr.Request left out)."""
-    names = list(inspect.signature(handler).parameters)
-    return names[names.index("prompt") : names.index("request")]
 
 
 class MetricsRoute:

@@ -7,16 +7,17 @@ from __future__ import annotations
 
 from easd.method.methods import METHODS
 from easd.method.speed import Speed
-from easd.method.trace import Trace, intervened
+from easd.method.summary import intervened, summarize
+from easd.method.trace import Trace
 
 from .html import Html, join, number, tag
-from .lanes import TITLES
+from .lanes import title
 
 
 def stats_html(trace: Trace | None) -> Html:
     if trace is None:
         return Html("")
-    s = trace.summary()
+    s = summarize(trace)
     parts = [
         join([tag("b", number(s["new_tokens"], "d")), " tokens"]),
         join([tag("b", number(s["tokens_per_s"], ".1f")), " tokens/s"]),
@@ -37,8 +38,8 @@ def comparison_html(left: Trace | None, right: Trace | None, fork: int | None) -
     one cost in speed (SD | EASD: where EASD changed SD's text; EASD | MTI: the two interventions side by side)."""
     if left is None or right is None or not left.records or not right.records:
         return Html("")
-    a, b = left.summary(), right.summary()
-    name_a, name_b = (TITLES.get(t.settings.method, t.settings.method) for t in (left, right))
+    a, b = summarize(left), summarize(right)
+    name_a, name_b = (title(t.settings.method) for t in (left, right))
     if fork is None:
         change = f"{name_b}'s text is identical to {name_a}'s"
     else:

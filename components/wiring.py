@@ -44,7 +44,7 @@ def build_app(
         _wire_compare(demo, page, host, gallery, outbox, eval_dirs)
         _wire_evaluation(tab, eval_dirs, page, host, tabs)
         gr.api(
-            wire(api.compare, host, outbox, words=render.in_api_words),
+            wire(api.endpoint(api.compare), host, outbox, words=render.in_api_words),
             api_name="compare",
             concurrency_id="compare",
             concurrency_limit=None,  # it holds no thread while it streams; the pair's line holds its own limit (host.max_line)
@@ -52,7 +52,8 @@ def build_app(
         if mcp:
             # not queued: Gradio's MCP server then calls it in the MCP request itself, whose address is the caller's
             # (a queued tool would come through Gradio's own client, from this machine's address)
-            gr.api(wire(api.compare_briefly, host, words=render.in_api_words), api_name="compare_briefly", queue=False)
+            briefly = wire(api.endpoint(api.compare_briefly), host, words=render.in_api_words)
+            gr.api(briefly, api_name="compare_briefly", queue=False)
     for block in demo.blocks.values():
         if isinstance(block, gr.components.Component):
             refuse_in_one_line(block)
@@ -108,7 +109,7 @@ def _wire_compare(
     # a page opened with a link to a recorded run's token (components.links) opens it
     demo.load(wire(handlers.open_link, page, host, gallery, eval_dirs, show=say), {s}, loaded, **instant)
     polled = [page.status, page.generate, page.timer, page.message]
-    tokens = page.controls.max_new_tokens
+    tokens = page.controls["max_new_tokens"]
     for trigger in (demo.load, page.timer.tick, page.pair.change, tokens.release):  # on ZeroGPU the status says the cost
         trigger(wire(handlers.poll, page, host, show=say), {page.pair, tokens}, polled, **instant)
 

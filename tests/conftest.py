@@ -6,6 +6,7 @@ import tempfile
 import pytest
 import torch
 
+from easd.method.methods import make_settings
 from easd.method.settings import DecodeSettings
 from easd.pairs.loading import Runtime
 from easd.pairs.tiny import load_tiny_pair
@@ -54,8 +55,8 @@ def hf_tiny_pair():
 @pytest.fixture(scope="session")
 def trace_sources(tmp_path_factory, hf_tiny_pair):
     """A folder with t.csv and t.json: an SD and an EASD run of 24 tokens, for tests that spoil their fields."""
-    from easd.method import trace as trace_io
-    from easd.method.decoding import Generation
+    from easd.method.generation import Generation
+    from easd.traces import files as trace_io
 
     folder = tmp_path_factory.mktemp("sources")
     runs = [
@@ -70,10 +71,10 @@ def trace_sources(tmp_path_factory, hf_tiny_pair):
 @pytest.fixture
 def run(tiny_pair):
     """run(prompt, **settings) -> Trace, on the tiny pair."""
-    from easd.method.decoding import Generation
+    from easd.method.generation import Generation
 
     def _run(prompt: str = PROMPTS[0], pair=None, use_cache: bool = True, chat: bool = True, **settings):
-        return Generation(pair or tiny_pair, prompt, DecodeSettings(**settings), chat=chat, use_cache=use_cache).run()
+        return Generation(pair or tiny_pair, prompt, make_settings(settings), chat=chat, use_cache=use_cache).run()
 
     return _run
 

@@ -8,8 +8,9 @@ from itertools import accumulate
 
 import pytest
 from gradio_client import Client
+from test_app_isolation import ARGUMENTS
 
-from easd.method import trace as trace_io
+from easd.traces import files as trace_io
 
 
 def runs_of(result: dict):
@@ -69,10 +70,6 @@ BAD_INPUTS = [  # each wrong type or value, and the one line the API answers, in
     ({"prompt": "x", "left": "rsd"}, "the left lane's RSD asks a process reward model"),
     ({"prompt": "x", "right": None}, "right: must be one of sd, easd, mti, rsd, target, draft"),
 ]
-
-
-ARGUMENTS = dict(prompt="x", tau_h=1.0, tau_o=0.8, top_n=5, k=4, temperature=0.0, top_p=1.0, max_new_tokens=8)
-ARGUMENTS |= dict(rule="full", seed=0, pair="", chat=True, left="sd", right="easd")  # /compare's parameters, in order
 
 
 def call_raw(app_url: str, **arguments) -> str:

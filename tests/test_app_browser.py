@@ -14,7 +14,7 @@ from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 from test_app_render import NASTY, nasty_trace  # noqa: E402
 
-from easd.method import trace as trace_io  # noqa: E402
+from easd.traces import files as trace_io  # noqa: E402
 from tools.offline import chromium  # noqa: E402
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
@@ -266,11 +266,12 @@ def test_stop_keeps_what_was_produced_and_frees_the_worker(browser):
 def test_a_loaded_trace_brings_its_prompt_and_settings(browser, tmp_path, run):
     import dataclasses
 
+    from easd.method.methods import settings_values
     from easd.method.settings import DecodeSettings
 
     settings = DecodeSettings(tau_h=1.5, top_n=3, k=3, max_new_tokens=16)
     traces = [
-        run("Loaded prompt, three words.", **dataclasses.asdict(dataclasses.replace(settings, method=m))) for m in ("sd", "easd")
+        run("Loaded prompt, three words.", **settings_values(dataclasses.replace(settings, method=m))) for m in ("sd", "easd")
     ]
     trace_io.write_json(traces, tmp_path / "context.json")
     browser.find_element(By.CSS_SELECTOR, "input[type=file]").send_keys(str(tmp_path / "context.json"))

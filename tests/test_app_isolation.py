@@ -24,18 +24,18 @@ import pytest
 from conftest import launch_app
 from gradio_client import Client
 
-from components.api import compare
-from components.server import api_parameters
+from components.api import parameters
 from easd.errors import EasdError
-from easd.method import trace as trace_io
 from easd.method.compare import Comparison
 from easd.method.settings import DecodeSettings
 from easd.method.trace import Trace
 from easd.pairs.tiny import load_tiny_pair
 from easd.serving.host import ModelHost
+from easd.traces import files as trace_io
 
 ARGUMENTS = dict(prompt="x", tau_h=1.0, tau_o=0.8, top_n=5, k=4, temperature=0.0, top_p=1.0, max_new_tokens=8)
-ARGUMENTS |= dict(rule="full", seed=0, pair="", chat=True, left="sd", right="easd")  # /compare's parameters, in order
+ARGUMENTS |= dict(rule="full", seed=0, pair="", chat=True, left="sd", right="easd")  # /compare's parameters, in order,
+ARGUMENTS |= dict(mti_tau=1.0, mti_omega=1.5, mti_negative="OUTPUT ERROR", rsd_delta=0.7)  # then each method's own
 
 
 def post_raw(url: str, data, route: str = "compare") -> str:
@@ -92,8 +92,8 @@ def test_too_few_values_get_one_line_naming_them(app_url, data):
         post_raw(app_url, {"data": data})
     assert caught.value.code == 422
     detail = json.loads(caught.value.read())["detail"]
-    assert detail.startswith("compare takes 14 values in this order: prompt, tau_h") and f"(got {len(data)})" in detail
-    assert api_parameters(compare) == list(ARGUMENTS)
+    assert detail.startswith("compare takes 18 values in this order: prompt, tau_h") and f"(got {len(data)})" in detail
+    assert [name for name, *_ in parameters()] == list(ARGUMENTS)
 
 
 def test_named_values_fill_in_the_rest(app_url):

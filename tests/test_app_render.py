@@ -11,9 +11,10 @@ from components.lanes import lane_html, tooltip
 from components.session import Session
 from components.stats import comparison_html
 from components.stepper import block_views, stepper_html
-from easd.method import trace as trace_io
 from easd.method.settings import DecodeSettings
+from easd.method.summary import summarize
 from easd.method.trace import TokenRecord, Trace
+from easd.traces import files as trace_io
 
 NASTY = ['<img src=x onerror="window.__xss=1">', '"><script>window.__xss=2</script>', "${window.__xss=3}", "{{value}}", "a&b"]
 
@@ -54,7 +55,7 @@ def test_lanes_mark_selection_fork_penalties_and_what_if(run):
     sd, easd = run(method="sd", max_new_tokens=40, record_top=20), run(method="easd", max_new_tokens=40, record_top=20)
     session = Session(traces={"left": sd, "right": easd})
     fork = session.fork
-    assert fork is not None and fork == easd.summary()["first_penalty_position"]
+    assert fork is not None and fork == summarize(easd)["first_penalty_position"]
     html = lane_html("easd", easd, selected=3, fork=fork)
     assert f'class="tok o-easd_penalty fork" data-lane="easd" data-pos="{fork}"' in html
     assert 'data-pos="3"' in html and " sel" in html
@@ -116,7 +117,7 @@ def test_the_comparison_line_shows_a_speed_only_when_the_work_differed(run):
     assert never.token_ids == sd.token_ids
     identical = str(comparison_html(sd, never, None))
     assert "identical" in identical and "tokens/s" not in identical and "passes per token" not in identical
-    forked = unescape(str(comparison_html(sd, easd, easd.summary()["first_penalty_position"])))
+    forked = unescape(str(comparison_html(sd, easd, summarize(easd)["first_penalty_position"])))
     assert "target passes per token" in forked and "SD's tokens/s" in forked
 
 

@@ -10,8 +10,11 @@ from conftest import PROMPTS
 from easd.backends.transformers import COMPACT_SLACK
 from easd.errors import SettingsError
 from easd.method import acceptance as acc
-from easd.method.decoding import Batch, Generation, encode_prompt
+from easd.method.generation import Generation
+from easd.method.prompts import encode_prompt
 from easd.method.settings import DecodeSettings
+from easd.method.step import Batch
+from easd.method.summary import summarize
 
 LONG = "A small draft model proposes a few tokens, and the larger target model checks them all in one pass. " * 3
 MIXED = [
@@ -114,7 +117,7 @@ def test_the_method_invariants_hold_inside_a_batch(tiny_pair):
         ]
         target, sd, never, easd = Batch(tiny_pair, [Generation(tiny_pair, prompt, s) for s in settings]).run()
         assert sd.token_ids == target.token_ids and never.token_ids == sd.token_ids
-        first = easd.summary()["first_penalty_position"]
+        first = summarize(easd)["first_penalty_position"]
         if first is not None:
             assert easd.token_ids[:first] == sd.token_ids[:first] and easd.token_ids[first] != sd.token_ids[first]
         for record in easd.records:

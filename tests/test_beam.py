@@ -8,14 +8,22 @@ from conftest import PROMPTS
 
 from easd.errors import SettingsError
 from easd.method import acceptance as acc
-from easd.method.beam import Beam, BeamSearch, _settled, beam_search
-from easd.method.decoding import Generation, encode_prompt
+from easd.method.generation import Generation
+from easd.method.methods import make_settings, with_values
+from easd.method.methods.beam import BEAM, Beam, _settled
+from easd.method.prompts import encode_prompt
 from easd.method.settings import DecodeSettings
 
 DRAFT = DecodeSettings(method="draft", max_new_tokens=24)
 
 
-SUMMED = BeamSearch(4, length_penalty=0)
+def beams(width: int, length_penalty: float = 1.0, base: DecodeSettings = DRAFT) -> DecodeSettings:
+    """Beam search's settings: `width` beams ranked by log-probability / length^α, sampled as `base` says."""
+    return with_values(base, method="beam", beam_width=width, beam_length_penalty=length_penalty)
+
+
+def beam_search(pair, prompt: str, settings: DecodeSettings):
+    return BEAM.decode(pair, prompt, settings)
 
 
 def draft_logits(pair, prompt: str, tokens: list[int]) -> torch.Tensor:
@@ -35,19 +43,19 @@ def summed_log_prob(pair, prompt: str, tokens: list[int]) -> float:
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_one_beam_is_greedy_draft_only(tiny_pair, prompt):
     greedy = Generation(tiny_pair, prompt, DRAFT).run()
-    beam = beam_search(tiny_pair, prompt, DRAFT, BeamSearch(1))
+    beam = beam_search(tiny_pair, prompt, beams(1))
     assert beam.token_ids == greedy.token_ids
     assert [r.h_draft for r in beam.records] == pytest.approx([r.h_draft for r in greedy.records], abs=1e-5)
     assert beam.stats.draft_calls == len(greedy.records) and beam.stats.target_calls == 0
 
 
 def test_more_beams_find_a_likelier_text_whose_score_a_full_recompute_confirms(tiny_pair):
-    greedy = beam_search(tiny_pair, PROMPTS[0], DRAFT, BeamSearch(1, 0))
-    four = beam_search(tiny_pair, PROMPTS[0], DRAFT, SUMMED)
+    greedy = beam_search(tiny_pair, PROMPTS[0], beams(1, 0))
+    four = beam_search(tiny_pair, PROMPTS[0], beams(4, 0))
     assert four.token_ids != greedy.token_ids and four.info["beam_score"] > greedy.info["beam_score"]  # the search acts
     for trace in (greedy, four):  # the copied caches computed what a fresh pass computes
         assert trace.info["beam_score"] == pytest.approx(summed_log_prob(tiny_pair, PROMPTS[0], trace.token_ids), abs=1e-3)
-    assert four.settings.method == "draft" and {r.origin for r in four.records} == {"draft"} and four.info["beams"] == 4
+    assert four.settings.method == "beam" and {r.origin for r in four.records} == {"draft"} and four.info["beams"] == 4
 
 
 def test_a_length_penalty_ranks_by_the_mean_so_a_long_beam_can_still_beat_a_short_finished_one():
@@ -60,7 +68,7 @@ def test_a_length_penalty_ranks_by_the_mean_so_a_long_beam_can_still_beat_a_shor
 
 def test_sampled_beams_draw_from_the_nucleus_at_the_temperature_and_score_what_they_drew(tiny_pair):
     sampled = DecodeSettings(method="draft", max_new_tokens=16, temperature=0.7, top_p=0.8, seed=3)
-    runs = [beam_search(tiny_pair, PROMPTS[0], replace(sampled, seed=seed), BeamSearch(4)) for seed in (3, 3, 4, 5, 6)]
+    runs = [beam_search(tiny_pair, PROMPTS[0], beams(4, base=replace(sampled, seed=seed))) for seed in (3, 3, 4, 5, 6)]
     assert runs[0].token_ids == runs[1].token_ids  # a seed fixes the draw
     assert len({tuple(run.token_ids) for run in runs}) > 1  # other seeds draw again
     for trace in runs:
@@ -69,21 +77,20 @@ def test_sampled_beams_draw_from_the_nucleus_at_the_temperature_and_score_what_t
         assert (q > 0).all()  # no token from outside the top-p nucleus
         assert trace.info["beam_score"] == pytest.approx(float(q.double().log().sum()), abs=1e-3)
         assert trace.info["beam_rank"] == pytest.approx(trace.info["beam_score"] / len(tokens))  # α = 1 by default
-    greedy = beam_search(tiny_pair, PROMPTS[0], DRAFT, BeamSearch(4))
+    greedy = beam_search(tiny_pair, PROMPTS[0], beams(4))
     assert runs[0].token_ids != greedy.token_ids  # sampling changed the search
 
 
 @pytest.mark.parametrize(
-    "settings, search, flag, message",
+    "values, flag, message",
     [
-        (DRAFT, BeamSearch(0), "--beams", "from 1 to 64"),
-        (DRAFT, BeamSearch(65), "--beams", "from 1 to 64"),
-        (DecodeSettings(method="sd"), BeamSearch(4), "--beams", "use it with method draft"),
-        (DRAFT, BeamSearch(4, -1), "--length-penalty", "must be from 0"),
-        (DRAFT, BeamSearch(4, float("nan")), "--length-penalty", "must be from 0"),
+        ({"beam_width": 0}, "--beam-width", "an integer from 1 to 64"),
+        ({"beam_width": 65}, "--beam-width", "an integer from 1 to 64"),
+        ({"beam_length_penalty": -1.0}, "--beam-length-penalty", "a number from 0 to 10"),
+        ({"beam_length_penalty": float("nan")}, "--beam-length-penalty", "a number from 0 to 10"),
     ],
 )
-def test_bad_beams_are_refused_naming_the_flag(hf_tiny_pair, settings, search, flag, message):
+def test_bad_beams_are_refused_naming_the_flag(hf_tiny_pair, values, flag, message):
     with pytest.raises(SettingsError) as err:
-        beam_search(hf_tiny_pair, PROMPTS[0], settings, search)
+        beam_search(hf_tiny_pair, PROMPTS[0], make_settings(method="beam", **values))
     assert err.value.flag == flag and message in err.value.message

@@ -11,7 +11,7 @@ from conftest import PROMPTS
 
 from easd.errors import QuotaSpent
 from easd.method.compare import DEFAULT_METHODS
-from easd.method.decoding import Generation, GenerationSnapshot
+from easd.method.generation import Generation, GenerationSnapshot
 from easd.method.settings import DecodeSettings
 from easd.serving.chunks import decode_chunk
 from easd.serving.worker import Worker

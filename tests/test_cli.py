@@ -7,7 +7,7 @@ import time
 import pytest
 
 from easd.cli import build_parser, main
-from easd.method import trace as trace_io
+from easd.traces import files as trace_io
 
 TINY = ["generate", "--pair", "tiny-random"]
 
@@ -38,10 +38,9 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
         (["--prompt", "x", "--trace", "/no/such/dir/t.csv"], "--trace", "does not exist"),
         (["--prompt", "apples " * 600], "--prompt", "context is 512 tokens"),
         (["--prompt", "x", "--k", "abc"], "--k", "invalid int value"),
-        (["--prompt", "x", "--method", "beam"], "--method", "invalid choice"),
-        (["--prompt", "x", "--beams", "4"], "--beams", "use it with method draft"),
-        (["--prompt", "x", "--method", "draft", "--beams", "0"], "--beams", "from 1 to 64"),
-        (["--prompt", "x", "--method", "draft", "--beams", "2", "--length-penalty", "-1"], "--length-penalty", "must be from 0"),
+        (["--prompt", "x", "--method", "beams"], "--method", "invalid choice"),
+        (["--prompt", "x", "--method", "beam", "--beam-width", "0"], "--beam-width", "from 1 to 64"),
+        (["--prompt", "x", "--method", "beam", "--beam-length-penalty", "-1"], "--beam-length-penalty", "from 0 to 10"),
         (["--prompt", "x", "--method", "mti", "--mti-tau", "-1"], "--mti-tau", "≥ 0"),
         (["--prompt", "x", "--method", "mti", "--mti-omega", "0.5"], "--mti-omega", "from 1 to 10"),
         (["--prompt", "x", "--method", "mti", "--mti-negative", " "], "--mti-negative", "1 to 1,000 characters"),
@@ -182,7 +181,7 @@ def test_a_batch_larger_than_memory_is_refused_with_the_figures(tiny_pair):
 
 
 def test_generate_with_beams_writes_the_best_beams_trace(capsys, tmp_path):
-    args = ["--prompt", "Tom has 3 apples.", "--method", "draft", "--beams", "3", "--max-new-tokens", "10"]
+    args = ["--prompt", "Tom has 3 apples.", "--method", "beam", "--beam-width", "3", "--max-new-tokens", "10"]
     code, out, _ = run_cli(capsys, *TINY, *args, "--json", str(tmp_path / "b.json"))
     [trace] = trace_io.load(tmp_path / "b.json")
     assert code == 0 and trace.info["beams"] == 3 and trace.text in out and len(trace.records) == 10

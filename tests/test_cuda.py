@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from easd.method.decoding import Batch, Generation
+from easd.method.generation import Generation
 from easd.method.seam import row_bytes
 from easd.method.settings import DecodeSettings
+from easd.method.step import Batch
 from easd.pairs.loading import Runtime
 from easd.pairs.registry import load_named_pair
 from easd.pairs.tiny import load_tiny_pair

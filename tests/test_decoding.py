@@ -8,8 +8,9 @@ import pytest
 from conftest import PROMPTS
 
 from easd.errors import SettingsError
-from easd.method.decoding import Generation
+from easd.method.generation import Generation
 from easd.method.settings import DecodeSettings
+from easd.method.summary import summarize
 
 SAMPLING = dict(temperature=1.0, top_p=0.95)
 
@@ -24,7 +25,7 @@ def test_greedy_sd_equals_greedy_target(run, prompt, k):
     target = run(prompt, method="target", max_new_tokens=40)
     sd = run(prompt, method="sd", k=k, max_new_tokens=40)
     assert sd.token_ids == target.token_ids
-    assert sd.summary()["draft_acceptance_rate"] < 1  # the draft was wrong sometimes: equality was earned
+    assert summarize(sd)["draft_acceptance_rate"] < 1  # the draft was wrong sometimes: equality was earned
 
 
 def test_draft_alone_differs_from_target(run):
@@ -46,7 +47,7 @@ def test_sd_and_easd_agree_up_to_the_first_penalty(run, sampling):
     for seed in range(4):
         sd = run(method="sd", seed=seed, max_new_tokens=48, **sampling)
         easd = run(method="easd", seed=seed, max_new_tokens=48, **sampling)
-        first = easd.summary()["first_penalty_position"]
+        first = summarize(easd)["first_penalty_position"]
         if first is None:
             assert easd.token_ids == sd.token_ids
             continue
@@ -191,7 +192,7 @@ def test_a_long_prompt_computed_in_pieces_decodes_as_in_one_pass(tiny_pair, monk
 
 def test_stop_during_a_long_prompt_is_heard_before_the_row_takes_a_step(tiny_pair, monkeypatch):
     """On the embedded pair a 2,375-token prompt took 75 s in one pass, and Stop waited for it all."""
-    from easd.method import decoding, rows
+    from easd.method import rows, step
 
     monkeypatch.setattr(rows, "PREFILL_CHUNK", 1)  # a pass per prompt token: the prompt takes a while even here
     generation = Generation(tiny_pair, LONG_PROMPT, DecodeSettings(method="sd", max_new_tokens=24), chat=False)
@@ -202,19 +203,19 @@ def test_stop_during_a_long_prompt_is_heard_before_the_row_takes_a_step(tiny_pai
             stopper.append(threading.Timer(0.05, generation.stop))
             stopper[0].start()
 
-    blocks = list(decoding.Batch(tiny_pair, [generation], at_boundary=stop_soon))
+    blocks = list(step.Batch(tiny_pair, [generation], at_boundary=stop_soon))
     assert blocks == [] and generation.trace.records == [] and generation.trace.stats.stop_reason == "stopped"
 
 
 def test_a_long_prompt_is_computed_between_the_other_rows_steps(tiny_pair, monkeypatch):
     """In the app's shared batch a long prompt no longer pauses everyone: the others step between its pieces."""
-    from easd.method import decoding, rows
+    from easd.method import rows, step
 
     monkeypatch.setattr(rows, "PREFILL_CHUNK", 16)  # about 22 pieces for this prompt
     settings = DecodeSettings(method="sd", max_new_tokens=200)
     running = Generation(tiny_pair, "def add(a, b):", settings)
     joining = Generation(tiny_pair, LONG_PROMPT, replace_max(settings, 24), chat=False)
-    batch = decoding.Batch(tiny_pair, [running], prompts_between_steps=True)
+    batch = step.Batch(tiny_pair, [running], prompts_between_steps=True)
     while_joining, asked = [], False  # the running row's blocks while the joining row's prompt was being computed
     for block in batch:
         if len(running.trace.records) >= 8 and not asked:

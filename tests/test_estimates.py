@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from easd.method.compare import DEFAULT_METHODS
-from easd.method.decoding import Generation
+from easd.method.generation import Generation
 from easd.method.settings import DecodeSettings
 from easd.serving.estimates import GUESS_ROW_S, Job, Pace, schedule
 from easd.serving.worker import Worker

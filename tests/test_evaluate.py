@@ -30,6 +30,7 @@ from easd.lab.report import (
 )
 from easd.lab.results import RESULT_COLUMNS, load_results
 from easd.method.settings import DecodeSettings
+from easd.method.summary import summarize
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -304,8 +305,8 @@ def test_result_rows_take_their_counts_from_the_trace_summary(tiny_pair, data):
     [(_, finished)] = decode_items(tiny_pair, [WorkItem(problem, 0, variants)], 1)
     for row, trace in finished:
         records = trace.records
-        assert row["accepted"] == trace.summary()["accepted"] == sum(r.origin == "draft_accepted" for r in records)
-        assert row["examined"] == trace.summary()["examined"] == sum(r.draft_token_id is not None for r in records) > 0
+        assert row["accepted"] == summarize(trace)["accepted"] == sum(r.origin == "draft_accepted" for r in records)
+        assert row["examined"] == summarize(trace)["examined"] == sum(r.draft_token_id is not None for r in records) > 0
         assert row["penalized"] == sum(r.origin == "easd_penalty" for r in records)
 
 
@@ -402,7 +403,7 @@ def test_eval_runs_beam_search_on_the_draft_beside_the_batch(data, tmp_path, cap
         ("beam:x", "must be beam:N"),
         ("beam:0", "from 1 to 64"),
         ("beam:3/x", "must be beam:N or beam:N/α"),
-        ("beam:3/-1", "must be from 0"),
+        ("beam:3/-1", "must be a number from 0 to 10"),
     ):
         capsys.readouterr()
         assert main([*arguments.split()[:-1], label, "--out", str(tmp_path / "bad")]) == 2

@@ -14,10 +14,10 @@ from test_app_render import nasty_trace
 
 from components.export import comparison_file, file_aside
 from easd.cli import main
-from easd.method import trace as trace_io
 from easd.method.compare import Comparison
 from easd.method.settings import DecodeSettings
 from easd.method.trace import TokenRecord
+from easd.traces import files as trace_io
 from tools.offline import open_offline, requests_made
 
 HOSTILE_PROMPT = '</script><script>window.__xss="prompt"</script><img src=x onerror="window.__xss=5">'

@@ -10,12 +10,14 @@ import torch
 from easd.backends.transformers import float32_head
 from easd.lab.bench import head_copy_bytes
 from easd.method import acceptance as acc
-from easd.method import trace as trace_io
-from easd.method.decoding import Batch, Generation
+from easd.method.generation import Generation
 from easd.method.settings import DecodeSettings
+from easd.method.step import Batch
+from easd.method.summary import summarize
 from easd.method.whatif import would_be_fragile
 from easd.pairs.loading import Runtime
 from easd.pairs.tiny import load_tiny_pair
+from easd.traces import files as trace_io
 
 RULE = {"rule": "full", "tau_o": 0.8, "top_n": 2}
 
@@ -184,15 +186,15 @@ def test_a_forced_tie_at_the_nth_rank_is_reported_fragile(tied_pair):
     for record in penalties:
         assert record.draft_gap == 0.0 and record.target_gap == 0.0 and record.overlap_swap
         assert record.fragile is True
-    at_default = Generation(tied_pair, "Tom has 3 apples.", dataclasses.replace(settings, tau_o=0.8)).run().summary()
+    at_default = summarize(Generation(tied_pair, "Tom has 3 apples.", dataclasses.replace(settings, tau_o=0.8)).run())
     assert at_default["penalized"] > 0 and at_default["fragile_penalties"] == 0
-    summary = trace.summary()
+    summary = summarize(trace)
     assert summary["fragile_penalties"] == summary["penalized"] == len(penalties) > 0
     assert summary["fired"] >= summary["penalized"]
 
 
 def test_random_float32_logits_have_no_fragile_decisions(run):
-    summaries = [run(prompt, method="easd", max_new_tokens=32).summary() for prompt in ("Tom has 3 apples.", "def add(a, b):")]
+    summaries = [summarize(run(prompt, method="easd", max_new_tokens=32)) for prompt in ("Tom has 3 apples.", "def add(a, b):")]
     assert sum(s["fired"] for s in summaries) > 0
     assert sum(s["fragile"] for s in summaries) == 0  # float32 precision: only exact ties would count
 
@@ -229,7 +231,7 @@ def test_a_csv_written_before_margins_existed_still_loads(tmp_path, run):
     old = trace_io.load(tmp_path / "old.csv")[0]
     assert old.settings.signals == "float32" and old.token_ids == trace.token_ids
     assert all(r.fragile is None and r.h_draft_margin is None for r in old.records)
-    assert old.summary()["fragile"] == 0
+    assert summarize(old)["fragile"] == 0
 
 
 def test_a_margin_out_of_range_is_refused(tmp_path, run):

@@ -9,6 +9,7 @@ from components.gallery import Gallery
 from easd.errors import SettingsError
 from easd.lab.problems import extract_answer
 from easd.method.compare import DEFAULT_METHODS
+from easd.method.summary import summarize
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def test_every_recording_opens_as_an_sd_and_an_easd_run_with_its_prompt_and_sett
 def test_each_recording_forks_early_and_together_they_show_different_things(opened):
     answers_differ = []
     for key, (_, (sd, easd)) in opened.items():
-        fork = easd.summary()["first_penalty_position"]
+        fork = summarize(easd)["first_penalty_position"]
         assert fork is not None and fork < 64, (key, fork)  # a fork on the first screen of tokens
         assert sd.token_ids[:fork] == easd.token_ids[:fork], key  # identical up to the penalty
         answers_differ.append(extract_answer(sd.text)[0] != extract_answer(easd.text)[0])

@@ -15,8 +15,9 @@ import torch
 from easd.errors import SettingsError
 from easd.method import acceptance as acc
 from easd.method.compare import DEFAULT_METHODS
-from easd.method.decoding import Batch, Generation
+from easd.method.generation import Generation
 from easd.method.settings import MIN_TEMPERATURE, MIN_TOP_P, DecodeSettings
+from easd.method.step import Batch
 from easd.serving.worker import Worker
 
 HONEST = [

@@ -6,7 +6,7 @@ from components.evaluation import NO_TRACES, problem_runs
 from components.links import Link, eval_folder, link_html
 from easd.errors import EasdError, SettingsError
 from easd.lab.evaluate import trace_name
-from easd.method import trace as trace_io
+from easd.traces import files as trace_io
 
 
 def test_a_link_names_a_gallery_run_or_an_allowed_eval_problem_and_a_token():

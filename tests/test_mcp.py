@@ -13,15 +13,14 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from test_app_isolation import ARGUMENTS
 
-from components.api import compare_briefly
-from components.server import api_parameters
-from easd.method import trace as trace_io
+from components.api import parameters
 from easd.method.compare import LANES, brief
-from easd.method.methods import METHODS
+from easd.method.methods import in_batch
 from easd.method.settings import RULES
 from easd.pairs.tiny import load_tiny_pair
 from easd.serving.host import ModelHost
 from easd.serving.metrics import ServingMetrics
+from easd.traces import files as trace_io
 
 TOOL = "compare_briefly"
 
@@ -70,9 +69,9 @@ def test_the_one_tool_says_what_each_setting_does(served):
     [tool] = tools
     assert "entropy-aware speculative decoding" in tool.description and "mean acceptance length" in tool.description
     properties = tool.inputSchema["properties"]
-    assert list(properties) == api_parameters(compare_briefly)
+    assert list(properties) == [name for name, *_ in parameters()]
     assert all(properties[name].get("description") for name in properties), "every parameter is described"
-    assert all(method in properties["left"]["description"] for method in METHODS)
+    assert all(method in properties["left"]["description"] for method in in_batch())
     assert all(rule in properties["rule"]["description"] for rule in RULES)
 
 
@@ -178,7 +177,7 @@ def test_too_few_values_on_any_route_get_one_line(served, route, capfd):
     answered = post(url, route, {"data": ["Hi"]})
     name = route.split("/")[1]
     assert answered.status_code == 422
-    assert answered.json()["detail"].startswith(f"{name} takes 14 values in this order: prompt, tau_h")
+    assert answered.json()["detail"].startswith(f"{name} takes 18 values in this order: prompt, tau_h")
     assert "Traceback" not in capfd.readouterr().err
 
 

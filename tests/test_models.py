@@ -5,9 +5,10 @@ import torch
 
 from easd.backends.transformers import HFTokenizer, make_pair, resolve_dtype, with_int8
 from easd.errors import ModelLoadError
-from easd.method.decoding import Generation
+from easd.method.generation import Generation
 from easd.method.pair import check_same_tokenizer
 from easd.method.settings import DecodeSettings
+from easd.method.summary import summarize
 from easd.pairs.loading import Runtime
 from easd.pairs.registry import PAIRS, load_named_pair, pairs_table
 from easd.pairs.tiny import CORPUS, build_models, build_tokenizer
@@ -88,4 +89,4 @@ def test_a_pair_loads_from_gguf_files(tmp_path):
     pair = load_pair(str(tmp_path / "tiny.gguf"), str(tmp_path / "tiny.gguf"), Runtime(backend="transformers", dtype="float32"))
     assert pair.draft_name == "tiny.gguf" and pair.vocab_size == len(pair.tokenizer.vocab())
     trace = Generation(pair, "hi", DecodeSettings(method="sd", max_new_tokens=8), chat=False).run()
-    assert len(trace.records) == 8 and trace.summary()["draft_acceptance_rate"] == 1.0  # a model drafting for itself
+    assert len(trace.records) == 8 and summarize(trace)["draft_acceptance_rate"] == 1.0  # a model drafting for itself

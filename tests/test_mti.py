@@ -5,9 +5,13 @@ from conftest import PROMPTS
 
 from easd.errors import SettingsError
 from easd.method import acceptance as acc
-from easd.method import trace as trace_io
-from easd.method.decoding import Batch, Generation, encode_prompt
+from easd.method.generation import Generation
+from easd.method.methods import make_settings, settings_values
+from easd.method.prompts import encode_prompt
 from easd.method.settings import DecodeSettings
+from easd.method.step import Batch
+from easd.method.summary import summarize
+from easd.traces import files as trace_io
 
 MTI = dict(method="mti", max_new_tokens=32)
 
@@ -16,7 +20,7 @@ def test_mti_above_every_entropy_is_target_only(run):
     target = run(method="target", max_new_tokens=32)
     mti = run(**MTI, mti_tau=1e9)
     assert mti.token_ids == target.token_ids
-    assert mti.summary()["interventions"] == 0 and mti.stats.target_calls == target.stats.target_calls
+    assert summarize(mti)["interventions"] == 0 and mti.stats.target_calls == target.stats.target_calls
 
 
 def test_mti_with_omega_one_is_target_only_though_it_guides_every_token(run):
@@ -30,7 +34,7 @@ def test_guidance_changes_tokens_and_costs_one_target_pass_per_guided_token(run)
     target = run(method="target", max_new_tokens=32)
     mti = run(**MTI, mti_tau=0.0, mti_omega=4.0)
     assert mti.token_ids != target.token_ids  # the guidance acts: the tests above could fail
-    guided = mti.summary()["interventions"]
+    guided = summarize(mti)["interventions"]
     assert guided == len(mti.records)
     assert mti.stats.target_calls == target.stats.target_calls + guided - (len(target.records) - len(mti.records))
 
@@ -52,10 +56,10 @@ def full_recompute(pair, tokens: list[int]):
 
 
 def test_guided_logits_from_the_row_equal_a_full_recompute_with_the_negative_prompt(tiny_pair):
-    settings = DecodeSettings(**MTI, mti_tau=0.0)
+    settings = make_settings(**MTI, mti_tau=0.0)
     generation = Generation(tiny_pair, PROMPTS[1], settings)
     trace = generation.run()
-    negative = tiny_pair.tokenizer.encode(settings.mti_negative)
+    negative = tiny_pair.tokenizer.encode(settings_values(settings)["mti_negative"])
     for record in trace.records[:12]:
         context = generation.prompt_ids + trace.token_ids[: record.position]
         guided = acc.guided_logits(full_recompute(tiny_pair, context), full_recompute(tiny_pair, context + negative), 1.5)
@@ -70,9 +74,9 @@ def test_guided_logits_from_the_row_equal_a_full_recompute_with_the_negative_pro
 
 def test_an_mti_row_in_a_batch_equals_its_solo_run(tiny_pair):
     settings = [
-        DecodeSettings(**MTI, mti_tau=1.0),
+        make_settings(**MTI, mti_tau=1.0),
         DecodeSettings(method="sd", max_new_tokens=32),
-        DecodeSettings(**MTI, mti_tau=0.5, mti_omega=2.0),
+        make_settings(**MTI, mti_tau=0.5, mti_omega=2.0),
         DecodeSettings(method="target", max_new_tokens=32),
     ]
     prompts = [PROMPTS[0], PROMPTS[0], PROMPTS[1], PROMPTS[2]]
@@ -81,11 +85,11 @@ def test_an_mti_row_in_a_batch_equals_its_solo_run(tiny_pair):
         solo = Generation(tiny_pair, prompt, each).run()
         assert trace.token_ids == solo.token_ids
         assert [r.origin for r in trace.records] == [r.origin for r in solo.records]
-    assert sum(t.summary()["interventions"] for t in batched) > 0
+    assert sum(summarize(t)["interventions"] for t in batched) > 0
 
 
 def test_an_mti_run_round_trips_through_csv_and_json(hf_tiny_pair, tmp_path):
-    settings = DecodeSettings(**MTI, mti_tau=1.5, mti_omega=2.0, mti_negative="=WRONG ANSWER")
+    settings = make_settings(**MTI, mti_tau=1.5, mti_omega=2.0, mti_negative="=WRONG ANSWER")
     runs = [Generation(hf_tiny_pair, PROMPTS[0], settings).run(), Generation(hf_tiny_pair, PROMPTS[0], DecodeSettings()).run()]
     for write, read, name in (
         (trace_io.write_csv, trace_io.read_csv, "t.csv"),
@@ -93,7 +97,7 @@ def test_an_mti_run_round_trips_through_csv_and_json(hf_tiny_pair, tmp_path):
     ):
         write(runs, tmp_path / name)
         back = read(tmp_path / name)
-        assert back[0].settings.as_dict() | {"max_new_tokens": 32} == settings.as_dict()  # a CSV does not hold max_new_tokens
+        assert back[0].settings == settings  # every setting is a column, MTI's own included
         assert back[0].records == runs[0].records
         assert back[1].records == runs[1].records  # the EASD run's guided columns are empty and read back as none
     assert "'=WRONG ANSWER" in (tmp_path / "t.csv").read_text()  # a spreadsheet shows it as text, never runs it
@@ -111,7 +115,7 @@ def test_an_mti_run_round_trips_through_csv_and_json(hf_tiny_pair, tmp_path):
 )
 def test_settings_out_of_range_name_themselves(settings, setting):
     with pytest.raises(SettingsError) as err:
-        DecodeSettings(method="mti", **settings).validate()
+        make_settings(method="mti", **settings).validate()
     assert err.value.setting == setting
 
 
@@ -121,10 +125,10 @@ def test_a_negative_prompt_that_leaves_no_room_in_the_context_is_refused(hf_tiny
     prompt = "apples " * 400
     while len(encode_prompt(hf_tiny_pair, prompt, chat=True)) >= room:
         prompt = prompt[: int(len(prompt) * 0.9)]
-    Generation(hf_tiny_pair, prompt, DecodeSettings(**MTI, mti_negative=negative))  # fits: no error
+    Generation(hf_tiny_pair, prompt, make_settings(**MTI, mti_negative=negative))  # fits: no error
     longer = prompt + "apples " * 20
     with pytest.raises(SettingsError) as err:
-        Generation(hf_tiny_pair, longer, DecodeSettings(**MTI, mti_negative=negative))
+        Generation(hf_tiny_pair, longer, make_settings(**MTI, mti_negative=negative))
     assert err.value.setting == "mti_negative" and "no room left" in err.value.message
     Generation(hf_tiny_pair, longer, DecodeSettings(method="target"))  # the prompt alone fits: the negative prompt is why
 
@@ -133,7 +137,7 @@ def test_near_the_end_of_the_context_mti_keeps_room_for_its_negative_prompt(hf_t
     prompt = "apples " * 400
     while len(encode_prompt(hf_tiny_pair, prompt, chat=True)) > hf_tiny_pair.context_length - 40:
         prompt = prompt[: int(len(prompt) * 0.95)]
-    trace = Generation(hf_tiny_pair, prompt, DecodeSettings(method="mti", mti_tau=0.0, max_new_tokens=100)).run()
-    negative = len(hf_tiny_pair.tokenizer.encode(DecodeSettings().mti_negative))
+    trace = Generation(hf_tiny_pair, prompt, make_settings(method="mti", mti_tau=0.0, max_new_tokens=100)).run()
+    negative = len(hf_tiny_pair.tokenizer.encode(settings_values(DecodeSettings())["mti_negative"]))
     assert trace.stats.stop_reason == "context"
     assert trace.stats.prompt_tokens + len(trace.records) + negative <= hf_tiny_pair.context_length

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 from conftest import PROMPTS
 
-from easd.method.decoding import Generation
+from easd.method.generation import Generation
 from easd.method.prefix import easd_after_sd
 from easd.method.settings import DecodeSettings
 from easd.pairs.loading import Runtime

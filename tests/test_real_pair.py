@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from easd.method.decoding import Batch, Generation, encode_prompt
+from easd.method.generation import Generation
+from easd.method.prompts import encode_prompt
 from easd.method.settings import DecodeSettings
+from easd.method.step import Batch
+from easd.method.summary import summarize
 from easd.pairs.loading import Runtime
 from easd.pairs.packaged import DRAFT, TARGET, installed
 
@@ -51,7 +54,7 @@ def test_greedy_sd_on_the_real_pair_is_fluent_and_equals_the_target_and_a_loop_w
     assert sd.token_ids == target.token_ids
     prompt = encode_prompt(qwen_pair, QUESTION, chat=True)
     assert sd.token_ids == speculative(qwen_pair.draft, qwen_pair.target, prompt, 4, 48, qwen_pair.eos_ids)
-    assert sd.summary()["draft_acceptance_rate"] > 0.5
+    assert summarize(sd)["draft_acceptance_rate"] > 0.5
     assert_fluent_english(sd.text)
     assert qwen_pair.info["draft_logit_shift"] == qwen_pair.info["target_logit_shift"] == 0.0  # measured at load
 
@@ -99,7 +102,7 @@ def test_every_live_example_forks_within_its_first_128_tokens(qwen_pair):
     for block in Batch(qwen_pair, rows):
         if block.end == "easd_penalty":
             block.generation.stop()  # it forked: no need to decode the rest
-    forks = {row.prompt[:40]: row.trace.summary()["first_penalty_position"] for row in rows}
+    forks = {row.prompt[:40]: summarize(row.trace)["first_penalty_position"] for row in rows}
     assert all(position is not None and position < 128 for position in forks.values()), forks
 
 

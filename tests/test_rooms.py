@@ -8,7 +8,7 @@ from components.rooms import CODE_LENGTH, CODE_LETTERS, MAX_VIEWERS, Rooms
 from components.session import Session
 from easd.errors import EasdError
 from easd.method.compare import DEFAULT_METHODS
-from easd.method.decoding import Generation
+from easd.method.generation import Generation
 from easd.method.settings import DecodeSettings
 from easd.serving.worker import Worker
 

@@ -1,7 +1,6 @@
 """RSD (method `rsd`): the draft writes a step, a process reward model scores it, the target writes a refused step
 again; on both backends, with tiny random PRMs in Skywork's layout (easd.pairs.tiny.write_tiny_prm)."""
 
-import dataclasses
 import json
 
 import pytest
@@ -9,12 +8,14 @@ from conftest import PROMPTS
 
 from easd.errors import ModelLoadError, SettingsError
 from easd.lab.problems import INSTRUCTION, load_problems
-from easd.method import rsd as rsd_module
-from easd.method import trace as trace_io
-from easd.method.decoding import Generation
+from easd.method.generation import Generation
+from easd.method.methods import make_settings, settings_values, with_values
+from easd.method.methods import rsd as rsd_module
 from easd.method.settings import DecodeSettings
+from easd.method.summary import summarize
 from easd.pairs.loading import load_prm, with_prm
 from easd.pairs.tiny import write_tiny_prm
+from easd.traces import files as trace_io
 
 # The tiny models never write "\n\n"; a space ends their steps often enough to give several steps a run.
 RSD = dict(method="rsd", rsd_delimiter=" ", max_new_tokens=40)
@@ -31,7 +32,7 @@ def rsd_pair(tiny_pair, prm_folder):
 
 
 def run(pair, **settings):
-    return Generation(pair, PROMPTS[0], DecodeSettings(**settings)).run()
+    return Generation(pair, PROMPTS[0], make_settings(settings)).run()
 
 
 def steps_of(trace):
@@ -49,7 +50,7 @@ def test_delta_above_one_keeps_no_draft_step_and_is_target_only(rsd_pair):
     target = run(rsd_pair, method="target", max_new_tokens=40)
     rsd = run(rsd_pair, **RSD, rsd_delta=1.5)
     assert rsd.token_ids == target.token_ids and {r.origin for r in rsd.records} == {"target"}
-    assert rsd.stats.draft_calls > 0 and rsd.summary()["interventions"] == len(rsd.records)  # each step tried, refused
+    assert rsd.stats.draft_calls > 0 and summarize(rsd)["interventions"] == len(rsd.records)  # each step tried, refused
 
 
 def test_a_step_below_delta_is_written_again_by_the_target_and_one_above_is_kept(rsd_pair):
@@ -92,7 +93,7 @@ def test_the_prm_reads_the_bare_question_not_our_instruction(rsd_pair, tmp_path)
     data.write_text(json.dumps({"question": " Tom has 3 apples. How many? ", "answer": "3\n#### 3"}) + "\n")
     [problem] = load_problems(data, "gsm8k", style="easd")
     assert (problem.question, problem.prompt) == ("Tom has 3 apples. How many?", f"{problem.question}\n\n{INSTRUCTION}")
-    settings = DecodeSettings(**RSD, rsd_delta=0.0)
+    settings = make_settings(**RSD, rsd_delta=0.0)
     rsd = Generation(rsd_pair, problem.prompt, settings, question=problem.question).run()
     first = [r for r in rsd.records if r.rsd_step == steps_of(rsd)[0]]
     step = rsd_pair.tokenizer.decode([r.token_id for r in first]).strip()
@@ -118,8 +119,8 @@ def test_an_rsd_run_round_trips_through_csv_and_json(rsd_pair, tmp_path):
     for name in ("t.csv", "t.json"):
         trace_io.save([trace], tmp_path / name)
         [back] = trace_io.load(tmp_path / name)
-        assert back.records == trace.records and back.settings.rsd_delta == trace.settings.rsd_delta
-        assert back.settings.rsd_delimiter == " "
+        assert back.records == trace.records and back.settings == trace.settings
+        assert settings_values(back.settings)["rsd_delimiter"] == " "
 
 
 def test_rsd_without_a_prm_is_refused(tiny_pair):
@@ -142,7 +143,7 @@ def test_a_folder_that_is_not_a_prm_and_a_prm_without_a_bos_are_refused(tmp_path
 @pytest.mark.parametrize("delta", [-0.1, float("nan")])
 def test_delta_out_of_range_names_itself(delta):
     with pytest.raises(SettingsError) as err:
-        dataclasses.replace(DecodeSettings(method="rsd"), rsd_delta=delta).validate()
+        with_values(make_settings(method="rsd"), rsd_delta=delta).validate()
     assert err.value.setting == "rsd_delta"
 
 
@@ -171,13 +172,13 @@ def test_rsd_decoded_in_chunks_equals_its_continuous_run(rsd_pair):
     from easd.serving.chunks import GenerationSnapshot, decode_chunk
 
     rewards = [r.rsd_reward for r in run(rsd_pair, **RSD, rsd_delta=0.0).records]
-    settings = DecodeSettings(**RSD, rsd_delta=(min(rewards) + max(rewards)) / 2)
+    settings = make_settings(**RSD, rsd_delta=(min(rewards) + max(rewards)) / 2)
     snapshot, records = GenerationSnapshot.of(Generation(rsd_pair, PROMPTS[0], settings)), []
     while snapshot is not None:
         [progress] = decode_chunk(rsd_pair, [snapshot], max_steps=2)
         records += [r for block in progress.blocks for r in block.records]
         snapshot = None if progress.stop_reason else progress.snapshot
-    continuous = run(rsd_pair, **dataclasses.asdict(settings))
+    continuous = run(rsd_pair, **settings_values(settings))
     assert [(r.token_id, r.origin, r.rsd_step) for r in records] == [
         (r.token_id, r.origin, r.rsd_step) for r in continuous.records
     ]

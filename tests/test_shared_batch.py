@@ -12,7 +12,7 @@ import pytest
 
 from easd.errors import SettingsError
 from easd.method.compare import DEFAULT_METHODS
-from easd.method.decoding import Generation
+from easd.method.generation import Generation
 from easd.method.settings import DecodeSettings
 from easd.serving.worker import MAX_DEFAULT_ROWS, Worker, default_max_rows
 

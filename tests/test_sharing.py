@@ -12,11 +12,11 @@ import pytest
 
 from easd import _version
 from easd.method.compare import DEFAULT_METHODS
-from easd.method.decoding import Generation
+from easd.method.generation import Generation
 from easd.method.settings import DecodeSettings
-from easd.method.trace import to_json_dict
 from easd.serving.results import Results, request_key
 from easd.serving.worker import Worker
+from easd.traces.files import to_json_dict
 
 SETTINGS = DecodeSettings(temperature=0.9, top_p=0.95, max_new_tokens=60, seed=7)
 PROMPT = "Tom has 3 apples and buys 5 more."

@@ -2,10 +2,11 @@
 
 import pytest
 
-from easd.method import trace as trace_io
 from easd.method.settings import DecodeSettings
 from easd.method.spec_metrics import SpecMetrics
+from easd.method.summary import summarize
 from easd.method.trace import BlockInfo, TokenRecord, Trace
+from easd.traces import files as trace_io
 
 
 def drafted(position: int, block: int, origin: str) -> TokenRecord:
@@ -66,7 +67,7 @@ def test_a_penalty_ends_a_verification_so_easd_accepts_less_than_sd_would_have()
 
 def test_summaries_and_files_carry_them_and_a_csv_trace_counts_its_k(tmp_path):
     trace = hand_made()
-    summary = trace.summary()
+    summary = summarize(trace)
     assert summary["mean_acceptance_length"] == 2.5 and summary["draft_acceptance_rate"] == 0.5
     assert summary["conditional_acceptance"] == pytest.approx([0.75, 2 / 3, 0.5])
     assert summary["acceptance_length_histogram"] == [1, 1, 1, 1]  # drafts that emitted 1, 2, 3, 4 tokens
@@ -74,12 +75,12 @@ def test_summaries_and_files_carry_them_and_a_csv_trace_counts_its_k(tmp_path):
     trace_io.save([trace], tmp_path / "t.csv")
     [from_csv] = trace_io.load(tmp_path / "t.csv")
     assert from_csv.blocks == []  # a CSV keeps no drafts: each counts the k it ran with
-    assert from_csv.summary()["num_draft_tokens"] == 12 and from_csv.summary()["mean_acceptance_length"] == 2.5
+    assert summarize(from_csv)["num_draft_tokens"] == 12 and summarize(from_csv)["mean_acceptance_length"] == 2.5
 
 
 def test_runs_that_do_not_verify_have_no_drafts(run):
     for method in ("target", "draft", "mti"):
-        summary = run(method=method, max_new_tokens=8).summary()
+        summary = summarize(run(method=method, max_new_tokens=8))
         assert summary["num_drafts"] == 0 and summary["mean_acceptance_length"] is None, method
         assert SpecMetrics.of([run(method=method, max_new_tokens=8)]).line() == ""
 

@@ -8,7 +8,7 @@ import pytest
 from easd.cli import main
 from easd.errors import EasdError
 from easd.lab.specbench import BASELINE, MT_BENCH_GROUP, Answer, Question, chat_text, load_questions, table
-from easd.method.decoding import Generation
+from easd.method.generation import Generation
 from easd.method.settings import DecodeSettings
 
 # our own made-up questions: two categories (one of Spec-Bench's, one it does not have), one question with two turns

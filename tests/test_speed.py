@@ -7,8 +7,7 @@ import pytest
 
 from components.figures import speed_map
 from components.stats import speed_html
-from easd.method import trace as trace_io
-from easd.method.decoding import Batch, Generation
+from easd.method.generation import Generation
 from easd.method.settings import DecodeSettings
 from easd.method.spec_metrics import SpecMetrics
 from easd.method.speed import (
@@ -19,6 +18,8 @@ from easd.method.speed import (
     measure_pass_cost,
     predicted_speedup,
 )
+from easd.method.step import Batch
+from easd.traces import files as trace_io
 
 
 def test_the_formula_is_leviathans():

@@ -7,9 +7,10 @@ import pandas as pd
 import pytest
 
 from easd.errors import EasdError
-from easd.method import trace as trace_io
 from easd.method.settings import DecodeSettings
+from easd.method.summary import summarize
 from easd.method.trace import BlockInfo, RunStats, TokenRecord, Trace
+from easd.traces import files as trace_io
 
 TRICKY = [
     "a,b",
@@ -115,7 +116,7 @@ def test_json_keeps_header_and_summary(tmp_path, run):
     assert header["summary"]["new_tokens"] == 20 and header["stats"]["target_calls"] > 0
     assert header["prompt"] == trace.prompt and header["target_model"] == "tiny-random-target"
     (loaded,) = trace_io.read_json(tmp_path / "t.json")
-    assert loaded.stats == trace.stats and loaded.summary() == trace.summary()
+    assert loaded.stats == trace.stats and summarize(loaded) == summarize(trace)
 
 
 def test_csv_reads_with_plain_pandas(tmp_path):
@@ -140,12 +141,13 @@ def test_csv_column_order_follows_the_design():
     ]
     assert names[16:18] == ["rsd_step", "rsd_reward"]
     assert names[24:27] == ["guided_top1_id", "guided_top1_text", "guided_top1_prob"]
-    settings = ["tau_h", "tau_o", "top_n", "k", "temperature", "top_p", "seed", "signals", "mti_tau", "mti_omega"]
-    settings += ["mti_negative", "rsd_delta", "rsd_delimiter", "draft_model", "target_model"]
-    assert names[-15:] == settings
+    # every setting is a column: those every method reads as declared, then each method's own, then the models
+    settings = ["tau_h", "tau_o", "top_n", "k", "temperature", "top_p", "max_new_tokens", "seed", "record_top", "signals"]
+    settings += ["mti_tau", "mti_omega", "mti_negative", "rsd_delta", "rsd_delimiter", "beam_width", "beam_length_penalty"]
+    assert names[:2] == ["method", "rule"] and names[-19:] == [*settings, "draft_model", "target_model"]
     margins = ["h_draft_margin", "h_target_margin", "draft_gap", "target_gap", "overlap_swap"]
     margins += ["h_draft_tol", "h_target_tol", "overlap_low", "overlap_high", "fragile"]
-    assert names[-25:-15] == margins
+    assert names[-29:-19] == margins
 
 
 @pytest.mark.parametrize(
@@ -205,7 +207,7 @@ def raw_csv(path) -> list[list[str]]:
         (0, "origin", "x", "'x' is not one of draft_accepted, target_resample, easd_penalty, bonus, target, draft"),
         (0, "origin", '"><img src=x>', "is not one of draft_accepted"),
         (0, "origin", "target", "'target' does not occur in easd runs"),
-        (0, "method", "foo", "'foo' is not one of sd, easd, mti, rsd, target, draft"),
+        (0, "method", "foo", "must be one of sd, easd, mti, rsd, target, draft, beam (got 'foo')"),
         (0, "rule", "any", "'any' is not one of full, no_overlap"),
         (3, "position", "100000000000000000000", "is not an integer from 0 to 65535"),
         (3, "position", "7", "is 7, but this is token 3 of its run"),
@@ -284,11 +286,15 @@ def set_at(data, path, value):
         (("runs", 0, "rows", 2, "h_target"), None, "runs[0].rows[2].h_target: is empty, but a draft_accepted row needs it"),
         (("runs", 0, "rows"), "abc", "runs[0].rows: must be a list"),
         (("runs", 0, "settings", "top_n"), 200000, "runs[0].settings.top_n: must be an integer from 1 to 100"),
-        (("runs", 0, "settings", "record_top"), 10**9, "runs[0].settings.record_top: must be from 0 to 100"),
+        (("runs", 0, "settings", "record_top"), 10**9, "runs[0].settings.record_top: must be an integer from 0 to 100"),
         (("runs", 0, "settings", "k"), "abc", "runs[0].settings.k: 'abc' is not an integer"),
         (("runs", 0, "settings", "seed"), 2**64, "runs[0].settings.seed: 18446744073709551616 is not an integer"),
         (("runs", 0, "settings", "max_new_tokens"), "64", "runs[0].settings.max_new_tokens: '64' is not an integer"),
-        (("runs", 0, "settings", "method"), "x", "runs[0].settings.method: 'x' is not one of sd, easd, mti, rsd, target, draft"),
+        (
+            ("runs", 0, "settings", "method"),
+            "x",
+            "runs[0].settings.method: must be one of sd, easd, mti, rsd, target, draft, beam",
+        ),
         (
             ("runs", 0, "blocks", 0, "end"),
             "<b>",
@@ -397,7 +403,7 @@ def test_ordinary_run_with_formula_tokens_round_trips(tmp_path, run):
 
 def test_summary_counts_acceptance_once(run):
     trace = run(method="easd", max_new_tokens=40, temperature=1.0, tau_h=0.5)
-    summary, records = trace.summary(), trace.records
+    summary, records = summarize(trace), trace.records
     assert summary["examined"] == sum(r.draft_token_id is not None for r in records) > 0
     assert summary["accepted"] == sum(r.origin == "draft_accepted" for r in records)
     assert summary["blocks"] == len({r.block for r in records})

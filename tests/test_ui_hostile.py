@@ -89,7 +89,7 @@ def poke(page, path) -> list:
             outputs.append(wire(handlers.select_token, page, show=say)(values, event))
         for delta in (0, 1, -1):
             outputs.append(wire(handlers.step, page, delta, show=say)(values | {page.step_lane: lane}))
-    outputs.append(wire(handlers.rerender, page, show=say)(whatif | {page.controls.tau_h: 0.0, page.state: session}))
+    outputs.append(wire(handlers.rerender, page, show=say)(whatif | {page.controls["tau_h"]: 0.0, page.state: session}))
     return outputs
 
 

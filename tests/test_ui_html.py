@@ -6,13 +6,15 @@ import gradio as gr
 import pytest
 
 from components import gradio_internals, handlers, render
-from components.controls import FIELDS, RuleView, page_words, read_settings
+from components.controls import RuleView, page_knobs, page_words, read_settings
 from components.failures import wire
 from components.gallery import Gallery
 from components.html import Html, join, number, tag, text
 from components.page import build_page
 from components.session import Session
 from easd.errors import Busy, SettingsError
+from easd.method.methods import knobs, settings_values
+from easd.method.settings import DecodeSettings
 from easd.serving.host import Client, ModelHost
 
 
@@ -72,16 +74,16 @@ def test_each_bad_setting_is_named_as_the_page_names_it(name, value, message):
 
 def test_generate_answers_bad_input_in_the_page_words(page, hf_tiny_pair):
     host = ModelHost({}, None)
-    values = {c: getattr(RuleView(), n, None) for n, c in page.controls.settings().items()}
-    values |= {c: v for c, v in zip(page.controls.settings().values(), [1.0, 0.8, 5, 4, 0.0, 1.0, 16, 0, "full"])}
+    defaults = settings_values(DecodeSettings(max_new_tokens=16))
+    values = {component: defaults[name] for name, component in page.controls.settings().items()}
     values |= {page.pair: None, page.prompt: "x", page.controls.chat: True, page.state: Session()}
     values |= {page.methods["left"]: "sd", page.methods["right"]: "mti"}
     run = wire(handlers.generate, page, host, gradio_internals.Outbox(None), show=lambda t: {page.message: render.say(t)})
     messages = [str(next(iter(u.values()))) for u in run(values | {page.methods["left"]: "<beam>"}, None)]
     assert messages == ["<p>⚠️ left lane: must be one of sd, easd, mti, rsd, target, draft (got &#x27;&lt;beam&gt;&#x27;)</p>"]
-    messages = [str(next(iter(u.values()))) for u in run(values | {page.controls.k: "abc"}, None)]
+    messages = [str(next(iter(u.values()))) for u in run(values | {page.controls["k"]: "abc"}, None)]
     assert messages == ["<p>⚠️ k: must be a whole number from 1 to 12 (got &#x27;abc&#x27;)</p>"]
-    messages = [str(next(iter(u.values()))) for u in run(values | {page.controls.seed: float("inf")}, None)]
+    messages = [str(next(iter(u.values()))) for u in run(values | {page.controls["seed"]: float("inf")}, None)]
     assert "seed: must be a whole number" in messages[0]
     messages = [str(next(iter(u.values()))) for u in run(values, None)]
     assert "no model pair is served here" in messages[0]
@@ -90,7 +92,7 @@ def test_generate_answers_bad_input_in_the_page_words(page, hf_tiny_pair):
 def test_what_if_and_step_handlers_refuse_forged_values(page):
     say = lambda t: {page.message: render.say(t)}  # noqa: E731
     values = {c: getattr(RuleView(), n) for n, c in page.controls.whatif().items()} | {page.state: Session()}
-    answer = wire(handlers.rerender, page, show=say)(values | {page.controls.top_n: 10**9})
+    answer = wire(handlers.rerender, page, show=say)(values | {page.controls["top_n"]: 10**9})
     assert list(answer) == [page.message] and "n: must be a whole number from 1 to 20" in answer[page.message]
     assert wire(handlers.step, page, 1, show=say)({page.step_lane: "<img>", page.state: Session()}) == gr.skip()
     event = gr.EventData(None, {"lane": "left", "pos": "1; alert(1)"})
@@ -109,7 +111,7 @@ def test_unexpected_failures_are_one_generic_line(page, caplog):
 def test_one_client_gets_its_share_of_the_line_and_a_closed_tab_stops_its_runs(hf_tiny_pair):
     from dataclasses import replace
 
-    from easd.method.decoding import Generation
+    from easd.method.generation import Generation
     from easd.method.settings import DecodeSettings
 
     host = ModelHost({"tiny": lambda: hf_tiny_pair}, "tiny", max_queued_per_client=2, max_batch=8)
@@ -147,8 +149,16 @@ def test_session_folder_is_removed_on_clear_and_close(run, tmp_path):
     assert not folder.exists() and session.traces == {"left": None, "right": None}  # closed: the traces are dropped too
 
 
-def test_fields_match_the_settings():
-    assert set(FIELDS) <= set(read_settings({}, 64).as_dict())
+def test_every_control_offers_only_what_its_setting_allows():
+    """The page's controls are made from the settings' declarations: a slider never reaches past its setting's range,
+    so nothing the page offers is refused when the run starts (and the API takes what the page offers)."""
+    declared = knobs()
+    for name, knob in page_knobs(10_000).items():
+        control = knob.control
+        if control.kind in ("slider", "number"):
+            for value in (control.low, control.high):
+                declared[name].check(name, int(value) if knob.kind == "int" else value)
+    assert set(settings_values(read_settings({}, 64))) == set(declared)
 
 
 def test_an_rsd_lane_without_a_prm_says_why_in_one_line(page, hf_tiny_pair):
@@ -156,7 +166,8 @@ def test_an_rsd_lane_without_a_prm_says_why_in_one_line(page, hf_tiny_pair):
     host.ensure_loading("tiny")
     while host.pair("tiny") is None:
         time.sleep(0.05)
-    values = {c: v for c, v in zip(page.controls.settings().values(), [1.0, 0.8, 5, 4, 0.0, 1.0, 16, 0, "full"])}
+    defaults = settings_values(DecodeSettings(max_new_tokens=16))
+    values = {component: defaults[name] for name, component in page.controls.settings().items()}
     values |= {page.pair: "tiny", page.prompt: "x", page.controls.chat: True, page.state: Session()}
     values |= {page.methods["left"]: "easd", page.methods["right"]: "rsd"}
     run = wire(handlers.generate, page, host, gradio_internals.Outbox(None), show=lambda t: {page.message: render.say(t)})

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from easd.method import whatif
+from easd.method.summary import summarize
 
 
 @pytest.mark.parametrize("rule", ["full", "no_overlap", "no_draft_entropy", "target_entropy_only"])
@@ -18,7 +19,7 @@ def test_first_would_be_penalty_in_sd_is_easds_first_penalty(run):
     sd = run(method="sd", max_new_tokens=48, seed=2, temperature=1.0)
     easd = run(method="easd", max_new_tokens=48, seed=2, temperature=1.0)
     marks = whatif.would_penalize(sd, "full", 1.0, 0.8, 5)
-    assert marks.any() and int(np.argmax(marks)) == easd.summary()["first_penalty_position"]
+    assert marks.any() and int(np.argmax(marks)) == summarize(easd)["first_penalty_position"]
 
 
 def test_other_n_uses_the_kept_candidates(run):

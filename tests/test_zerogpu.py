@@ -21,7 +21,7 @@ from gradio_client import Client
 
 from easd.errors import QuotaSpent
 from easd.method.compare import Comparison
-from easd.method.decoding import Generation
+from easd.method.generation import Generation
 from easd.method.settings import DecodeSettings
 from easd.pairs.tiny import load_tiny_pair
 from easd.serving import zerogpu

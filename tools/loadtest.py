@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import inspect
 import json
 import multiprocessing
 import os
@@ -42,7 +41,7 @@ import httpx
 
 from components import api
 from components.rooms import ROOM_EVERY_S
-from components.server import api_parameters, serve
+from components.server import serve
 from components.wiring import build_app
 from easd.backends import configure_threads
 from easd.pairs.loading import Runtime
@@ -135,7 +134,7 @@ async def _call_all(url: str, users: int, max_new_tokens: int, same: bool) -> tu
     measure (each reads its stream in threads of its own), so the clients here do only what the protocol asks."""
     config = httpx.get(f"{url}config", timeout=60).json()
     index = next(d["id"] for d in config["dependencies"] if d.get("api_name") == "compare")
-    defaults = {name: p.default for name, p in inspect.signature(api.compare).parameters.items()}
+    defaults = {name: default for name, default, *_ in api.parameters()}
     async with httpx.AsyncClient(
         timeout=httpx.Timeout(600, connect=60), limits=httpx.Limits(max_connections=None, max_keepalive_connections=0)
     ) as http:
@@ -144,7 +143,7 @@ async def _call_all(url: str, users: int, max_new_tokens: int, same: bool) -> tu
             which = 0 if same else i
             asked = defaults | {"prompt": PROMPTS[which % len(PROMPTS)], "seed": which, "max_new_tokens": max_new_tokens}
             began = time.monotonic()
-            completed = await call_compare(http, url, index, [asked[name] for name in api_parameters(api.compare)])
+            completed = await call_compare(http, url, index, [asked[name] for name, *_ in api.parameters()])
             return time.monotonic() - began, completed
 
         done = await asyncio.gather(*(user(i) for i in range(users)))

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import SettingsError
+from ..method.methods import make_settings
 from ..method.settings import DecodeSettings
 from .flags import add_model_flags, load_models, numbers, runtime_of, whole_numbers
 
@@ -49,8 +50,8 @@ def run(args: argparse.Namespace) -> int:
     for settings in (
         [DecodeSettings(k=k) for k in ks]
         + [DecodeSettings(tau_h=t, max_new_tokens=args.max_new_tokens) for t in tau_hs]
-        + [DecodeSettings(method="mti", mti_tau=t) for t in mti_taus]
-        + [DecodeSettings(method="rsd", rsd_delta=d) for d in rsd_deltas]
+        + [make_settings(method="mti", mti_tau=t) for t in mti_taus]
+        + [make_settings(method="rsd", rsd_delta=d) for d in rsd_deltas]
     ):
         settings.validate()
     backends = [b.strip() for b in args.backend.split(",") if b.strip()]

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import SettingsError
+from ..method.methods import METHODS, settings_values
 from ..method.settings import DecodeSettings
 from .flags import (
     add_batch_flag,
@@ -27,7 +28,6 @@ from .flags import (
     settings_from_args,
 )
 
-BASELINE_FLAGS = ("mti_tau", "mti_omega", "mti_negative", "rsd_delta", "rsd_delimiter")  # the baselines' own settings
 HELP = "accuracy, speed and intervention rate of methods on reasoning problems"
 NAME = "eval"
 INT8_BATCH_NOTE = (
@@ -40,9 +40,21 @@ INT8_BATCH_NOTE = (
 def add(parser: argparse.ArgumentParser) -> None:
     add_model_flags(parser)
     add_data_flags(parser, limit=None)
-    decoding = ("k", "tau_h", "tau_o", "top_n", "temperature", "top_p", "max_new_tokens", "seed", "signals", *BASELINE_FLAGS)
+    decoding = (
+        "k",
+        "tau_h",
+        "tau_o",
+        "top_n",
+        "temperature",
+        "top_p",
+        "max_new_tokens",
+        "seed",
+        "signals",
+    )  # and each method's own
     add_decode_flags(parser, include=decoding, budget_by_format=True)
-    parser.add_argument("--methods", default="sd,easd", help="comma-separated: target, draft, sd, easd, mti, easd:RULE")
+    parser.add_argument(
+        "--methods", default="sd,easd", help=f"comma-separated: {', '.join(METHODS)}; easd:RULE for an ablation, beam:N[/α]"
+    )
     parser.add_argument("--samples", type=int, default=1, help="runs per problem, with seeds seed, seed+1, …")
     parser.add_argument(
         "--out", type=Path, required=True, help="output folder: results.csv, summary.csv, paired.csv, paper.md, report.html"
@@ -103,7 +115,7 @@ def _check_reproducible_flag(args: argparse.Namespace, variants) -> int:
         raise SettingsError("--check-reproducible", f"must be a number of problems ≥ 1 (got {count})")
     if args.ray is not None:
         raise SettingsError("--check-reproducible", "reruns on this machine; drop --ray, or run it as a separate local eval")
-    if not any(v.settings.method == "easd" for v in variants):
+    if not any(METHODS[v.settings.method].refuses for v in variants):
         raise SettingsError("--check-reproducible", "needs an EASD method in --methods, e.g. --methods sd,easd")
     rerun_batch_size(args.batch_size, count)
     return count
@@ -111,7 +123,7 @@ def _check_reproducible_flag(args: argparse.Namespace, variants) -> int:
 
 def folder_config(args: argparse.Namespace, pair: str, base: DecodeSettings, samples: int) -> dict:
     """What an output folder was made with; --resume refuses a folder made otherwise."""
-    settings = {k: v for k, v in base.as_dict().items() if k not in ("method", "rule")}
+    settings = {k: v for k, v in settings_values(base).items() if k not in ("method", "rule")}
     return {
         "pair": pair,
         "data": str(args.data.resolve()),

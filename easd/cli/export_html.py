@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..errors import EasdError, SettingsError
 from ..files import write_text_whole
-from ..method import trace as trace_io
+from ..traces import files as trace_io
 
 NAME = "export-html"
 HELP = "a trace file's two runs (SD and EASD, or any two) as one self-contained HTML file: lanes, inspector, figures"

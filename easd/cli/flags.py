@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import fields
 from pathlib import Path
 
 from ..errors import SettingsError
-from ..method.methods import METHODS
-from ..method.settings import RULES, SIGNALS, DecodeSettings
+from ..method.methods import METHODS, knobs, lookup, make_settings, owner, settings_values
+from ..method.settings import DecodeSettings
 
 # --- models -------------------------------------------------------------------------------------
 
@@ -93,41 +92,34 @@ def add_decode_flags(
     include: tuple[str, ...] | None = None,
     budget_by_format: bool = False,
 ):
-    """The DecodeSettings flags (those in `include`, or all), with the settings' defaults; `budget_by_format` leaves
-    --max-new-tokens to the data's format (`apply_budget`)."""
-    d = DecodeSettings()
-    group = _Only(parser.add_argument_group("decoding"), include)
-    group.add_argument("--method", default=d.method, choices=tuple(METHODS), help="target-only, draft-only, SD, EASD, MTI or RSD")
-    group.add_argument("--rule", default=d.rule, choices=RULES, help="EASD's trigger rule: full, or one of the paper's ablations")
-    group.add_argument("--k", type=int, default=d.k, help="draft tokens per block (1 to 64)")
-    group.add_argument("--tau-h", type=float, default=d.tau_h, help="entropy threshold τ_H in nats (≥ 0)")
-    group.add_argument("--tau-o", type=float, default=d.tau_o, help="overlap threshold τ_O in [0, 1]")
-    group.add_argument("--top-n", type=int, default=d.top_n, help="n, the size of the top-n sets compared (1 to 100)")
-    group.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy, else at least 0.001")
-    group.add_argument("--top-p", type=float, default=d.top_p, help="nucleus mass in [0.001, 1]")
-    if budget_by_format:
-        from ..lab.problems import BUDGETS
+    """A flag for every setting (easd.method.methods.knobs: --tau-h, each method's own such as --mti-tau), made from
+    its declaration, with its default; `include` keeps only those of the settings every method reads that it names
+    (every method's own are always there); `budget_by_format` leaves --max-new-tokens to the data's format
+    (`apply_budget`)."""
+    defaults = settings_values(DecodeSettings())
+    group = parser.add_argument_group("decoding")
+    titles = ", ".join(f"{name} ({method.title})" for name, method in METHODS.items())
+    if include is None or "method" in include:
+        group.add_argument("--method", default=defaults["method"], choices=tuple(METHODS), help=f"the decoding method: {titles}")
+    for name, knob in knobs().items():
+        common = owner(name)[0] is None
+        if name in ("method", "record_top") or (common and include is not None and name not in include):
+            continue
+        flag, default = "--" + name.replace("_", "-"), defaults[name]
+        if name == "max_new_tokens" and budget_by_format:
+            from ..lab.problems import BUDGETS
 
-        budgets = ", ".join(f"{name} {tokens}" for name, tokens in BUDGETS.items())
-        group.add_argument("--max-new-tokens", type=int, help=f"most new tokens (≥ 1); default by the data's format: {budgets}")
-    else:
-        group.add_argument("--max-new-tokens", type=int, default=max_new_tokens or d.max_new_tokens, help="most new tokens (≥ 1)")
-    group.add_argument("--seed", type=int, default=d.seed, help="random seed (≥ 0)")
-    group.add_argument(
-        "--signals", default=d.signals, choices=SIGNALS, help="logits the rule reads: float32, or the model's dtype"
-    )
-    group.add_argument(
-        "--mti-tau", type=float, default=d.mti_tau, help="MTI: guide where the target's entropy exceeds this (nats)"
-    )
-    group.add_argument("--mti-omega", type=float, default=d.mti_omega, help="MTI: guidance strength ω (1 to 10; 1 = none)")
-    group.add_argument("--mti-negative", default=d.mti_negative, help="MTI: the negative prompt put after the context")
-    group.add_argument("--rsd-delta", type=float, default=d.rsd_delta, help="RSD: keep a draft step whose PRM reward ≥ δ")
-    group.add_argument(
-        "--rsd-delimiter",
-        type=line_breaks,
-        default=d.rsd_delimiter.replace("\n", "\\n"),  # shown in --help as typed; argparse passes it through `type`
-        help="RSD: the text that ends a reasoning step (write \\n for a line break)",
-    )
+            budgets = ", ".join(f"{format} {tokens}" for format, tokens in BUDGETS.items())
+            group.add_argument(flag, type=int, help=f"{knob.help}; default by the data's format: {budgets}")
+        elif name == "max_new_tokens" and max_new_tokens is not None:
+            group.add_argument(flag, type=int, default=max_new_tokens, help=knob.help)
+        elif knob.choices:
+            group.add_argument(flag, default=default, choices=knob.choices, help=knob.help)
+        elif knob.kind == "text":  # shown in --help as typed (\n for a line break); argparse passes it through `type`
+            group.add_argument(flag, type=line_breaks, default=default.replace("\n", "\\n"), help=knob.help)
+        else:
+            kind = int if knob.kind == "int" else float
+            group.add_argument(flag, type=kind, default=default, help=f"{knob.help} ({knob.describe()})")
 
 
 def line_breaks(text: str) -> str:
@@ -135,20 +127,10 @@ def line_breaks(text: str) -> str:
     return text.replace("\\n", "\n").replace("\\t", "\t")
 
 
-class _Only:
-    """An argument group that adds only the flags in `include` (all when None), so commands share one definition."""
-
-    def __init__(self, group, include: tuple[str, ...] | None):
-        self.group, self.include = group, include
-
-    def add_argument(self, flag: str, **kwargs):
-        if self.include is None or flag.removeprefix("--").replace("-", "_") in self.include:
-            self.group.add_argument(flag, **kwargs)
-
-
 def settings_from_args(args: argparse.Namespace) -> DecodeSettings:
-    values = {f.name: getattr(args, f.name) for f in fields(DecodeSettings) if hasattr(args, f.name)}
-    settings = DecodeSettings(**values).validate()
+    """The settings the flags give (every setting the command has a flag for), checked."""
+    settings = make_settings({name: getattr(args, name) for name in knobs() if hasattr(args, name)}).validate()
+    lookup(settings.method)
     check_prm_flag(args, [settings.method])
     return settings
 

@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 
 from ..errors import SettingsError
-from ..method import trace as trace_io
+from ..method.summary import summarize
+from ..traces import files as trace_io
 from .flags import add_decode_flags, add_model_flags, load_models, settings_from_args
 
 HELP = "generate text with one method and print a summary"
@@ -19,29 +20,22 @@ def add(parser: argparse.ArgumentParser) -> None:
     prompt.add_argument("--prompt", help="the prompt text (sent through the chat template unless --no-chat)")
     prompt.add_argument("--prompt-file", type=Path, help="read the prompt from this UTF-8 file")
     parser.add_argument("--no-chat", action="store_true", help="send the prompt as raw text, without the chat template")
-    parser.add_argument("--beams", type=int, default=1, help="beam search on the draft with this many beams (--method draft)")
-    parser.add_argument(
-        "--length-penalty",
-        type=float,
-        default=1.0,
-        help="α: beams are ranked by summed log-probability / length^α (transformers' length_penalty; 0 ranks by the sum)",
-    )
     parser.add_argument("--trace", type=Path, metavar="FILE.csv", help="write the per-token trace as CSV")
     parser.add_argument("--json", type=Path, metavar="FILE.json", help="write the trace as JSON, with settings and summary")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..method.beam import BeamSearch, beam_search
+    from ..method.methods import lookup
 
     settings = settings_from_args(args)
-    search = BeamSearch(args.beams, args.length_penalty).check(settings)
+    method = lookup(settings.method)
     prompt = _read_prompt(args)
     for option, path in (("--trace", args.trace), ("--json", args.json)):
         if path is not None and not path.parent.resolve().is_dir():
             raise SettingsError(option, f"the folder {path.parent} does not exist")
     pair = load_models(args)
-    if args.beams > 1:  # the search ends before any beam is known to be the answer: printed whole
-        trace = beam_search(pair, prompt, settings, search, chat=not args.no_chat)
+    if not method.in_batch:  # beam search ends before any beam is known to be the answer: printed whole
+        trace = method.decode(pair, prompt, settings, chat=not args.no_chat)
         print(trace.text)
     else:
         trace = _stream(pair, prompt, settings, chat=not args.no_chat)
@@ -49,13 +43,13 @@ def run(args: argparse.Namespace) -> int:
         trace_io.write_csv([trace], args.trace)
     if args.json:
         trace_io.write_json([trace], args.json)
-    print(summary_line(trace.summary()))
+    print(summary_line(summarize(trace)))
     return 0
 
 
 def _stream(pair, prompt: str, settings, chat: bool):
     """Decode, printing each token as it comes; Ctrl-C stops and keeps what was emitted.  -> the trace"""
-    from ..method.decoding import Generation
+    from ..method.generation import Generation
 
     generation = Generation(pair, prompt, settings, chat=chat)
     try:

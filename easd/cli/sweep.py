@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import SettingsError
+from ..method.methods import METHODS, settings_values
 from .evaluate import folder_config, runner
 from .flags import (
     add_batch_flag,
@@ -34,12 +35,10 @@ def add(parser: argparse.ArgumentParser) -> None:
     add_decode_flags(
         parser,
         budget_by_format=True,
-        include=(
-            *("k", "top_n", "temperature", "top_p", "max_new_tokens", "seed", "signals"),
-            *("mti_omega", "mti_negative", "rsd_delimiter"),
-        ),
+        include=("k", "top_n", "temperature", "top_p", "max_new_tokens", "seed", "signals"),  # and each method's own
     )
-    parser.add_argument("--grid", default="easd", choices=("easd", "mti", "rsd"), help="whose thresholds to sweep")
+    grids = [method.name for method in METHODS.values() if method.grid]  # those whose table entry names a grid
+    parser.add_argument("--grid", default="easd", choices=("easd", *grids), help="whose thresholds to sweep")
     parser.add_argument("--tau-hs", default="1,1.5,2", help="τ_H values of the grid, comma-separated")
     parser.add_argument("--tau-os", default="0.2,0.4,0.6,0.8,1.0", help="τ_O values of the grid, comma-separated")
     parser.add_argument("--mti-taus", default="0.1,0.5,1,1.5,2", help="MTI's entropy thresholds τ (--grid mti)")
@@ -64,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     apply_budget(args)
     base = settings_from_args(args)
     if args.grid == "mti":
-        omegas = numbers("--mti-omegas", args.mti_omegas) if args.mti_omegas is not None else [base.mti_omega]
+        omegas = numbers("--mti-omegas", args.mti_omegas) if args.mti_omegas is not None else [settings_values(base)["mti_omega"]]
         grid = {"mti_tau": numbers("--mti-taus", args.mti_taus), "mti_omega": omegas}
         variants = baseline_variants(base, "mti", grid)
     elif args.grid == "rsd":

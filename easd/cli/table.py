@@ -4,7 +4,6 @@ several pairs (two target scales, as the paper's Table 1) give a block per pair.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from pathlib import Path
 
@@ -57,16 +56,15 @@ def run(args: argparse.Namespace) -> int:
 def _beam_notes(folder: Path, name: str, summaries: dict) -> list[str]:
     """How each beam row of an eval folder (its summary in `summaries[name]`) searched, from its run.json."""
     from ..lab.evaluate import parse_methods
-    from ..method.settings import DecodeSettings
+    from ..method.methods import METHODS, knobs, make_settings
 
     beams = [m for m in summaries[name]["method"] if str(m).startswith("beam:")]
     config = folder / "run.json"
     if not beams or not config.is_file():
         return []
     saved = json.loads(config.read_text(encoding="utf-8")).get("settings", {})
-    known = {f.name for f in dataclasses.fields(DecodeSettings)}  # a folder from another version may hold others
-    base = DecodeSettings(**{name: value for name, value in saved.items() if name in known})
-    return [f"{v.label} on {name}: {v.beams.describe(v.settings)}" for v in parse_methods(",".join(beams), base)]
+    base = make_settings({name: value for name, value in saved.items() if name in knobs()})  # another version may hold others
+    return [f"{v.label} on {name}: {METHODS['beam'].describe(v.settings)}" for v in parse_methods(",".join(beams), base)]
 
 
 def _add_best_on_test(sweep: Path, names: dict[Path, str], blocks: dict) -> None:

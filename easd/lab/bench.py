@@ -30,11 +30,14 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from ..backends.transformers import float32_head
-from ..method.decoding import Batch, Generation, encode_prompt
+from ..method.generation import Generation
+from ..method.methods import lookup, with_values
 from ..method.pair import ModelPair
+from ..method.prompts import encode_prompt
 from ..method.settings import DecodeSettings
 from ..method.spec_metrics import SpecMetrics
 from ..method.speed import PassCost, Speed, measure_pass_cost
+from ..method.step import Batch
 from ..method.trace import Trace
 
 PROMPTS = [
@@ -72,29 +75,11 @@ class Row:
 
 
 def rates(traces: list[Trace]) -> str:
-    """SD's and EASD's figures over runs under vLLM's names (easd.method.spec_metrics: mean acceptance length, draft
-    acceptance rate, conditional acceptance by position, the acceptance-length histogram; EASD's penalties beside
-    them); for MTI, the share of guided tokens and target passes per token; for RSD, its segments."""
-    tokens = sum(len(t.records) for t in traces)
-    if any(t.settings.method == "mti" for t in traces) and tokens:  # MTI's cost: its extra target passes
-        summaries = [t.summary() for t in traces]
-        guided, passes = sum(s["interventions"] for s in summaries), sum(s["target_calls"] for s in summaries)
-        return f"guided {guided / tokens:.3f}  target passes/token {passes / tokens:.3f}"
-    if any(t.settings.method == "rsd" for t in traces) and tokens:  # RSD's cost: per step, whoever wrote it
-        return rsd_steps(traces)
-    return SpecMetrics.of(traces).line()
-
-
-def rsd_steps(traces: list[Trace]) -> str:
-    """RSD's steps over runs: how many, the share the PRM kept, and the seconds and passes each step cost."""
-    steps = {(i, r.rsd_step): r.origin for i, t in enumerate(traces) for r in t.records}  # a step's tokens share an origin
-    kept = sum(origin == "draft" for origin in steps.values())
-    seconds = sum(t.stats.seconds for t in traces)
-    draft, target = (sum(getattr(t.stats, f"{side}_calls") for t in traces) for side in ("draft", "target"))
-    return (
-        f"steps {len(steps)}  kept {kept / len(steps):.2f}  {seconds / len(steps):.2f} s/step  "
-        f"passes/step: draft {draft / len(steps):.1f}, target {target / len(steps):.1f}"
-    )
+    """The runs' figures as their method gives them (easd.method.methods: `bench_line`): SD's and EASD's under vLLM's
+    names, MTI's guided share and target passes per token, RSD's steps."""
+    if not traces or not any(t.records for t in traces):
+        return SpecMetrics.of(traces).line()
+    return lookup(traces[0].settings.method).bench_line(traces)
 
 
 @dataclass(frozen=True)
@@ -163,11 +148,11 @@ def methods_of(pair: ModelPair, plan: BenchPlan) -> dict:
             pair, p, replace(sd, method="easd", tau_h=tau_h)
         )
     for tau in plan.mti_taus:
-        methods[f"{b} MTI (τ={tau:g})"] = lambda p, tau=tau: _ours(pair, p, replace(sd, method="mti", mti_tau=tau))
+        methods[f"{b} MTI (τ={tau:g})"] = lambda p, tau=tau: _ours(pair, p, with_values(sd, method="mti", mti_tau=tau))
     if plan.rsd_deltas:  # δ = 0 keeps every step: RSD ÷ draft-only is then the PRM's cost
         methods[f"{b} draft-only"] = lambda p: _ours(pair, p, replace(sd, method="draft"))
     for delta in plan.rsd_deltas:
-        methods[f"{b} RSD (δ={delta:g})"] = lambda p, delta=delta: _ours(pair, p, replace(sd, method="rsd", rsd_delta=delta))
+        methods[f"{b} RSD (δ={delta:g})"] = lambda p, delta=delta: _ours(pair, p, with_values(sd, method="rsd", rsd_delta=delta))
     if b == "transformers" and head_copy_bytes(pair) > 0:  # what float32 signals cost: the same runs with the model's logits
         model_sd = replace(sd, signals="model")
         methods[f"transformers SD (k={k}, {MODEL_LOGITS})"] = lambda p: _ours(pair, p, model_sd)

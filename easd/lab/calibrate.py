@@ -17,9 +17,10 @@ import numpy as np
 import plotly.graph_objects as go
 from tqdm import tqdm
 
-from ..method.decoding import Batch, Generation
+from ..method.generation import Generation
 from ..method.pair import ModelPair
 from ..method.settings import DecodeSettings
+from ..method.step import Batch
 from .problems import Problem
 from .report import write_html
 

@@ -19,15 +19,17 @@ from urllib.parse import quote
 from tqdm import tqdm
 
 from ..errors import EasdError, SettingsError
-from ..method import trace as trace_io
-from ..method.beam import BeamSearch, beam_search
-from ..method.decoding import Batch, Generation, encode_prompt
-from ..method.methods import METHODS
+from ..method.generation import Generation
+from ..method.methods import METHODS, lookup, with_values
 from ..method.pair import ModelPair
 from ..method.prefix import easd_start
+from ..method.prompts import encode_prompt
 from ..method.seam import free_memory, row_bytes
 from ..method.settings import RULES, DecodeSettings
+from ..method.step import Batch
+from ..method.summary import summarize
 from ..method.trace import Trace
+from ..traces import files as trace_io
 from .problems import Problem, extract_answer, is_correct
 from .results import prepare_folder
 
@@ -36,44 +38,49 @@ from .results import prepare_folder
 class Variant:
     label: str  # how results name it: sd, easd, easd:no_overlap, easd@1.5/0.6, beam:4 …
     settings: DecodeSettings
-    beams: BeamSearch | None = None  # beam search on the draft (easd.method.beam), decoded outside the batch
 
 
 def parse_methods(text: str, base: DecodeSettings) -> list[Variant]:
-    """`target,draft,sd,easd,mti,easd:no_overlap,beam:4,beam:4/0` → variants; SD first, so EASD variants can reuse it."""
+    """`target,draft,sd,easd,mti,easd:no_overlap,beam:4,beam:4/0` → variants; SD first, so EASD variants can reuse it.
+
+    A method's name alone runs it at `base`'s settings; easd:RULE at one of the paper's ablations (any method whose
+    rule refuses takes a rule so); beam:N searches with N beams ranked by mean log-probability per token (α = 1,
+    transformers' default), beam:N/α with another length penalty (beam:4/0 ranks by the sum), sampled at the run's
+    --temperature and --top-p (the paper's beams: 0.7 and 0.8), greedy at temperature 0."""
     variants = []
     for label in [part.strip() for part in text.split(",") if part.strip()]:
-        method, _, rule = label.partition(":")
-        if method == "beam":
-            variants.append(_beam_variant(label, rule, base))
-            continue
-        if method not in METHODS or (rule and (method != "easd" or rule not in RULES)):
+        name, _, spec = label.partition(":")
+        if name not in METHODS:
             raise EasdError(
                 f"--methods: {label!r} is not one of {', '.join(METHODS)}, easd:RULE (RULE: {', '.join(RULES)}), beam:N or beam:N/α"
             )
-        variants.append(Variant(label, replace(base, method=method, rule=rule or base.rule)))
+        variants.append(Variant(label, _variant_settings(label, METHODS[name], spec, base)))
     if not variants:
         raise EasdError("--methods: give at least one method, e.g. sd,easd")
-    return sorted(variants, key=lambda v: v.settings.method != "sd")
+    leaders = {method.follows for method in METHODS.values()}  # SD: EASD resumes its run, so it decodes first
+    return sorted(variants, key=lambda v: v.settings.method not in leaders)
 
 
-def _beam_variant(label: str, spec: str, base: DecodeSettings) -> Variant:
-    """beam:N, beam search on the draft with N beams ranked by mean log-probability per token (α = 1, transformers'
-    default); beam:N/α with another length penalty (beam:4/0 ranks by the sum). Sampled at the run's --temperature
-    and --top-p (the paper's beams: 0.7 and 0.8), greedy at temperature 0."""
-    settings = replace(base, method="draft")
-    beams, _, alpha = spec.partition("/")
-    try:
-        search = BeamSearch(int(beams), float(alpha) if alpha else 1.0)
-    except ValueError:
-        raise EasdError(
-            f"--methods: {label!r} must be beam:N or beam:N/α, N beams, α the length penalty (e.g. beam:4, beam:4/0)"
-        ) from None
-    try:
-        search.check(settings)
-    except SettingsError as err:
-        raise EasdError(f"--methods: {label}: {err.message}") from None
-    return Variant(label, settings, beams=search)
+def _variant_settings(label: str, method, spec: str, base: DecodeSettings) -> DecodeSettings:
+    """The settings of `method` with the part of its label after the colon: a rule, or beam search's N[/α]."""
+    if not spec:
+        return replace(base, method=method.name)
+    if method.refuses:
+        if spec not in RULES:
+            raise EasdError(f"--methods: {label!r}: the rule must be one of {', '.join(RULES)}")
+        return replace(base, method=method.name, rule=spec)
+    if method.name == "beam":
+        width, _, alpha = spec.partition("/")
+        try:
+            settings = with_values(base, method="beam", beam_width=int(width), beam_length_penalty=float(alpha or 1.0))
+            return settings.validate()
+        except ValueError:
+            raise EasdError(
+                f"--methods: {label!r} must be beam:N or beam:N/α, N beams, α the length penalty (e.g. beam:4, beam:4/0)"
+            ) from None
+        except SettingsError as err:
+            raise EasdError(f"--methods: {label}: {err}") from None
+    raise EasdError(f"--methods: {label!r}: {method.name} takes nothing after a colon")
 
 
 def grid_variants(base: DecodeSettings, tau_hs: list[float], tau_os: list[float]) -> list[Variant]:
@@ -93,7 +100,7 @@ def baseline_variants(base: DecodeSettings, method: str, grid: dict[str, list[fl
     names = GRIDS[method]
     points = itertools.product(*(grid[name] for name in names))
     variants = [
-        Variant(f"{method}@{'/'.join(f'{v:g}' for v in point)}", replace(base, method=method, **dict(zip(names, point))))
+        Variant(f"{method}@{'/'.join(f'{v:g}' for v in point)}", with_values(base, method=method, **dict(zip(names, point))))
         for point in points
     ]
     return [Variant("target", replace(base, method="target")), *variants]
@@ -150,12 +157,13 @@ def decode_items(
 
     def start(item: WorkItem) -> None:
         done[id(item)] = {}
-        sd = next((v for v in item.variants if v.settings.method == "sd"), None)
-        followers = [v for v in item.variants if v.settings.method == "easd"] if sd else []
+        sd = next((v for v in item.variants if _followed(v, item.variants)), None)
+        followers = [v for v in item.variants if sd and lookup(v.settings.method).follows == sd.settings.method]
         for variant in item.variants:
-            if variant.beams is not None:  # its beams are rows of their own caches: decoded now, outside the batch
+            method = lookup(variant.settings.method)
+            if not method.in_batch:  # beam search: its beams are rows of their own caches, decoded now, outside the batch
                 problem = item.problem
-                trace = beam_search(pair, problem.prompt, _seeded(variant, item), variant.beams, system=problem.system)
+                trace = method.decode(pair, problem.prompt, _seeded(variant, item), system=problem.system)
                 ready.extend(finish(item, variant, trace, 0.0))
             elif variant not in followers:
                 generation = Generation(
@@ -188,8 +196,8 @@ def decode_items(
             if not generation.done:
                 continue
             item, variant, saved = purpose.pop(id(generation))
-            if variant.settings.method == "sd":
-                for follower in [v for v in item.variants if v.settings.method == "easd"]:
+            if _followed(variant, item.variants):
+                for follower in [v for v in item.variants if lookup(v.settings.method).follows == variant.settings.method]:
                     begin = easd_start(generation, _seeded(follower, item))
                     if begin.trace is not None:
                         yield from finish(item, follower, begin.trace, begin.saved_seconds)
@@ -200,6 +208,12 @@ def decode_items(
             fill()
             while ready:
                 yield ready.popleft()
+
+
+def _followed(variant: Variant, variants: tuple[Variant, ...]) -> bool:
+    """Whether another variant's method follows this one's until its first intervention (EASD follows SD), so that it
+    can resume this one's run instead of decoding the shared prefix again (easd.method.prefix)."""
+    return any(lookup(v.settings.method).follows == variant.settings.method for v in variants)
 
 
 def _seeded(variant: Variant, item: WorkItem) -> DecodeSettings:
@@ -240,7 +254,7 @@ def check_batch_fits(pair: ModelPair, rows: int, tokens_per_row: int) -> None:
 def result_row(problem: Problem, label: str, sample: int, trace: Trace, saved_seconds: float) -> dict:
     text = trace.text  # joined from every record: build it once
     prediction, rule = extract_answer(text)
-    summary = trace.summary()  # the one place that counts acceptance and penalties
+    summary = summarize(trace)  # the one place that counts acceptance and penalties
     return {
         "problem_id": problem.id,
         "method": label,

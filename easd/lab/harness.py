@@ -20,35 +20,31 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 
 from ..errors import EasdError, SettingsError
-from ..method.decoding import Batch, Generation
+from ..method.generation import Generation
+from ..method.methods import in_batch, knobs, make_settings
 from ..method.pair import ModelPair
 from ..method.settings import DecodeSettings
+from ..method.step import Batch
 from .evaluate import DEFAULT_BATCH_SIZE
 
 MODEL_NAME = "easd"
-SETTING_ARGS = (
-    "method",
-    "rule",
-    "k",
-    "tau_h",
-    "tau_o",
-    "top_n",
-    "seed",
-    "signals",
-    "mti_tau",
-    "mti_omega",
-    "mti_negative",
-)  # model_args that become DecodeSettings
 DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's own default when a task names none
 SAMPLING_ARGS = ("until", "max_gen_toks", "do_sample", "temperature", "top_p")  # the generation kwargs we honour
+
+
+def setting_args() -> list[str]:
+    """The model_args that become settings: every setting (easd.method.methods.knobs, a method's own included) but
+    those lm-eval sets per request from a task's generation kwargs (max_gen_toks, temperature, top_p)."""
+    return [name for name, knob in knobs().items() if not knob.per_request and name != "record_top"]
+
 
 log = logging.getLogger(__name__)
 
 
 @register_model(MODEL_NAME)
 class EasdLM(LM):
-    """model_args: pair, backend, method (target|draft|sd|easd|mti), rule, k, tau_h, tau_o, top_n, seed, mti_tau, mti_omega,
-    mti_negative, dtype, int8."""
+    """model_args: pair, backend, dtype, int8, and every setting but those a task's generation kwargs set (`setting_args`):
+    method (one the batch decodes), rule, k, tau_h, tau_o, top_n, seed, signals, and each method's own (mti_tau, …)."""
 
     def __init__(
         self,
@@ -150,17 +146,17 @@ def cut_at_stops(text: str, until: list[str]) -> str:
 
 def settings_from_model_args(values: dict) -> DecodeSettings:
     """DecodeSettings from lm-eval's model_args, with errors named as the model_args the user typed."""
-    unknown = sorted(set(values) - set(SETTING_ARGS))
+    unknown = sorted(set(values) - set(setting_args()))
     if unknown:
-        known = ", ".join(("pair", "dtype", "int8", *SETTING_ARGS))
+        known = ", ".join(("pair", "dtype", "int8", *setting_args()))
         raise EasdError(f"--model_args: unknown {', '.join(unknown)}; the easd model takes {known}")
     try:
-        return DecodeSettings.from_dict({"method": "easd", **values}).validate()
+        settings = make_settings({"method": "easd", **values}).validate()
+        if settings.method not in in_batch():  # lm-eval's requests are decoded as the rows of one batch
+            raise SettingsError("method", f"must be one of {', '.join(in_batch())} (got {settings.method!r})")
+        return settings
     except SettingsError as err:
-        name = err.flag.removeprefix("--").replace("-", "_")
-        raise EasdError(str(err).replace(err.flag, f"--model_args {name}", 1)) from None
-    except ValueError as err:
-        raise EasdError(f"--model_args: {err}") from None
+        raise EasdError(f"--model_args {err.setting}: {err.message}") from None
 
 
 def _not_a_decoding_task(kind: str) -> EasdError:

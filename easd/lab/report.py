@@ -20,8 +20,6 @@ from .stats import majority, mcnemar_exact, paired_bootstrap, wilson
 # --- per method -------------------------------------------------------------------------------
 
 
-# The models each method runs, as the paper's Table 1 marks them: target (TM), draft (DM), process reward model (PRM)
-MODELS = {name: method.models for name, method in METHODS.items()} | {"beam": "DM"}  # beam search runs the draft
 CUT_OFF_WARNING = 0.05  # the share of runs cut off by the budget past which the paper's table warns
 
 SUMMARY_COLUMNS = [
@@ -129,11 +127,17 @@ def _vote_accuracy(group: pd.DataFrame, format: str) -> float:
 # --- paired comparisons -------------------------------------------------------------------------
 
 
+def _method_of(label: str):
+    """The method of a results row's label (easd, easd:no_overlap, easd@1.5/0.6, beam:4, mti@1/1.5), None for none."""
+    return METHODS.get(str(label).split(":")[0].split("@")[0])
+
+
 def paired_table(results: pd.DataFrame) -> pd.DataFrame:
-    """Each EASD or MTI variant against SD and against target-only, on the (problem, sample) pairs both ran."""
+    """Each variant of a method that intervenes (the methods' table says which: EASD, MTI, RSD) against SD and against
+    target-only, on the (problem, sample) pairs both ran."""
     methods = list(dict.fromkeys(results["method"]))
     rows = []
-    for a in [m for m in methods if m.startswith(("easd", "mti"))]:
+    for a in [m for m in methods if _method_of(m) is not None and _method_of(m).intervenes]:
         for b in [m for m in ("sd", "target") if m in methods]:
             rows.append(_paired_row(results, a, b))
     return pd.DataFrame(
@@ -259,7 +263,8 @@ def _table_row(label: str, accuracy: dict, summaries: dict, rows: dict, against:
     runs = sum(r["runs"] for r in found)
     cut = sum(r.get("cut_off", np.nan) * r["runs"] for r in found)
     cut_off = "—" if np.isnan(cut) or not runs else f"{cut / runs:.1%}"
-    models = MODELS.get(re.split("[:@, ]", label, maxsplit=1)[0], "?")
+    method = METHODS.get(re.split("[:@, ]", label, maxsplit=1)[0])
+    models = method.models if method is not None else "?"  # as the paper's Table 1 marks them: TM, DM, PRM
     return "| " + " | ".join([label, models, *cells, average, speed, length, rate, per_token, cut_off, *against]) + " |"
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import EasdError, SettingsError
-from ..method.decoding import Generation
+from ..method.generation import Generation
 from ..method.pair import ModelPair
 from ..method.settings import DecodeSettings
 from ..method.trace import Trace

@@ -12,11 +12,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from .decoding import Batch, Block, Generation
+from .generation import Generation
+from .judging import Block
 from .pair import ModelPair
 from .settings import DecodeSettings
 from .spec_metrics import SpecMetrics
-from .trace import TokenRecord, Trace, intervened
+from .step import Batch
+from .summary import intervened
+from .trace import TokenRecord, Trace
 
 LANES = ("left", "right")
 DEFAULT_METHODS = {"left": "sd", "right": "easd"}  # the comparison the app opens with: EASD's one line against SD

@@ -13,7 +13,8 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, replace
 
-from .decoding import Generation
+from .generation import Generation
+from .methods import lookup
 from .settings import DecodeSettings
 from .trace import Trace
 from .whatif import entropy_margins, first_penalty_block, would_be_fragile, would_fire
@@ -55,7 +56,7 @@ def easd_after_sd(sd: Generation, settings: DecodeSettings) -> PrefixRun:
 
 def _check_compatible(sd: DecodeSettings, easd: DecodeSettings) -> None:
     same = ("k", "top_n", "temperature", "top_p", "max_new_tokens", "seed")
-    if sd.method != "sd" or easd.method != "easd" or any(getattr(sd, f) != getattr(easd, f) for f in same):
+    if lookup(easd.method).follows != sd.method or any(getattr(sd, f) != getattr(easd, f) for f in same):
         raise ValueError(f"an EASD run can reuse an SD run only with the same {', '.join(same)}")
 
 

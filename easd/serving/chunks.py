@@ -19,8 +19,10 @@ import time
 from dataclasses import dataclass, field, replace
 
 from ..errors import EasdError
-from ..method.decoding import Batch, Block, Generation, GenerationSnapshot
+from ..method.generation import Generation, GenerationSnapshot
+from ..method.judging import Block
 from ..method.pair import ModelPair
+from ..method.step import Batch
 
 
 @dataclass

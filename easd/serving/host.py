@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ..errors import Busy, EasdError
-from ..method.decoding import Generation
+from ..method.generation import Generation
 from ..method.pair import ModelPair, PairLoader
 from ..method.speed import measure_pass_cost
 from . import zerogpu

@@ -15,7 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from ..method.methods import METHODS
 from ..method.spec_metrics import SpecMetrics
-from ..method.trace import Trace, intervened
+from ..method.summary import intervened
+from ..method.trace import Trace
 
 SERVED = ("computed", "joined", "replayed", "refused")  # how a request was answered
 

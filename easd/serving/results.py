@@ -33,7 +33,7 @@ from ..method.pair import ModelPair
 from ..method.trace import Trace
 
 if TYPE_CHECKING:
-    from ..method.decoding import Generation
+    from ..method.generation import Generation
 
 RESULTS_BYTES = 64 * 2**20  # finished results kept for replay: about 300 comparisons of 2 × 128 tokens
 FINISHED = ("eos", "max_new_tokens", "context")  # stop reasons of a result worth replaying (not stopped, unread, error)

@@ -16,8 +16,10 @@ import time
 from collections.abc import Callable, Hashable, Iterable
 
 from ..errors import EasdError
-from ..method.decoding import Block, Generation
-from ..method.trace import Trace, to_json_delta, to_json_dict
+from ..method.generation import Generation
+from ..method.judging import Block
+from ..method.trace import Trace
+from ..traces.files import to_json_delta, to_json_dict
 from .results import Result
 
 Reader = Callable[[], bool]  # whether a stream's user has taken anything since the last call

@@ -37,10 +37,12 @@ from collections import deque
 from collections.abc import Callable, Hashable, Iterable
 
 from ..errors import Busy, EasdError, QuotaSpent, SettingsError
-from ..method.decoding import Batch, Block, Generation, GenerationSnapshot
+from ..method.generation import Generation, GenerationSnapshot
+from ..method.judging import Block
 from ..method.pair import ModelPair
 from ..method.seam import free_memory, row_bytes
-from ..method.trace import to_json_dict
+from ..method.step import Batch
+from ..traces.files import to_json_dict
 from .chunks import ChunkProgress, catch_up
 from .estimates import Job, Pace, schedule
 from .metrics import ServingMetrics

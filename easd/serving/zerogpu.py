@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import EasdError, QuotaSpent
-from ..method.decoding import GenerationSnapshot
+from ..method.generation import GenerationSnapshot
 from ..method.pair import ModelPair, PairLoader
 from .chunks import ChunkProgress, decode_chunk
 

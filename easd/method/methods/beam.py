@@ -1,8 +1,8 @@
 """Beam search on the draft model: one of the paper's draft-model baselines (N beams on the draft alone).
 
-It is not a decoding method of the loop (easd.method.decoding): its N beams are N rows of ONE generation, copied
-and dropped as the search goes, so it runs on its own, on the draft's caches (easd.method.seam), and returns a
-draft-only trace of the best beam. Words: a beam's *score* is the sum of its tokens' log-probabilities; it is
+It is in the methods' table, but not a row of the batch (easd.method.step): its N beams are N rows of ONE
+generation, copied and dropped as the search goes, so it decodes alone (`decode`), on the draft's caches
+(easd.method.seam), and returns the best beam's trace (its tokens' origin: draft). Words: a beam's *score* is the sum of its tokens' log-probabilities; it is
 *ranked* by score / length^α, α the length penalty (transformers' `length_penalty`: 1, its default, ranks by the mean
 log-probability per token; 0 by the sum, where longer beams lose). One step:
   1. ONE draft pass over every unfinished beam: log q(· | beam) for each; when sampling (temperature > 0, as the
@@ -18,49 +18,59 @@ max_new_tokens or the context. With N = 1, greedy and α = 0 it is greedy draft-
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import SettingsError
-from . import acceptance as acc
-from .decoding import Recorder, encode_prompt
-from .pair import ModelPair
-from .settings import DecodeSettings
-from .trace import RunStats, TokenRecord, Trace, software_versions
+from ...errors import EasdError
+from .. import acceptance as acc
+from ..judging import Recorder
+from ..knobs import knob
+from ..pair import ModelPair
+from ..prompts import encode_prompt
+from ..settings import DecodeSettings
+from ..trace import RunStats, TokenRecord, Trace, software_versions
+from .base import Method
 
 MAX_BEAMS = 64  # each beam is a row of the draft's caches: more only multiplies the cost
 MAX_LENGTH_PENALTY = 10.0  # α past this ranks by length alone
 
 
 @dataclass(frozen=True)
-class BeamSearch:
-    """How many beams, and how they are ranked; the run's settings say whether they are sampled."""
+class BeamSettings:
+    width: int = knob(4, "how many beams search the draft's continuations", low=1, high=MAX_BEAMS)
+    length_penalty: float = knob(
+        1.0,
+        "α: beams are ranked by summed log-probability / length^α (transformers' length_penalty, 1 its default; 0 ranks "
+        "by the sum)",
+        low=0,
+        high=MAX_LENGTH_PENALTY,
+    )
 
-    beams: int
-    length_penalty: float = 1.0  # α: ranked by score / length^α; 1 as transformers' default, 0 the plain sum
 
-    def check(self, settings: DecodeSettings) -> BeamSearch:
-        """SettingsError (named --beams or --length-penalty) unless it fits `settings`: a whole number of beams, on the draft."""
-        beams = self.beams
-        if isinstance(beams, bool) or not isinstance(beams, int) or not 1 <= beams <= MAX_BEAMS:
-            raise SettingsError("beams", f"must be a whole number from 1 to {MAX_BEAMS} (got {beams!r})")
-        if beams > 1 and settings.method != "draft":
-            raise SettingsError("beams", f"searches with the draft model: use it with method draft (got {settings.method})")
-        if not 0 <= self.length_penalty <= MAX_LENGTH_PENALTY:  # also refuses NaN
-            raise SettingsError(
-                "length_penalty",
-                f"must be from 0 (summed log-probability) to {MAX_LENGTH_PENALTY:g} (got {self.length_penalty!r})",
-            )
-        return self
+@dataclass(frozen=True, kw_only=True)
+class Searched(Method):
+    """Beam search on the draft: decoded alone, not as a row of the batch (`decode`)."""
+
+    in_batch: bool = False
+
+    def decode(self, pair: ModelPair, prompt: str, settings: DecodeSettings, chat: bool = True, system: str = "") -> Trace:
+        """The best continuation the search finds (see `beam_search`)."""
+        return beam_search(pair, prompt, settings, chat, system)
+
+    def judge(self, plan):
+        raise EasdError("beam search decodes alone, not as a row of a batch: decode it with its method's decode()")
 
     def describe(self, settings: DecodeSettings) -> str:
-        """What a table says about the row: "4 beams, sampled at temperature 0.7, top-p 0.8, ranked by …"."""
+        """What a table says about the row: "4 beams on the draft, sampled at temperature 0.7, top-p 0.8, ranked by …"."""
+        own = self.own(settings)
         drawn = "greedy" if settings.greedy else f"sampled at temperature {settings.temperature:g}, top-p {settings.top_p:g}"
-        ranked = "summed log-probability" if self.length_penalty == 0 else f"log-probability / length^{self.length_penalty:g}"
-        return f"{self.beams} beams on the draft, {drawn}, ranked by {ranked}"
+        ranked = "summed log-probability" if own.length_penalty == 0 else f"log-probability / length^{own.length_penalty:g}"
+        return f"{own.width} beams on the draft, {drawn}, ranked by {ranked}"
+
+
+BEAM = Searched(name="beam", title="beam search", models="DM", origins=("draft",), settings=BeamSettings)
 
 
 @dataclass
@@ -74,17 +84,15 @@ class Beam:
         return self.score / max(len(self.tokens), 1) ** alpha
 
 
-def beam_search(
-    pair: ModelPair, prompt: str, settings: DecodeSettings, search: BeamSearch, chat: bool = True, system: str = ""
-) -> Trace:
-    """The best continuation `search` finds on the draft; a draft-only trace (info: beams, beam_length_penalty, beam_score,
-    the best beam's rank)."""
-    search.check(settings.validate())
+def beam_search(pair: ModelPair, prompt: str, settings: DecodeSettings, chat: bool = True, system: str = "") -> Trace:
+    """The best continuation the search (BEAM's own settings in `settings`) finds on the draft; its trace's tokens are
+    the draft's (info: beams, beam_length_penalty, beam_score, the best beam's rank)."""
+    search = BEAM.own(settings.validate())
     generator = None if settings.greedy else torch.Generator(device=pair.device).manual_seed(settings.seed)
     started = time.perf_counter()
     prompt_ids = encode_prompt(pair, prompt, chat, system)
     limit = min(settings.max_new_tokens, pair.context_length - len(prompt_ids))
-    recorder = Recorder(pair, dataclasses.replace(settings, method="draft"))
+    recorder = Recorder(pair, settings)
     caches, room = pair.draft.caches(pair.vocab_size), len(prompt_ids) + limit + 1
     caches.add_row(prompt_ids[:-1], room)
     live, finished, steps, draft_seconds = [Beam([])], [], 0, 0.0
@@ -116,11 +124,11 @@ def _settled(live: list[Beam], finished: list[Beam], alpha: float) -> bool:
 
 
 def _best(
-    live: list[Beam], finished: list[Beam], out: dict, search: BeamSearch, settings: DecodeSettings, generator
+    live: list[Beam], finished: list[Beam], out: dict, search: BeamSettings, settings: DecodeSettings, generator
 ) -> list[tuple[int, Beam, int | None, float]]:
     """(row, beam, token, log q of token) for the `beams` best ranked of the live beams' candidates (step 2 of the
     module docstring) and every finished beam (row -1, token None)."""
-    beams, alpha = search.beams, search.length_penalty
+    beams, alpha = search.width, search.length_penalty
     log_q = torch.stack([_log_q(out[row][0], settings) for row in range(len(live))])  # [R, V]
     if generator is None:  # each beam's `beams` most likely tokens
         values, tokens = log_q.topk(beams, dim=-1)  # [R, beams]
@@ -151,7 +159,7 @@ def _log_q(logits: torch.Tensor, settings: DecodeSettings) -> torch.Tensor:
 def _extend(beam: Beam, token: int, log_q: float, logits: torch.Tensor, recorder: Recorder, pair: ModelPair) -> Beam:
     """`beam` followed by `token`, with the token's draft-only record (its entropy and top candidates).  logits: [1, V]"""
     position = len(beam.tokens)
-    record = recorder.single_record(position, position, token, logits)
+    record = recorder.single_record(position, position, token, logits, "draft")
     return Beam(beam.tokens + [token], beam.score + log_q, beam.records + [record], token in pair.eos_ids)
 
 
@@ -173,7 +181,7 @@ def _trace(
     pair: ModelPair,
     prompt: str,
     settings: DecodeSettings,
-    search: BeamSearch,
+    search: BeamSettings,
     best: Beam,
     prompt_tokens: int,
     steps: int,
@@ -181,7 +189,7 @@ def _trace(
     draft_seconds: float,
 ) -> Trace:
     trace = Trace(
-        dataclasses.replace(settings, method="draft"),
+        settings,
         pair.draft_name,
         pair.target_name,
         records=best.records,
@@ -189,7 +197,7 @@ def _trace(
         info={
             **pair.info,
             **software_versions(),
-            "beams": search.beams,
+            "beams": search.width,
             "beam_length_penalty": search.length_penalty,
             "beam_score": best.score,
             "beam_rank": best.rank(search.length_penalty),

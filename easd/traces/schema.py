@@ -1,6 +1,6 @@
 """What a trace file may hold: every field's type and range, and how much work one file may cause.
 
-A trace file is untrusted input (the app loads uploads), so `easd.method.trace` checks every value
+A trace file is untrusted input (the app loads uploads), so `easd.traces.files` checks every value
 against this schema before anything of the file is returned. A violation raises `SchemaError`,
 which names the field; the readers add the row or the JSON path and the file's base name.
 docs/app-and-api.md, "Trace files", states the same rules and limits.
@@ -12,14 +12,9 @@ import math
 import re
 from dataclasses import dataclass
 
-from .methods import METHODS
-from .settings import MAX_TOP_N, RULES, SIGNALS
-
-ORIGINS = ("draft_accepted", "target_resample", "easd_penalty", "bonus", "target", "draft", "mti_guided")
-BLOCK_ENDS = ("target_resample", "easd_penalty", "bonus")  # a speculative block's end: the origin of its last token
-# stopped: its user asked (Stop, Clear); left: its client went away (the tab closed, the call's connection ended);
-# unread: its client took nothing of what it was sent for a while; quota: the user's ZeroGPU time ran out
-STOP_REASONS = ("eos", "max_new_tokens", "context", "stopped", "left", "unread", "quota", "error", "max_steps")
+from ..method import methods
+from ..method.settings import MAX_TOP_N, RULES
+from ..method.trace import ORIGINS, STOP_REASONS
 
 # --- limits: the most work one file can cause --------------------------------------------------
 # A 4,000-token run with 20 candidates per token is about 5 MB of CSV; the app exports two runs.
@@ -50,7 +45,6 @@ ORIGIN_NEEDS = {
     "draft": ("h_draft",),
     "mti_guided": ("h_target",),
 }
-METHOD_ORIGINS = {name: method.origins for name, method in METHODS.items()}
 # Each token's top candidates, per distribution: the draft's q, the target's p, and MTI's guided p̃ where it guided
 SIDES = ("draft", "target", "guided")
 
@@ -160,7 +154,7 @@ COUNT = Field("int", 0, MAX_COUNT)
 REAL = Field("float")
 
 ROW_FIELDS = {
-    "method": Field("text", choices=tuple(METHODS)),
+    "method": Field("text", high=MAX_NAME_CHARS),  # a name in the methods' table: `check_row` asks it
     "rule": Field("text", choices=RULES),
     "position": INDEX,
     "block": INDEX,
@@ -190,26 +184,17 @@ ROW_FIELDS = {
     "rsd_reward": Field("float", 0.0, 1.0),
 }
 REQUIRED = ("position", "block", "token_id", "token_text", "origin")
-# Types only: DecodeSettings.validate() then checks their ranges, as it does for a run.
-SETTINGS_FIELDS = {
-    "method": ROW_FIELDS["method"],
-    "rule": ROW_FIELDS["rule"],
-    "k": COUNT,
-    "tau_h": REAL,
-    "tau_o": REAL,
-    "top_n": COUNT,
-    "temperature": REAL,
-    "top_p": REAL,
-    "max_new_tokens": COUNT,
-    "seed": COUNT,
-    "record_top": COUNT,
-    "signals": Field("text", choices=SIGNALS),
-    "mti_tau": REAL,
-    "mti_omega": REAL,
-    "mti_negative": NAME,
-    "rsd_delta": REAL,
-    "rsd_delimiter": NAME,
-}
+
+
+def settings_fields() -> dict[str, Field]:
+    """Every setting's type, by its flat name (easd.method.methods.knobs): a method added to the table brings its own.
+    Types only: DecodeSettings.validate() then checks their ranges, as it does for a run's."""
+    kinds = {"int": COUNT, "float": REAL, "text": NAME}
+    return {
+        name: Field("text", choices=knob.choices) if knob.choices else kinds[knob.kind] for name, knob in methods.knobs().items()
+    }
+
+
 MODEL_FIELDS = {"draft_model": NAME, "target_model": NAME}
 STATS_FIELDS = {
     "prompt_tokens": COUNT,
@@ -267,9 +252,9 @@ def check_row(row: dict, method: str, top: int) -> None:
     for name in REQUIRED:
         if row.get(name) is None:
             raise SchemaError(name, "is empty, but every row needs it")
-    origin = row["origin"]
-    if origin not in METHOD_ORIGINS[method]:
-        raise SchemaError("origin", f"{origin!r} does not occur in {method} runs (only {', '.join(METHOD_ORIGINS[method])})")
+    origin, origins = row["origin"], methods.lookup(method).origins
+    if origin not in origins:
+        raise SchemaError("origin", f"{origin!r} does not occur in {method} runs (only {', '.join(origins)})")
     for name in ORIGIN_NEEDS[origin]:
         if row.get(name) is None:
             raise SchemaError(name, f"is empty, but a {origin} row needs it")

@@ -1,0 +1,43 @@
+"""`python -m easd methods`: the methods' table (easd.method.methods) as docs/method.md shows it, a row per method."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "list the decoding methods: what each runs, what its tokens say, its own settings (a Markdown table)"
+HEADER = (
+    "| method | title | draft | target | verifies (SD's block) | origins of its tokens | interventions | models (Table 1) "
+    "| its own settings | `sweep --grid` | decoded |\n|---|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def add(parser: argparse.ArgumentParser) -> None:
+    """No flags."""
+
+
+def run(args: argparse.Namespace) -> int:
+    print(methods_table())
+    return 0
+
+
+def methods_table() -> str:
+    """Every method of the table, a Markdown row each, in the table's order."""
+    from ..method.methods import METHODS, own_knobs
+
+    yes = lambda flag: "yes" if flag else "—"  # noqa: E731
+    rows = [HEADER]
+    for name, method in METHODS.items():
+        interventions = f"{', '.join(method.intervention_origins)} ({method.intervention[1]})" if method.intervenes else "—"
+        own = ", ".join(f"`--{flag.replace('_', '-')}`" for flag in own_knobs(method)) or "—"
+        grid = ", ".join(f"`{setting}`" for setting in method.grid) or "—"
+        cells = [f"`{name}`", method.title, yes(method.uses_draft), yes(method.uses_target), yes(method.verifies)]
+        cells += [
+            ", ".join(method.origins),
+            interventions,
+            method.models,
+            own,
+            grid,
+            "in the batch" if method.in_batch else "alone",
+        ]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)

@@ -1,0 +1,111 @@
+"""The methods' table: every decoding method, one object each from a module of its own, and one place that knows them
+all: the step, the trace, the speed model, the reports, the command line and the page ask it instead of listing
+names, so a method added here (or with `register`) is offered everywhere (docs/method.md, "Adding a method").
+
+Settings, in one flat namespace (easd.method.knobs): the settings every method reads are DecodeSettings' fields;
+a method's own are its `settings` dataclass's, named `<method>_<field>` (MTI's `tau` is `mti_tau`). `knobs()` lists
+them all, `make_settings` builds DecodeSettings from flat values (a command line's, an API call's, a file's),
+`settings_values` is the reverse, and `with_values` changes some.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ...errors import SettingsError, shown
+from ..knobs import Knob, coerce, declared
+from ..settings import DecodeSettings
+from .base import Method
+from .beam import BEAM
+from .draft import DRAFT
+from .easd import EASD
+from .mti import MTI
+from .rsd import RSD
+from .sd import SD
+from .target import TARGET
+
+# in the order the page offers them: the comparison's two first; beam search last, as it decodes alone
+METHODS: dict[str, Method] = {method.name: method for method in (SD, EASD, MTI, RSD, TARGET, DRAFT, BEAM)}
+
+
+def register(method: Method) -> Method:
+    """Add a method to the table (its module's own line: `METHOD = register(Method(...))`); -> the method."""
+    if method.name in METHODS:
+        raise ValueError(f"a method named {method.name!r} is in the table already")
+    clash = set(own_knobs(method)) & set(knobs())
+    if clash or method.name in declared(DecodeSettings):
+        raise ValueError(f"{method.name}'s settings {sorted(clash)} clash with settings already declared")
+    METHODS[method.name] = method
+    return method
+
+
+def lookup(name) -> Method:
+    """The method named `name`; SettingsError("method") naming the table's methods if there is none."""
+    if not isinstance(name, str) or name not in METHODS:
+        raise SettingsError("method", f"must be one of {', '.join(METHODS)} (got {shown(name)})")
+    return METHODS[name]
+
+
+def in_batch() -> dict[str, Method]:
+    """The methods a lane of the page, the API or lm-eval can run: those decoded as rows of the shared batch."""
+    return {name: method for name, method in METHODS.items() if method.in_batch}
+
+
+# --- settings by their flat names -------------------------------------------------------------------------------
+
+
+def own_knobs(method: Method) -> dict[str, Knob]:
+    """A method's own settings' knobs, by flat name."""
+    return {f"{method.name}_{name}": knob for name, knob in declared(method.settings).items()} if method.settings else {}
+
+
+def knobs() -> dict[str, Knob]:
+    """Every setting's knob by its flat name: DecodeSettings' fields, then each method's own, in the table's order."""
+    found = dict(declared(DecodeSettings))
+    for method in METHODS.values():
+        found |= own_knobs(method)
+    return found
+
+
+def owner(name: str) -> tuple[Method | None, str]:
+    """(the method whose own setting `name` is, its field) or (None, name) for a setting every method reads."""
+    for method in METHODS.values():
+        if method.settings is not None and name.startswith(f"{method.name}_"):
+            field = name.removeprefix(f"{method.name}_")
+            if field in declared(method.settings):
+                return method, field
+    return None, name
+
+
+def make_settings(values: dict | None = None, **more) -> DecodeSettings:
+    """DecodeSettings from flat values, a method's own included (`mti_tau`); values read from text (a CSV cell, a
+    model_arg) take their knob's kind. Unknown names are refused (SettingsError naming the first). Not validated."""
+    values = {**(values or {}), **more}
+    common, own = {}, {}
+    known = knobs()
+    for name, value in values.items():
+        if name not in known:
+            raise SettingsError(name, "is not a setting of any method here")
+        method, field = owner(name)
+        value = coerce(known[name], value)
+        if method is None:
+            common[name] = value
+        else:
+            own.setdefault(method.name, {})[field] = value
+    pairs = tuple((name, METHODS[name].settings(**fields)) for name, fields in own.items())
+    return DecodeSettings(**common, own=pairs)
+
+
+def settings_values(settings: DecodeSettings) -> dict:
+    """Every setting of `settings` by its flat name, each method's own included (at its defaults where not set)."""
+    values = settings.as_dict()
+    for method in METHODS.values():
+        if method.settings is not None:
+            own = settings.own_settings(method.name, method.settings())
+            values |= {f"{method.name}_{name}": value for name, value in dataclasses.asdict(own).items()}
+    return values
+
+
+def with_values(settings: DecodeSettings, **values) -> DecodeSettings:
+    """`settings` with some settings changed, by their flat names."""
+    return make_settings(settings_values(settings) | values)

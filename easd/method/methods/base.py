@@ -1,0 +1,141 @@
+"""What a decoding method is: one object, in a module of its own, that the table (easd.method.methods) lists.
+
+The step (easd.method.step.Batch) runs the same passes for every row of a batch: draft passes, one target pass, and,
+for a row that asks, a second look by the target; then each row's block is judged alone. Which rows take part in
+which pass, what a row makes of its logits and how its block is judged is its method's to say, through the hooks
+below; the step never asks for a method by name. Words as in step.py: a *generation* is one prompt decoded under
+one DecodeSettings, a *plan* its part in one step (step.RowPlan), a *block* what the step emits for it.
+
+The hooks a method may fill, in the order the step calls them:
+  start(generation)        its own state for a generation (MTI's negative prompt, RSD's segments), once
+  plan(generation)         how many draft passes the row takes part in this step, and whether it takes the target's
+  propose(plan, logits)    after each draft pass: what it makes of the draft's logits (draw c_i, keep q)
+  second_look(plan)        after the target's pass: tokens after which the target should look again (MTI), or None
+  after_passes(plan)       after the passes: work outside the batch's models (RSD's reward model)
+  judge(plan)              the row's block: the tokens emitted and their trace records
+  ended(generation)        a reason of its own to end the generation (RSD's step cap), or None
+and, to read its traces: explains(record, settings), a sentence on its own rule at that token for the inspector.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .. import acceptance as acc
+from ..judging import Block
+from ..spec_metrics import SpecMetrics
+
+
+@dataclass(frozen=True, kw_only=True)
+class Method:
+    """A decoding method's facts, which the table, the trace's schema, the speed model, the reports and the page read,
+    and its hooks (see the module's docstring). This base decodes with its one model alone (the target, or the draft
+    where `models` is "DM"), a token a block."""
+
+    name: str  # as settings, traces, files and the API name it
+    title: str  # as a lane, a table and a legend show it
+    models: str  # the models it runs, as the paper's Table 1 marks them: TM, DM, PRM ("TM + DM")
+    origins: tuple[str, ...]  # what a trace row of this method may say about where its token came from
+    intervention_origins: tuple[str, ...] = ()  # the origins that are the method acting against its plain model's choice
+    intervention: tuple[str, str] = ("", "")  # one and several in words ("penalty", "penalties"); none if it never intervenes
+    grid: tuple[str, ...] = ()  # the settings `sweep --grid NAME` sweeps for it, in the order a variant's label lists them
+    verifies: bool = False  # SD's block: the draft's k tokens checked in one target pass (the speed model's subject)
+    refuses: bool = False  # EASD's rule: a draft the standard test kept is refused where the rule fires
+    follows: str = ""  # the method whose run it equals until its first intervention (EASD: SD's), which it may resume
+    in_batch: bool = True  # decoded as a row of the shared batch (beam search holds rows of its own: it decodes alone)
+    settings: type | None = None  # its own settings: a frozen dataclass of knobs (easd.method.knobs), or None
+
+    def own(self, settings) -> Any:
+        """Its own settings in a run's `settings` (DecodeSettings): set there, else as declared."""
+        return settings.own_settings(self.name, self.settings())
+
+    @property
+    def uses_draft(self) -> bool:
+        return "DM" in self.models.split(" + ")
+
+    @property
+    def uses_target(self) -> bool:
+        return "TM" in self.models.split(" + ")
+
+    @property
+    def needs_prm(self) -> bool:
+        """A process reward model scores what it writes (RSD)."""
+        return "PRM" in self.models.split(" + ")
+
+    @property
+    def one_model(self) -> str | None:
+        """ "target" or "draft" for a run of that model alone; None for a method of two models."""
+        if self.uses_draft and self.uses_target:
+            return None
+        return "draft" if self.uses_draft else "target"
+
+    @property
+    def intervenes(self) -> bool:
+        return bool(self.intervention_origins)
+
+    def intervened(self, origin: str) -> bool:
+        """Whether a token of this method's run with this origin is one of its interventions."""
+        return origin in self.intervention_origins
+
+    # --- hooks: a target-only method's, one token a block ------------------------------------------------------
+
+    def start(self, generation) -> Any:
+        """Its own state for a new generation (`generation.state`); None if it keeps none."""
+        return None
+
+    def copy_state(self, state: Any) -> Any:
+        """A copy of a generation's state, for a snapshot that resumes elsewhere."""
+        return copy.copy(state)
+
+    def extra_room(self, generation) -> int:
+        """Tokens its row holds beyond the prompt, the new tokens and a block's drafts (MTI's negative prompt)."""
+        return 0
+
+    def plan(self, generation) -> tuple[int, bool]:
+        """(draft passes it takes part in this step, whether it takes the target's pass): its one model's pass."""
+        alone = self.one_model == "draft"
+        return int(alone), not alone
+
+    def propose(self, plan, logits: torch.Tensor) -> None:
+        """After a draft pass: keep the draft's logits.  logits: [1, V]"""
+        plan.q_logits.append(logits)
+
+    def second_look(self, plan) -> list[int] | None:
+        """Tokens after which the target should read the row once more in this step, or None."""
+        return None
+
+    def after_passes(self, plan) -> None:
+        """Work after the batch's passes, outside its models."""
+
+    def judge(self, plan) -> Block:
+        """One token drawn from the one model's logits: the row's block."""
+        generation = plan.generation
+        logits = plan.p_logits if self.one_model == "target" else plan.q_logits[0]  # [1, V]
+        record = generation.recorder.single_record(
+            plan.block, plan.position, draw_one(generation, logits), logits, self.one_model
+        )
+        return Block(plan.block, [], [record], record.origin, generation)
+
+    def ended(self, generation) -> str | None:
+        """A stop reason of its own after the generation's latest block (one of trace_schema.STOP_REASONS), or None."""
+        return None
+
+    def explains(self, record, settings) -> str:
+        """What its rule did at this token, in a sentence (the inspector shows it); "" when it has nothing to add."""
+        return ""
+
+    def bench_line(self, traces: list) -> str:
+        """Its runs' own figures in a line (`bench`): speculative decoding's, under vLLM's names."""
+        return SpecMetrics.of(traces).line()
+
+
+def draw_one(generation, logits: torch.Tensor) -> int:
+    """A token drawn from `logits` under the generation's sampling (greedy: the argmax), with its own random numbers.
+    logits: [1, V]"""
+    settings = generation.settings
+    probs = acc.sampling_probs(logits, settings.temperature, settings.top_p)
+    return int(acc.draw(probs, generation.generator, settings.greedy))

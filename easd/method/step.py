@@ -1,0 +1,315 @@
+"""The decoding loop: every method of the table, for B ≥ 1 rows at once, streamed block by block.
+
+Layers, bottom-up (as in gpt-fast's generate.py):
+  Caches.logits    one forward pass over the tokens each row's cache has not seen (easd/method/seam.py)
+  judge_block      pure decision for one row's speculative block, given q_1..q_k and p_1..p_{k+1} (judging.py)
+  Batch._step      plan, draft, verify, look again, judge, commit: a block for every row
+    _draft         the rows that draft take the draft passes, one per drafted position, all of them in it
+    _verify        ONE target pass for every row that takes it
+    _look_again    the rows whose method asks (MTI where the target is unsure): ONE more target pass for them all
+    _judge         each row's block, alone: a row whose numbers fail ends, the others go on
+  Batch            steps its rows and streams the blocks, each naming its generation; generations join and
+                   leave at block boundaries (easd.method.rows: joining, long prompts in pieces)
+  Generation       one generation: prompt checks, its own random numbers, stop handling, its trace (generation.py)
+
+What a row does in each pass is its method's to say (easd.method.methods: `plan`, `propose`, `second_look`,
+`after_passes`, `judge`); the loop names no method. SD and EASD share every line but one, in `judge_block`.
+
+Words, used in one sense each (as vLLM keeps a request apart from its index in the batch):
+  generation       one prompt decoded under one DecodeSettings: a `Generation`. Its record is its
+                   `Trace`, which users, files and the app call a run.
+  row              the slot a generation holds in its batch's caches while it decodes: an index 0..B-1.
+  block            one round of a generation: drafts judged, tokens emitted (`judging.Block`).
+  step             one round of the batch: a block for every generation in it.
+  plan             a row's part in one step (`RowPlan`): what it drafts, and what the passes gave it.
+  segment          what RSD's paper calls a reasoning step: text up to its delimiter (methods/rsd.py), never a step.
+
+A generation is decoded exactly as if it ran alone: it has its own random generator, drawn in the same order as a
+solo run, its own settings, and the batch only shares the forward passes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..errors import EasdError, SettingsError
+from . import acceptance as acc
+from .judging import Block
+from .pair import ModelPair
+from .rows import Rows
+from .seam import Caches
+from .trace import RunStats, Trace
+
+log = logging.getLogger("easd.decoding")
+
+
+class RowFailure(EasdError):
+    """One row's numbers went wrong (non-finite logits or probabilities): that row ends, the batch goes on."""
+
+
+@dataclass
+class Checkpoint:
+    """The state of a row as a block starts: enough to start another run there (Generation.resume_at)."""
+
+    block: int
+    position: int  # tokens generated before this block
+    draft_seen: int  # the row's tokens in the draft's cache as the block starts
+    target_seen: int  # the row's tokens in the target's cache
+    rng_state: torch.Tensor
+    stats: RunStats  # its time and passes so far
+
+
+class Batch:
+    """Generations decoded together: per step, one draft pass per drafted position and ONE target pass for all.
+
+    Generations wait in line until a row is free (`max_rows`), join at a block boundary and leave as soon as
+    they end (EOS, their max_new_tokens, the context, or `stop()`): easd.method.rows. Iterate for Blocks; each
+    names its generation. `add()` may be called from another thread while iterating.
+    """
+
+    def __init__(
+        self,
+        pair: ModelPair,
+        generations: Iterable = (),
+        max_rows: int | None = None,
+        use_cache: bool = True,
+        at_boundary: Callable[[Batch], None] | None = None,
+        prompts_between_steps: bool = False,
+    ):
+        if max_rows is not None and max_rows < 1:
+            raise SettingsError("--batch-size", f"must be ≥ 1 (got {max_rows})")
+        self.pair = pair
+        limit = min(pair.draft.max_rows, pair.target.max_rows)  # more wait in line, as for `max_rows`
+        max_rows = limit if max_rows is None else min(max_rows, limit)
+        self.at_boundary = at_boundary  # called between steps, when every block so far has been yielded (a scheduler's hook)
+        self.draft: Caches = pair.draft.caches(pair.vocab_size, use_cache)
+        self.target: Caches = pair.target.caches(pair.vocab_size, use_cache)
+        # who holds which row, and who waits for one; prompts_between_steps: see Rows
+        self.rows = Rows(pair, self.draft, self.target, generations, max_rows, use_cache, prompts_between_steps)
+        self._stop = threading.Event()
+
+    def add(self, generation, first: bool = False) -> None:
+        """Put a generation in line (at its head with `first`); it joins at the next block boundary with a free row."""
+        self.rows.add(generation, first)
+
+    @property
+    def load(self) -> int:
+        """Generations still decoding or waiting to join."""
+        return self.rows.load
+
+    def stop(self) -> None:
+        """Stop every generation, decoding or waiting, at the next block boundary."""
+        self._stop.set()
+
+    def __iter__(self) -> Iterator[Block]:
+        try:
+            while True:
+                if self.at_boundary is not None:
+                    self.at_boundary(self)
+                if self._stop.is_set():  # checked after the boundary too, which may itself stop the batch
+                    return
+                rows = self.rows
+                rows.leave([g for g in rows.generations if g.stopped])
+                rows.join()
+                if not rows.generations:
+                    if rows.waiting:  # the head of the line's prompt is not computed yet
+                        continue
+                    return
+                yield from self._step()
+                rows.leave([g for g in rows.generations if g.done])
+        finally:
+            self.rows.end_all()
+
+    def run(self) -> list[Trace]:
+        """Decode every generation to the end; the traces in the order the generations were given."""
+        everyone = list(self.rows.waiting) + self.rows.generations
+        for _ in self:
+            pass
+        return [g.trace for g in everyone]
+
+    # --- one step: a block for every generation ----------------------------------------------------------
+
+    def _step(self) -> list[Block]:
+        """Plan, draft, verify, look again, judge, commit: one block for every generation (one that fails ends alone)."""
+        started = time.perf_counter()
+        plans = [self._plan(row, generation) for row, generation in enumerate(self.rows.generations)]
+        precise = {plan.row for plan in plans if plan.generation.settings.signals == "float32"}  # float32 lm_head rows
+        self._draft(plans, precise)
+        self._verify(plans, precise)
+        self._look_again(plans, precise)
+        for plan in plans:
+            if not plan.generation.done:
+                with self._alone(plan):
+                    plan.generation.method.after_passes(plan)
+        blocks = [block for block in map(self._judge, plans) if block is not None]
+        self._commit(blocks, seconds=time.perf_counter() - started)  # every generation waited for the whole step
+        return blocks
+
+    def _plan(self, row: int, generation) -> RowPlan:
+        """What the row does this step (its method says); also its checkpoint as the block starts."""
+        stats = generation.trace.stats
+        block = generation.first_block + len(generation.checkpoints)
+        position = len(generation.tokens) - generation.prompt_length
+        generation.checkpoints.append(
+            Checkpoint(
+                block,
+                position,
+                self.draft.length(row),
+                self.target.length(row),
+                generation.generator.get_state(),
+                dataclasses.replace(stats),
+            )
+        )
+        draft_passes, verifies = generation.method.plan(generation)
+        return RowPlan(row, generation, draft_passes, verifies, block, position)
+
+    def _draft(self, plans: list[RowPlan], precise: set[int]) -> None:
+        """Every drafting row's draft passes: one pass per drafted position, all drafting rows in it; after each,
+        the row's method makes of its logits what it proposes (SD's c_i, draft-only's token)."""
+        for i in range(max((plan.draft_passes for plan in plans), default=0)):
+            asking = [plan for plan in plans if plan.draft_passes > i and not plan.generation.done and not plan.drafting_done]
+            if not asking:
+                return
+            sequences = {plan.row: plan.generation.tokens + plan.drafted for plan in asking}
+            out = self._pass(self.draft, "draft", asking, sequences, dict.fromkeys(sequences, 1), precise)  # {row: [1, V]}
+            for plan in asking:
+                with self._alone(plan):
+                    plan.generation.method.propose(plan, _finite(out[plan.row], "draft", plan))
+
+    def _verify(self, plans: list[RowPlan], precise: set[int]) -> None:
+        """ONE target pass for every row that takes it: p_1..p_{k+1} after each row's drafts."""
+        asking = [plan for plan in plans if plan.verifies and not plan.generation.done]
+        if not asking:
+            return
+        sequences = {plan.row: plan.generation.tokens + plan.drafted for plan in asking}
+        out = self._pass(self.target, "target", asking, sequences, {plan.row: len(plan.drafted) + 1 for plan in asking}, precise)
+        for plan in asking:
+            with self._alone(plan):
+                plan.p_logits = _finite(out[plan.row], "target", plan)  # [k+1, V]
+
+    def _look_again(self, plans: list[RowPlan], precise: set[int]) -> None:
+        """The rows whose method asks the target to read them once more, with tokens after the context (MTI's negative
+        prompt where the target is unsure): ONE more target pass for all of them; the logits at the last token are
+        each row's `second_logits`. The row's cache then forgets those tokens (as it forgets rejected drafts), so it
+        holds exactly what it held before."""
+        after = {}
+        for plan in plans:
+            if not plan.generation.done and plan.p_logits is not None:
+                with self._alone(plan):
+                    tokens = plan.generation.method.second_look(plan)
+                    if tokens is not None:
+                        after[plan.row] = (plan, tokens)
+        if not after:
+            return
+        asking = [plan for plan, _ in after.values()]
+        sequences = {row: plan.generation.tokens + tokens for row, (plan, tokens) in after.items()}
+        out = self._pass(self.target, "target", asking, sequences, dict.fromkeys(sequences, 1), precise)  # {row: [1, V]}
+        for plan in asking:
+            self.target.truncate(plan.row, len(plan.generation.tokens))
+            with self._alone(plan):
+                plan.second_logits = _finite(out[plan.row], "target (looking again)", plan)
+
+    def _pass(self, caches: Caches, model: str, asking: list[RowPlan], sequences: dict, last: dict, precise: set[int]) -> dict:
+        """One forward pass of `model` for the rows asking; each counts it, its time and the rows it served."""
+        started = time.perf_counter()
+        out = caches.logits(sequences, last, precise)
+        seconds = time.perf_counter() - started
+        for plan in asking:
+            stats = plan.generation.trace.stats
+            setattr(stats, f"{model}_seconds", getattr(stats, f"{model}_seconds") + seconds)
+            setattr(stats, f"{model}_calls", getattr(stats, f"{model}_calls") + 1)
+            setattr(stats, f"{model}_rows", getattr(stats, f"{model}_rows") + len(asking))
+        return out
+
+    def _judge(self, plan: RowPlan) -> Block | None:
+        """The row's block, as its method judges it (None if the row failed)."""
+        if plan.generation.done:
+            return None
+        with self._alone(plan):
+            return plan.generation.method.judge(plan)
+        return None
+
+    def _commit(self, blocks: list[Block], seconds: float) -> None:
+        """Emitted tokens join their generations; the caches forget rejected drafts; traces and counts grow."""
+        rows = {id(generation): row for row, generation in enumerate(self.rows.generations)}
+        for block in blocks:
+            generation, row = block.generation, rows[id(block.generation)]
+            generation.tokens.extend(r.token_id for r in block.records)
+            self.target.truncate(row, len(generation.tokens) - 1)
+            self.draft.truncate(row, len(generation.tokens) - 1)
+        self.draft.tidy()
+        self.target.tidy()
+        for block in blocks:
+            generation = block.generation
+            self._record(block, seconds)
+            if generation.done and generation.keep_kv:  # taken before it leaves its row: others may start from it
+                row = rows[id(generation)]
+                generation.final = (self.draft.save_row(row), self.target.save_row(row))
+
+    @contextmanager
+    def _alone(self, plan: RowPlan) -> Iterator[None]:
+        """One generation's own work: a failure ends it with one line and leaves every other of the step as it was."""
+        try:
+            yield
+        except RowFailure as err:
+            plan.generation.finish("error", err)
+        except acc.NotADistribution:
+            failure = RowFailure(
+                f"the probabilities to sample token {plan.position} from were NaN or infinite (an extreme temperature "
+                "or top-p?), so this run stopped there (the other runs sharing the batch went on)"
+            )
+            plan.generation.finish("error", failure)
+        except Exception as err:  # noqa: BLE001 (one row's maths; logged, and the batch goes on)
+            log.exception("a row failed in its own maths at token %d", plan.position)
+            failure = RowFailure(
+                f"this run stopped at token {plan.position}: its sampling failed ({type(err).__name__}; details in the server log)"
+            )
+            plan.generation.finish("error", failure)
+
+    def _record(self, block: Block, seconds: float) -> None:
+        """Add a finished block to its generation's trace and time (its passes were counted as they ran), cut at EOS,
+        and see whether it ends."""
+        generation = block.generation
+        generation.trace.stats.seconds += seconds
+        generation.take(block)
+        reason = generation.end_reason()
+        if reason is not None:
+            generation.finish(reason)
+
+
+@dataclass(eq=False)
+class RowPlan:
+    """One row's part in a step: how many draft passes it takes and whether it takes the target's (its method's
+    plan), and what the passes gave it."""
+
+    row: int  # the row's index in both caches
+    generation: Any  # the generation holding the row (easd.method.generation.Generation)
+    draft_passes: int  # the draft passes it takes part in: SD's k (one fewer near the end), draft-only's 1, none
+    verifies: bool  # it takes the target's pass
+    block: int  # the block's index in the row's trace
+    position: int  # tokens the row generated before this block
+    drafted: list[int] = field(default_factory=list)  # c_1..c_k, the draft's proposals
+    q_logits: list[torch.Tensor] = field(default_factory=list)  # [1, V] per draft pass: q_1..q_k (draft-only: its step)
+    p_logits: torch.Tensor | None = None  # [k+1, V] p_1..p_{k+1} from the one target pass
+    second_logits: torch.Tensor | None = None  # [1, V] the target's logits on its second look (MTI's p_u), where it asked
+    drafting_done: bool = False  # the row's method wants no more draft passes this step (RSD's segment ended)
+    score: float | None = None  # a score its method gave the block outside the batch's models (RSD's reward)
+
+
+def _finite(logits: torch.Tensor, model: str, plan: RowPlan) -> torch.Tensor:
+    """The row's logits, or RowFailure if a NaN, +inf or an all -inf row would reach its sampling (-inf masks a token)."""
+    if torch.isnan(logits).any() or not torch.isfinite(logits.max(dim=-1).values).all():
+        raise RowFailure(
+            f"the {model} model gave NaN or infinite logits at token {plan.position}, so this run stopped there "
+            "(the other runs sharing the batch went on)"
+        )
+    return logits
