@@ -5,6 +5,7 @@ import itertools
 
 import pytest
 import torch
+from bounds import pair_rounding, same_entropies
 from conftest import PROMPTS
 
 from easd.backends.transformers import COMPACT_SLACK
@@ -41,13 +42,14 @@ def solo(generation: Generation):
     return Generation(generation.pair, generation.prompt, generation.settings, chat=generation.chat).run()
 
 
-def assert_same_run(batched, alone):
+def assert_same_run(batched, alone, delta: float):
     assert batched.token_ids == alone.token_ids
     assert [r.origin for r in batched.records] == [r.origin for r in alone.records]
     assert [r.block for r in batched.records] == [r.block for r in alone.records]
     for a, b in zip(batched.records, alone.records):
         assert a.triggered == b.triggered and a.draft_token_id == b.draft_token_id
-        assert a.h_target == pytest.approx(b.h_target, abs=1e-3)  # float32 sums in another order: equal to ~1e-4
+    # float32 sums grouped otherwise in a batch: equal to the rounding tests/bounds.py derives
+    assert same_entropies([r.h_target for r in batched.records], [r.h_target for r in alone.records], delta)
     assert (batched.stats.target_calls, batched.stats.draft_calls) == (alone.stats.target_calls, alone.stats.draft_calls)
     assert batched.stats.stop_reason == alone.stats.stop_reason
 
@@ -59,7 +61,7 @@ def test_every_row_equals_its_solo_run(tiny_pair, count):
     assert count < 3 or len(lengths) >= 3  # ragged prompts
     Batch(tiny_pair, generations).run()
     for generation in generations:
-        assert_same_run(generation.trace, solo(generation))
+        assert_same_run(generation.trace, solo(generation), pair_rounding(generation.pair))
 
 
 def test_rows_join_as_others_leave_and_mid_run(tiny_pair):
@@ -75,7 +77,7 @@ def test_rows_join_as_others_leave_and_mid_run(tiny_pair):
             joined = True
         assert len(batch.rows.generations) <= 3
     for generation in generations:
-        assert_same_run(generation.trace, solo(generation))
+        assert_same_run(generation.trace, solo(generation), pair_rounding(generation.pair))
 
 
 def test_a_row_stopped_midway_leaves_and_the_others_are_undisturbed(tiny_pair):
@@ -92,7 +94,7 @@ def test_a_row_stopped_midway_leaves_and_the_others_are_undisturbed(tiny_pair):
     assert stopped.trace.token_ids == alone.token_ids[: len(stopped.trace.records)]
     for generation in generations:
         if generation is not stopped:
-            assert_same_run(generation.trace, solo(generation))
+            assert_same_run(generation.trace, solo(generation), pair_rounding(generation.pair))
 
 
 def test_stopping_the_batch_keeps_what_every_row_emitted(tiny_pair):
@@ -149,6 +151,7 @@ def test_sampling_sd_reproduces_the_target_distribution_per_row(tiny_pair):
     assert tv(draft, target) > 2 * expected  # drawing from the draft would be far off: the test can fail
 
 
+@pytest.mark.slow  # transformers' KV slots stay within the longest row's slack over two 1,000-token runs
 def test_kv_memory_per_row_stays_bounded(hf_tiny_pair):
     """Over 1,000-token runs with many rejections, the holes rejected drafts leave in transformers' shared cache are
     compacted away: the slots stay within a fixed slack of the longest row. (llama.cpp reuses freed cells itself.)"""

@@ -40,6 +40,7 @@ NOTE = "tiny random models: the text is gibberish; use them to see the mechanics
 SEED = 1234
 VOCAB_SIZE = 400
 TARGET_LAYERS, DRAFT_LAYERS = 4, 2
+HIDDEN, INTERMEDIATE = 64, 128  # the models' widths: tests bound float32 rounding by them (tests/bounds.py)
 EXTRA_LAYER_SCALE = 0.2  # how far the target strays from its own first layers: ~70% top-1 agreement
 WEIGHT_STD = 0.8  # weight scale: entropies near 1 nat, so τ_H = 1 splits positions
 CONTEXT = 512
@@ -160,8 +161,8 @@ def build_models(vocab_size: int) -> tuple[Qwen2ForCausalLM, Qwen2ForCausalLM]:
     """(draft, target), the draft being a copy of the target's first DRAFT_LAYERS layers."""
     config = Qwen2Config(
         vocab_size=vocab_size,
-        hidden_size=64,
-        intermediate_size=128,
+        hidden_size=HIDDEN,
+        intermediate_size=INTERMEDIATE,
         num_hidden_layers=TARGET_LAYERS,
         num_attention_heads=4,
         num_key_value_heads=2,
