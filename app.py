@@ -27,7 +27,7 @@ from easd.pairs.loading import load_pair, loaded_with_prm
 from easd.pairs.registry import PAIRS, default_pair_name, load_named_pair
 from easd.serving.host import ModelHost
 from easd.serving.metrics import ServingMetrics
-from easd.serving.results import RESULTS_BYTES
+from easd.serving.same_request import RESULTS_BYTES
 from easd.serving.worker import check_max_rows
 
 # Every flag can come from the environment, which is how a Space sets them: --max-batch is EASD_MAX_BATCH, and so on.

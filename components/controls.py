@@ -10,15 +10,15 @@ for re-reading a finished trace.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import gradio as gr
 
 from easd.errors import SettingsError, shown
-from easd.method.acceptance import rule_fires
 from easd.method.knobs import Control, Knob
 from easd.method.methods import in_batch, knobs, make_settings, owner, settings_values
-from easd.method.settings import MAX_SEED, WHATIF_TOP, DecodeSettings, overlap_needed
+from easd.method.settings import MAX_SEED, WHATIF_TOP, DecodeSettings
+from easd.method.whatif import RuleView
 
 DEFAULTS = DecodeSettings()
 OTHER_LABELS = {
@@ -115,38 +115,11 @@ def check_flag(name: str, value) -> bool:
     return value
 
 
-@dataclass(frozen=True)
-class RuleView:
-    """The settings a finished trace is re-read under without regenerating (the what-if), checked.
-
-    Slider names match `easd.method.whatif`'s keyword arguments, so `**view.as_kwargs()` passes it whole.
-    """
-
-    rule: str = DEFAULTS.rule
-    tau_h: float = DEFAULTS.tau_h
-    tau_o: float = DEFAULTS.tau_o
-    top_n: int = DEFAULTS.top_n
-
-    @classmethod
-    def read(cls, values: dict[str, object]) -> RuleView:
-        """From raw values by setting name; raises SettingsError naming the first bad one."""
-        declared = knobs()
-        return cls(**{name: check_value(name, values[name], declared[name]) for name in WHATIF_FIELDS})
-
-    @classmethod
-    def of(cls, settings: DecodeSettings) -> RuleView:
-        """The rule a run used (a loaded trace's), to re-read it as it ran."""
-        return cls(rule=settings.rule, tau_h=settings.tau_h, tau_o=settings.tau_o, top_n=settings.top_n)
-
-    def as_kwargs(self) -> dict:
-        return asdict(self)
-
-    def fires(self, h_draft, h_target, overlap):
-        """Whether the rule fires for these signals: the loop's own `rule_fires`."""
-        return rule_fires(self.rule, h_draft, h_target, overlap, tau_h=self.tau_h, tau_o=self.tau_o, top_n=self.top_n)
-
-    def overlap_meaning(self) -> str:
-        return f"= at least **{overlap_needed(self.tau_o, self.top_n)} of {self.top_n}** shared"
+def read_view(values: dict[str, object]) -> RuleView:
+    """The rule a finished trace is re-read under, from raw values by setting name; SettingsError naming the first
+    bad one."""
+    declared = knobs()
+    return RuleView(**{name: check_value(name, values[name], declared[name]) for name in WHATIF_FIELDS})
 
 
 def read_settings(values: dict[str, object], max_new_tokens_cap: int) -> DecodeSettings:
@@ -186,7 +159,7 @@ class Controls:
         return read_settings({name: values[c] for name, c in self.components.items()}, max_new_tokens_cap)
 
     def read_view(self, values: dict) -> RuleView:
-        return RuleView.read({name: values[c] for name, c in self.whatif().items()})
+        return read_view({name: values[c] for name, c in self.whatif().items()})
 
     def show(self, settings: DecodeSettings, max_new_tokens_cap: int) -> dict:
         """Every control moved to a run's settings (a loaded trace's), so the inspector and the what-if start from what

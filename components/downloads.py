@@ -37,7 +37,7 @@ class Downloads:
         return str(paths[0]), str(paths[1])
 
     def page_path(self, traces: list[Trace], root: Path) -> Path:
-        """Where the traces drawn as one page (components.export) go: beside the latest export's files."""
+        """Where the traces drawn as one page (easd.render.export) go: beside the latest export's files."""
         first = next(t for t in traces if t is not None and t.records)
         return self._made(root) / f"{export_name(first, datetime.date.today())}.html"
 

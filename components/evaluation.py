@@ -13,12 +13,12 @@ import pandas as pd
 from easd.errors import EasdError, shown
 from easd.lab import report
 from easd.lab.evaluate import trace_name
-from easd.lab.results import load_results
+from easd.lab.results_table import load_results
 from easd.method.trace import Trace
+from easd.render.figures import empty_figure
+from easd.render.html import Html, join, number, tag
 from easd.traces import files as trace_io
 
-from .figures import empty_figure
-from .html import Html, join, number, tag
 from .links import folder_name
 
 

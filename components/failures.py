@@ -16,7 +16,7 @@ import gradio as gr
 
 from easd.errors import EasdError
 
-from . import render
+from . import views
 
 log = logging.getLogger("easd.app")
 UNEXPECTED = "⚠️ Something went wrong on the server (the details are in its log); try again, or reload the page."
@@ -30,7 +30,7 @@ class OneLine(gr.Error):
         return self.message
 
 
-def wire(handler: Callable, *fixed, show: Callable[[str], dict] | None = None, words=render.in_page_words) -> Callable:
+def wire(handler: Callable, *fixed, show: Callable[[str], dict] | None = None, words=views.in_page_words) -> Callable:
     """`handler` with its first arguments fixed, as a plain function whose failures are one line each.
 
     Gradio reads a handler's signature and type hints to pass gr.Request and gr.EventData, which

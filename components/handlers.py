@@ -20,27 +20,29 @@ from easd.errors import EasdError, SettingsError, shown
 from easd.method.compare import LANES, first_difference
 from easd.method.summary import intervened
 from easd.method.trace import Trace
+from easd.method.whatif import RuleView
+from easd.render.export import NOTHING_YET
+from easd.render.html import tag
+from easd.render.lanes import lane_title
+from easd.render.search import Search
+from easd.render.stepper import block_views, stepper_html
 from easd.serving.host import ModelHost
 from easd.serving.tickets import Stream
 from easd.traces import files as trace_io
 
 from . import evaluation
-from .controls import RuleView, check_prompt
+from .controls import check_prompt
 from .evaluation import EvaluationTab
-from .export import NOTHING_YET, file_aside
+from .export import file_aside
 from .gallery import Gallery
 from .gradio_internals import Outbox, event_data
-from .html import tag
 from .intake import CompareRequest, client_of
-from .lanes import lane_title
 from .links import Link, eval_folder, folder_name
 from .news import news
 from .page import Page
-from .render import in_page_words, render_all, render_files, render_lanes, render_lanes_and_panels, render_panels, say, stop_note
 from .rooms import ROOM_EVERY_S, Room
-from .search import Search
 from .session import Session, Sessions, in_lanes
-from .stepper import block_views, stepper_html
+from .views import in_page_words, render_all, render_files, render_lanes, render_lanes_and_panels, render_panels, say, stop_note
 
 LANES_EVERY_S = 0.25  # at most four lane updates a second: faster only floods the browser with HTML
 RECONNECT_S = 5.0  # a heartbeat that ended and comes back within this long was no goodbye (a browser retries in about 3 s)
@@ -123,7 +125,7 @@ def sharing(stream: Stream) -> str:
     return " ".join(filter(None, (SHARED.get(stream.how, ""), batch)))
 
 
-SHARED = {  # where a stream's result comes from, when not from its own request (easd.serving.results)
+SHARED = {  # where a stream's result comes from, when not from its own request (easd.serving.same_request)
     "joined": "Someone asked for exactly this a moment ago: you are watching the same run, computed once.",
     "replayed": "This exact request was computed a moment ago: replayed at once, no model time.",
 }
@@ -293,7 +295,7 @@ def select_token(page: Page, values: dict, event: gr.EventData) -> dict:
 
 
 def find(page: Page, delta: int, values: dict) -> dict:
-    """The search box read (components.search) and its matches marked; the selection moves to the next match after it
+    """The search box read (easd.render.search) and its matches marked; the selection moves to the next match after it
     (`delta` +1: Enter or next ›) or the one before (-1), around the ends, left lane first."""
     session: Session = values[page.state]
     view = page.controls.read_view(values)

@@ -19,8 +19,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from easd.errors import SettingsError, shown
-
-from .html import Html, tag
+from easd.render.html import Html, tag
 
 SOURCES = ("run", "eval")  # the parameters that name a recorded run; a link has one of them
 MAX_VALUE = 200  # characters of a parameter read: enough for any key, name or problem id

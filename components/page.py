@@ -10,17 +10,18 @@ from gradio.utils import get_upload_folder
 
 from easd.method.compare import DEFAULT_METHODS, LANES
 from easd.method.methods import in_batch
+from easd.method.whatif import RuleView
+from easd.render import figures
+from easd.render.html import tag
+from easd.render.inspector import inspector_html
+from easd.render.lanes import Spans, lane_html, lane_title, legend_html
+from easd.render.stepper import stepper_html
 from easd.serving.host import ModelHost
 
-from . import figures
-from .controls import Controls, RuleView, build_controls
+from .controls import Controls, build_controls
 from .gallery import Gallery
-from .html import tag
-from .inspector import inspector_html
-from .lanes import Spans, lane_html, lane_title, legend_html
 from .rooms import Rooms
 from .session import Session, Sessions
-from .stepper import stepper_html
 
 SESSION_TTL_S = 1800  # a session's traces and files go 30 minutes after its last run or load, or when its tab closes
 # Tokens are selected by click or tap, and by keyboard: Tab reaches the lane's selected (or first) token,
@@ -97,7 +98,7 @@ class Page:
     lanes: dict[str, gr.HTML]
     stats: dict[str, gr.HTML]
     comparison: gr.HTML
-    search: gr.Textbox  # a filter of tokens (components.search); Enter steps to the next match
+    search: gr.Textbox  # a filter of tokens (easd.render.search); Enter steps to the next match
     search_prev: gr.Button
     search_next: gr.Button
     found: gr.HTML  # how many tokens match, or what a filter that cannot be read lacks
@@ -109,13 +110,13 @@ class Page:
     figures: dict[str, gr.Plot]  # by name, see figures.FIGURES
     download_csv: gr.DownloadButton
     download_json: gr.DownloadButton
-    make_html: gr.Button  # writes both lanes as one HTML file that opens offline (components.export)
+    make_html: gr.Button  # writes both lanes as one HTML file that opens offline (easd.render.export)
     html_file: gr.File  # that file, once made
     upload: gr.UploadButton
     timer: gr.Timer
     sessions: Sessions  # the open tabs' sessions, so a closed tab frees its own at once
     rooms: Rooms  # the rooms presenters opened, by code
-    spans: Spans  # token spans, each rendered once for every page (components.lanes)
+    spans: Spans  # token spans, each rendered once for every page (easd.render.lanes)
     downloads: Path  # where sessions write their exports: inside Gradio's file cache, which serves them as they are
 
     def lane_outputs(self) -> list:

@@ -2,7 +2,7 @@
 
 The presenter presses Present and gets a short code; whoever opens the app with `?room=CODE` sees
 the presenter's prompt, settings and lanes as they stream, and each new run the presenter starts.
-A viewer's page follows the presenter's ticket through a passive Stream (easd.serving.results): it
+A viewer's page follows the presenter's ticket through a passive Stream (easd.serving.same_request): it
 reads the same traces the presenter's page reads, so a room costs no decoding, and a viewer's Stop
 only stops their own view. Everything else on a viewer's page (the inspector, the what-if, the
 step-through, the figures, the downloads) works on their own copy of the traces. A room ends with

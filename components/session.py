@@ -14,16 +14,15 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from easd.method.compare import LANES, first_difference
-from easd.method.methods import METHODS
+from easd.method.compare import LANES, first_difference, lane_running, verifying
 from easd.method.trace import TokenRecord, Trace
+from easd.render.search import Search
+from easd.render.stepper import block_views
 from easd.serving.tickets import Stream
 
 from .downloads import Downloads
 from .links import Link
 from .rooms import Room
-from .search import Search
-from .stepper import block_views
 
 
 @dataclass
@@ -38,7 +37,7 @@ class Session:
     room: Room | None = None  # the room this page presents to (components.rooms)
     watching: Room | None = None  # the room this page watches
     link: Link | None = None  # how a link finds the recorded runs shown (components.links); None for a live run
-    search: Search | None = None  # the tokens the reader looks for (components.search): marked in every run shown
+    search: Search | None = None  # the tokens the reader looks for (easd.render.search): marked in every run shown
 
     def clear(self) -> None:
         """Forget the traces and the selection; the run stops and the download folder is deleted too (Clear). A room
@@ -69,13 +68,11 @@ class Session:
 
     def speculative(self) -> Trace | None:
         """The first lane's finished run that drafts and verifies (SD or EASD): the one the Speed panel and map explain."""
-        if self.running:
-            return None
-        return next((t for t in self.traces.values() if t is not None and METHODS[t.settings.method].verifies), None)
+        return None if self.running else verifying(self.traces)
 
     def lane_running(self, method: str) -> str | None:
         """The first lane whose trace is a run of `method` (the what-if reads the SD lane, wherever it is)."""
-        return next((lane for lane, t in self.traces.items() if t is not None and t.settings.method == method), None)
+        return lane_running(self.traces, method)
 
     def selected_record(self) -> tuple[str, TokenRecord | None]:
         if self.selected is None:

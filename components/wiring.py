@@ -12,7 +12,7 @@ import gradio as gr
 
 from easd.serving.host import ModelHost
 
-from . import api, evaluation, gradio_internals, handlers, render
+from . import api, evaluation, gradio_internals, handlers, views
 from .evaluation import EvaluationTab, build_evaluation_tab
 from .failures import refuse_in_one_line, wire
 from .gallery import Gallery
@@ -44,7 +44,7 @@ def build_app(
         _wire_compare(demo, page, host, gallery, outbox, eval_dirs)
         _wire_evaluation(tab, eval_dirs, page, host, tabs)
         gr.api(
-            wire(api.endpoint(api.compare), host, outbox, words=render.in_api_words),
+            wire(api.endpoint(api.compare), host, outbox, words=views.in_api_words),
             api_name="compare",
             concurrency_id="compare",
             concurrency_limit=None,  # it holds no thread while it streams; the pair's line holds its own limit (host.max_line)
@@ -52,7 +52,7 @@ def build_app(
         if mcp:
             # not queued: Gradio's MCP server then calls it in the MCP request itself, whose address is the caller's
             # (a queued tool would come through Gradio's own client, from this machine's address)
-            briefly = wire(api.endpoint(api.compare_briefly), host, words=render.in_api_words)
+            briefly = wire(api.endpoint(api.compare_briefly), host, words=views.in_api_words)
             gr.api(briefly, api_name="compare_briefly", queue=False)
     for block in demo.blocks.values():
         if isinstance(block, gr.components.Component):
@@ -115,7 +115,7 @@ def _wire_compare(
 
 
 def _say(page: Page, text: str) -> dict:
-    return {page.message: render.say(text)}
+    return {page.message: views.say(text)}
 
 
 def _wire_evaluation(tab: EvaluationTab, eval_dirs: list[str], page: Page, host: ModelHost, tabs: gr.Tabs) -> None:
@@ -139,4 +139,4 @@ def _wire_evaluation(tab: EvaluationTab, eval_dirs: list[str], page: Page, host:
 
 
 def _eval_say(tab: EvaluationTab, text: str) -> dict:
-    return {tab.message: render.say(text)}
+    return {tab.message: views.say(text)}

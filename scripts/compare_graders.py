@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from easd.lab.problems import extract_answer, is_correct, load_problems, read_records  # noqa: E402
-from easd.lab.results import load_results  # noqa: E402
+from easd.lab.results_table import load_results  # noqa: E402
 
 HARNESS = """
 import json, sys

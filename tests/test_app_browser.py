@@ -22,9 +22,12 @@ if os.environ.get("EASD_REQUIRE_BROWSER") and not (CHROMIUM and CHROMEDRIVER):
     raise RuntimeError(
         "EASD_REQUIRE_BROWSER is set but chromium/chromedriver are missing: apt-get install chromium chromium-driver"
     )
-pytestmark = pytest.mark.skipif(
-    not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver (.ci/run installs them)"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver (.ci/run installs them)"
+    ),
+    pytest.mark.slow,  # the app in Chromium as its users meet it: lanes streaming, clicks, keys, phones, rooms, links
+]
 
 
 def open_browser(url: str, network_log: bool = False):
@@ -425,7 +428,7 @@ def evaluation_problem(folder) -> str:
 
 def test_a_search_marks_counts_and_steps_through_matching_tokens_with_the_keyboard(app_url):
     from components.gallery import Gallery
-    from components.search import Search
+    from easd.render.search import Search
 
     key = next(iter(Gallery().recordings))
     _, runs = Gallery().open(key)

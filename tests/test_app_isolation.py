@@ -141,7 +141,7 @@ def test_a_400_token_stream_sends_its_result_once_on_the_plain_route(app_url):
 
 
 def test_a_400_token_stream_sends_its_result_once_on_the_queue_protocol(app_url):
-    # not the plain route's prompt: the same request again would be replayed whole (easd.serving.results), not streamed
+    # not the plain route's prompt: the same request again would be replayed whole (easd.serving.same_request), not streamed
     session = queue_join(app_url, list((ARGUMENTS | {"prompt": "A long story about plums.", "max_new_tokens": 400}).values()))
     stream = httpx.get(f"{app_url}gradio_api/queue/data", params={"session_hash": session}, timeout=120).content
     messages = [json.loads(line[len(b"data: ") :]) for line in stream.split(b"\n\n") if line.startswith(b"data: ")]
@@ -281,6 +281,7 @@ def test_a_stream_that_is_read_is_not_stopped(short_patience):
     assert ticket.last_read > ticket.started
 
 
+@pytest.mark.slow  # a dropped heartbeat is not taken for a user who left
 def test_a_client_whose_heartbeat_drops_while_it_reads_keeps_its_whole_run(short_patience):
     """Gradio calls the page's unload event when a session's heartbeat connection ends, and on a busy machine that
     happens to clients that are still there: gradio_client gives up on a heartbeat more than 20 s late. A client
@@ -305,6 +306,7 @@ def test_a_client_whose_heartbeat_drops_while_it_reads_keeps_its_whole_run(short
     assert ticket.done
 
 
+@pytest.mark.slow  # no honest API client loses a lane's end when every reader falls behind, on a busy machine
 def test_sixteen_honest_clients_on_a_busy_machine_get_every_lane_whole(busy_cores, hf_tiny_pair):
     """Sixteen gradio_client users at once, patience 1 s, both cores busy: every reader falls behind, and the app had
     read a backlog as absence (15 of 16 such users lost their runs), then a dropped heartbeat as a goodbye (5 of 16 lost
@@ -488,6 +490,7 @@ def live_traces() -> int:
     return sum(type(o) is Trace for o in gc.get_objects())
 
 
+@pytest.mark.slow  # a session's traces and files are freed at its time limit, on a quiet and a busy machine
 @pytest.mark.parametrize("load", ["quiet", "busy"])
 def test_a_session_past_its_time_limit_frees_its_traces_and_files(load, request):
     from gradio.utils import get_upload_folder

@@ -28,6 +28,7 @@ def test_eval_dirs_come_from_flags_and_the_environment(monkeypatch):
     assert app.parse_args([]).eval_dir == []
 
 
+@pytest.mark.slow  # app.py in a process of its own refuses a bad --eval-dir before loading
 def test_an_eval_dir_without_results_is_refused_before_any_model_loads(tmp_path):
     done = subprocess.run(
         [sys.executable, "app.py", "--pair", "tiny-random", "--eval-dir", str(tmp_path)],
@@ -39,6 +40,7 @@ def test_an_eval_dir_without_results_is_refused_before_any_model_loads(tmp_path)
     assert done.returncode == 1 and "holds no results.csv" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow  # app.py in a process of its own serves the page
 def test_app_py_starts_and_serves_the_page(eval_folder):
     port = free_port()
     command = [sys.executable, "app.py", "--pair", "tiny-random", "--port", str(port), "--eval-dir", str(eval_folder)]

@@ -4,16 +4,16 @@ from html import unescape
 
 import pytest
 
-from components import figures
-from components.controls import RuleView
-from components.inspector import inspector_html
-from components.lanes import lane_html, tooltip
 from components.session import Session
-from components.stats import comparison_html
-from components.stepper import block_views, stepper_html
 from easd.method.settings import DecodeSettings
 from easd.method.summary import summarize
 from easd.method.trace import TokenRecord, Trace
+from easd.method.whatif import RuleView
+from easd.render import figures
+from easd.render.inspector import inspector_html
+from easd.render.lanes import lane_html, tooltip
+from easd.render.stats import comparison_html
+from easd.render.stepper import block_views, stepper_html
 from easd.traces import files as trace_io
 
 NASTY = ['<img src=x onerror="window.__xss=1">', '"><script>window.__xss=2</script>', "${window.__xss=3}", "{{value}}", "a&b"]

@@ -141,6 +141,7 @@ def test_rsd_delimiter_is_typed_with_backslash_n(typed, delimiter):
     assert build_parser().parse_args(["generate", "--prompt", "x", *typed]).rsd_delimiter == delimiter
 
 
+@pytest.mark.slow  # `python -m easd` in a process of its own
 def test_module_entry_point_runs():
     result = subprocess.run(
         [sys.executable, "-m", "easd", *TINY, "--prompt", "hi", "--max-new-tokens", "5", "--no-chat"],

@@ -28,6 +28,8 @@ else:
 
 from easd.lab.cluster import RUNTIME_ENV, ClusterSettings, plan, ray_runner  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a real Ray cluster: an actor killed mid-run, Ctrl-C and --resume, nothing lost or twice
+
 METHODS = "sd,easd,easd:no_overlap,mti"
 ROOT = Path(__file__).resolve().parent.parent
 TIMINGS = {"seconds", "tokens_per_s", "saved_seconds"}  # the only columns a Ray run may change

@@ -28,7 +28,7 @@ from easd.lab.report import (
     write_reports,
     write_sweep,
 )
-from easd.lab.results import RESULT_COLUMNS, load_results
+from easd.lab.results_table import RESULT_COLUMNS, load_results
 from easd.method.settings import DecodeSettings
 from easd.method.summary import summarize
 
@@ -102,6 +102,7 @@ def rows_written(path: Path) -> int:
     return max(0, len(list(csv.reader(path.open(newline="")))) - 1) if path.exists() else 0
 
 
+@pytest.mark.slow  # a killed eval process loses and duplicates no row
 def test_resume_after_a_killed_run_duplicates_and_loses_nothing(data, tmp_path):
     lines = data.read_text().splitlines()
     data.write_text("\n".join(lines * 2) + "\n")  # 16 problems: too many to finish before the kill

@@ -12,11 +12,12 @@ import pytest
 from test_app_browser import CHROMEDRIVER, CHROMIUM
 from test_app_render import nasty_trace
 
-from components.export import comparison_file, file_aside
+from components.export import file_aside
 from easd.cli import main
 from easd.method.compare import Comparison
 from easd.method.settings import DecodeSettings
 from easd.method.trace import TokenRecord
+from easd.render.export import comparison_file
 from easd.traces import files as trace_io
 from tools.offline import open_offline, requests_made
 
@@ -184,7 +185,7 @@ def tiled(trace, count: int):
 @pytest.mark.slow  # two files of 2,000 and 25,000 tokens a lane, about 30 s, and the long one opened in Chromium
 @browser_only
 def test_every_token_of_a_long_run_is_in_the_file_and_reachable_offline(compared, tmp_path):
-    """The page draws 2,000 tokens of a lane around the selection (components.lanes); a file has no server to move
+    """The page draws 2,000 tokens of a lane around the selection (easd.render.lanes); a file has no server to move
     that window, so it draws every token, and its size grows no faster than the run."""
     traces, _ = compared
     sizes = {}
@@ -197,7 +198,7 @@ def test_every_token_of_a_long_run_is_in_the_file_and_reachable_offline(compared
     try:
         inspector = driver.find_element("id", "inspector")
         assert "Token #24000 in EASD" in inspector.text  # a link far past the page's window
-        assert len(driver.find_elements("css selector", 'span[data-lane="left"][data-pos]')) == 25_000
+        assert driver.execute_script("return document.querySelectorAll('span[data-lane=\"left\"][data-pos]').length") == 25_000
         driver.find_element("css selector", 'span[data-lane="left"][data-pos="1999"]').click()
         driver.switch_to.active_element.send_keys("\ue014")  # the right arrow key, past the page's 2,000
         assert "Token #2000 in SD" in inspector.text

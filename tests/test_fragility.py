@@ -271,7 +271,7 @@ def test_eval_reports_fragile_penalties_and_checks_another_order(problems_file, 
     import pandas as pd
 
     from easd.cli import main
-    from easd.lab.results import load_results
+    from easd.lab.results_table import load_results
 
     out = tmp_path / "run"
     assert main(eval_command(problems_file, out, "--batch-size", "4", "--check-reproducible", "3")) == 0

@@ -53,7 +53,7 @@ def test_the_viewer_opens_a_recording_with_no_model_and_refuses_other_keys():
     """`python app.py --pair none`: no pair is allowed, yet a recorded run opens with its prompt and settings."""
     import gradio as gr
 
-    from components import handlers, render
+    from components import handlers, views
     from components.failures import wire
     from components.page import build_page
     from components.session import Session
@@ -63,7 +63,7 @@ def test_the_viewer_opens_a_recording_with_no_model_and_refuses_other_keys():
     with gr.Blocks():
         page = build_page(viewer, [], gallery)
     session = Session()
-    opened = wire(handlers.open_recorded, page, viewer, gallery, show=lambda text: {page.message: render.say(text)})
+    opened = wire(handlers.open_recorded, page, viewer, gallery, show=lambda text: {page.message: views.say(text)})
     key, recording = next(iter(gallery.recordings.items()))
     shown = opened({page.recorded: key, page.state: session})
     assert session.traces["left"] is not None and session.traces["right"].prompt == recording.prompt

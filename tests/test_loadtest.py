@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tools import loadtest
+
+pytestmark = pytest.mark.slow  # the load-test tool end to end: a class and a room, every result equal to its lone run
 
 
 def test_the_load_test_measures_users_and_a_room_and_every_result_equals_its_lone_run(capsys):

@@ -9,7 +9,6 @@ import pandas as pd
 import pytest
 from conftest import PROMPTS
 
-from components.lanes import lane_html, lane_title
 from easd.cli import main
 from easd.method.generation import Generation
 from easd.method.knobs import Control, knob
@@ -19,6 +18,7 @@ from easd.method.step import Batch
 from easd.method.summary import summarize
 from easd.pairs.loading import with_prm
 from easd.pairs.tiny import write_tiny_prm
+from easd.render.lanes import lane_html, lane_title
 from easd.traces import files as trace_io
 
 # thresholds at which every method that can intervene does: EASD's rule fires at any entropy, MTI guides every

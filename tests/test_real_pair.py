@@ -21,7 +21,10 @@ from easd.method.summary import summarize
 from easd.pairs.loading import Runtime
 from easd.pairs.packaged import DRAFT, TARGET, installed
 
-pytestmark = pytest.mark.skipif(not (installed(DRAFT) and installed(TARGET)), reason="qwen-coder part packages not installed")
+pytestmark = [
+    pytest.mark.skipif(not (installed(DRAFT) and installed(TARGET)), reason="qwen-coder part packages not installed"),
+    pytest.mark.slow,  # the embedded pair itself: exactness, fluency, the live examples' forks, transformers' reading
+]
 
 QUESTION = (
     "Betty is saving money for a new wallet which costs $100. Betty has only half of the money she needs. "

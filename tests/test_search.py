@@ -1,13 +1,13 @@
-"""Search in a run (components.search): each kind of condition against hand-made tokens, and each filter it cannot
+"""Search in a run (easd.render.search): each kind of condition against hand-made tokens, and each filter it cannot
 read in one line saying what was expected."""
 
 import pytest
 
-from components.lanes import lane_html
-from components.search import Search
 from easd.errors import SettingsError
 from easd.method.settings import DecodeSettings
 from easd.method.trace import TokenRecord, Trace
+from easd.render.lanes import lane_html
+from easd.render.search import Search
 
 
 def token(position, text, origin, h_draft=None, h_target=None, overlap=None, fragile=None) -> TokenRecord:
@@ -73,7 +73,7 @@ def test_an_empty_filter_is_none_and_matches_are_marked_in_the_lane():
 
 
 def test_a_hostile_filter_is_shown_as_text():
-    from components.render import found_html
+    from components.views import found_html
 
     search = Search.read('"<img src=x onerror=alert(1)>" "\udc80"')
     html = found_html(search, {"left": set(), "right": {1}})

@@ -1,4 +1,4 @@
-"""The same request computed once (easd.serving.results): joined while it decodes, replayed once it finished.
+"""The same request computed once (easd.serving.same_request): joined while it decodes, replayed once it finished.
 
 Real tiny models on both backends, each in its exact mode (transformers in float32, llama.cpp with
 its exact kernels), where a shared result can be held token for token against a solo run.
@@ -14,7 +14,7 @@ from easd import _version
 from easd.method.compare import DEFAULT_METHODS
 from easd.method.generation import Generation
 from easd.method.settings import DecodeSettings
-from easd.serving.results import Results, request_key
+from easd.serving.same_request import Results, request_key
 from easd.serving.worker import Worker
 from easd.traces.files import to_json_dict
 

@@ -5,8 +5,6 @@ import math
 
 import pytest
 
-from components.figures import speed_map
-from components.stats import speed_html
 from easd.method.generation import Generation
 from easd.method.settings import DecodeSettings
 from easd.method.spec_metrics import SpecMetrics
@@ -19,6 +17,8 @@ from easd.method.speed import (
     predicted_speedup,
 )
 from easd.method.step import Batch
+from easd.render.figures import speed_map
+from easd.render.stats import speed_html
 from easd.traces import files as trace_io
 
 

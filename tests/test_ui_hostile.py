@@ -17,17 +17,18 @@ import gradio as gr
 import pytest
 from hostile import PAYLOADS, csv_fields, hostile_csv, hostile_json, json_fields
 
-from components import handlers, render
-from components.controls import DEFAULTS, RuleView
+from components import handlers, views
+from components.controls import DEFAULTS
 from components.failures import wire
 from components.gallery import Gallery
-from components.html import Html
-from components.inspector import inspector_html
-from components.lanes import ORIGIN_CLASSES
 from components.page import build_page
 from components.session import Session
-from components.stepper import block_views, stepper_html
 from easd.method.compare import LANES
+from easd.method.whatif import RuleView
+from easd.render.html import Html
+from easd.render.inspector import inspector_html
+from easd.render.lanes import ORIGIN_CLASSES
+from easd.render.stepper import block_views, stepper_html
 from easd.serving.host import ModelHost
 
 TAGS = {"span", "div", "p", "h3", "h4", "code", "b", "table", "tr", "td", "th", "pre", "button"}
@@ -78,7 +79,7 @@ def poke(page, path) -> list:
     session = Session()
     whatif = {c: getattr(DEFAULTS, name) for name, c in page.controls.whatif().items()}
     values = whatif | {page.state: session}
-    say = lambda text: {page.message: render.say(text)}  # noqa: E731
+    say = lambda text: {page.message: views.say(text)}  # noqa: E731
     outputs = [wire(handlers.load_file, page, VIEWER, show=say)(values | {page.upload: str(path)})]
     for lane in LANES:
         trace = session.traces.get(lane)
@@ -108,7 +109,7 @@ def assert_nothing_injected(outputs: list, plain_text=()) -> None:
 def every_fragment(page, path) -> list:
     """Load `path` as the page does, and render every fragment of it (no figures: see the test below)."""
     session = Session()
-    loaded = wire(handlers.load_file, page, VIEWER, show=lambda text: {page.message: render.say(text)})
+    loaded = wire(handlers.load_file, page, VIEWER, show=lambda text: {page.message: views.say(text)})
     fragments = [
         loaded(
             {page.state: session, page.upload: str(path)} | {c: getattr(DEFAULTS, n) for n, c in page.controls.whatif().items()}
@@ -118,10 +119,10 @@ def every_fragment(page, path) -> list:
         if trace is None:
             continue
         session.selected = (lane, 0)
-        fragments += render.render_lanes(page, session, RuleView()).values()
+        fragments += views.render_lanes(page, session, RuleView()).values()
         fragments += [inspector_html(lane, trace, record, RuleView()) for record in trace.records]
-        views = block_views(trace)
-        fragments += [stepper_html(lane, views, step) for step in range(len(views))]
+        steps = block_views(trace)
+        fragments += [stepper_html(lane, steps, step) for step in range(len(steps))]
     return fragments
 
 

@@ -5,16 +5,17 @@ import time
 import gradio as gr
 import pytest
 
-from components import gradio_internals, handlers, render
-from components.controls import RuleView, page_knobs, page_words, read_settings
+from components import gradio_internals, handlers, views
+from components.controls import page_knobs, page_words, read_settings
 from components.failures import wire
 from components.gallery import Gallery
-from components.html import Html, join, number, tag, text
 from components.page import build_page
 from components.session import Session
 from easd.errors import Busy, SettingsError
 from easd.method.methods import knobs, settings_values
 from easd.method.settings import DecodeSettings
+from easd.method.whatif import RuleView
+from easd.render.html import Html, join, number, tag, text
 from easd.serving.host import Client, ModelHost
 
 
@@ -78,7 +79,7 @@ def test_generate_answers_bad_input_in_the_page_words(page, hf_tiny_pair):
     values = {component: defaults[name] for name, component in page.controls.settings().items()}
     values |= {page.pair: None, page.prompt: "x", page.controls.chat: True, page.state: Session()}
     values |= {page.methods["left"]: "sd", page.methods["right"]: "mti"}
-    run = wire(handlers.generate, page, host, gradio_internals.Outbox(None), show=lambda t: {page.message: render.say(t)})
+    run = wire(handlers.generate, page, host, gradio_internals.Outbox(None), show=lambda t: {page.message: views.say(t)})
     messages = [str(next(iter(u.values()))) for u in run(values | {page.methods["left"]: "<beam>"}, None)]
     assert messages == ["<p>⚠️ left lane: must be one of sd, easd, mti, rsd, target, draft (got &#x27;&lt;beam&gt;&#x27;)</p>"]
     messages = [str(next(iter(u.values()))) for u in run(values | {page.controls["k"]: "abc"}, None)]
@@ -90,7 +91,7 @@ def test_generate_answers_bad_input_in_the_page_words(page, hf_tiny_pair):
 
 
 def test_what_if_and_step_handlers_refuse_forged_values(page):
-    say = lambda t: {page.message: render.say(t)}  # noqa: E731
+    say = lambda t: {page.message: views.say(t)}  # noqa: E731
     values = {c: getattr(RuleView(), n) for n, c in page.controls.whatif().items()} | {page.state: Session()}
     answer = wire(handlers.rerender, page, show=say)(values | {page.controls["top_n"]: 10**9})
     assert list(answer) == [page.message] and "n: must be a whole number from 1 to 20" in answer[page.message]
@@ -170,6 +171,6 @@ def test_an_rsd_lane_without_a_prm_says_why_in_one_line(page, hf_tiny_pair):
     values = {component: defaults[name] for name, component in page.controls.settings().items()}
     values |= {page.pair: "tiny", page.prompt: "x", page.controls.chat: True, page.state: Session()}
     values |= {page.methods["left"]: "easd", page.methods["right"]: "rsd"}
-    run = wire(handlers.generate, page, host, gradio_internals.Outbox(None), show=lambda t: {page.message: render.say(t)})
+    run = wire(handlers.generate, page, host, gradio_internals.Outbox(None), show=lambda t: {page.message: views.say(t)})
     [message] = [str(u[page.message]) for u in run(values, None) if page.message in u]
     assert "the right lane&#x27;s RSD asks a process reward model" in message and "python app.py --prm FOLDER" in message

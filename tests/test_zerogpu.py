@@ -28,6 +28,8 @@ from easd.serving import zerogpu
 from easd.serving.chunks import GenerationSnapshot
 from easd.serving.host import ModelHost
 
+pytestmark = pytest.mark.slow  # ZeroGPU's process boundary: spawned calls, sized budgets, the same runs as one continuous batch
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -7,7 +7,7 @@
 Serves the app on a local port (the real app: `components.wiring.build_app`, the pair loaded once) and
 sends N simultaneous `/compare` requests over Gradio's queue protocol, as gradio_client sends them (from a process
 of their own at the lowest CPU priority, as the users' own machines, and one event loop: `call_compare`), each with its own prompt and seed (with
-`--same-prompt`, all the first example's, as a class clicking it together: computed once, easd.serving.results).
+`--same-prompt`, all the first example's, as a class clicking it together: computed once, easd.serving.same_request).
 Twice, in the same run:
   * the queue without a shared batch: `--max-batch 2`, one comparison at a time, all `max(users)` sent at once; the
     time the N-th result arrives is what N users wait in a queue;
@@ -48,7 +48,7 @@ from easd.pairs.loading import Runtime
 from easd.pairs.registry import default_pair_name, load_named_pair
 from easd.serving.host import ModelHost
 from easd.serving.metrics import SERVED, ServingMetrics
-from easd.serving.results import RESULTS_BYTES, Results
+from easd.serving.same_request import RESULTS_BYTES, Results
 
 PROMPTS = [  # sixteen questions a class might ask, of different lengths and kinds
     "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. How much did she earn?",
@@ -73,7 +73,7 @@ PROMPTS = [  # sixteen questions a class might ask, of different lengths and kin
 
 
 def start_app(pair, name: str, max_batch: int | None, cap: int, users: int, shared: bool = True):
-    """The app on a local port; without `shared`, as it was before easd.serving.results: every request computed."""
+    """The app on a local port; without `shared`, as it was before easd.serving.same_request: every request computed."""
     host = ModelHost(
         {name: lambda: pair},
         name,

@@ -16,7 +16,7 @@ import shutil
 import time
 from pathlib import Path
 
-FIGURES = 4  # the figures an exported file draws (components.figures.FIGURES)
+FIGURES = 4  # the figures an exported file draws (easd.render.figures.FIGURES)
 
 
 def chromium(network_log: bool = False, size: str = "1400,2200"):

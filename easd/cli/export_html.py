@@ -1,7 +1,6 @@
 """`python -m easd export-html`: a trace file's two runs side by side as one HTML file that opens anywhere, offline.
 
-The file is drawn by the web app's own renderers (components.export), so this command imports the app's components
-(and Gradio with them) when it runs; the rest of the command line does not.
+The file is drawn by the web app's own renderers (easd.render), which need no Gradio.
 """
 
 from __future__ import annotations
@@ -11,6 +10,7 @@ from pathlib import Path
 
 from ..errors import EasdError, SettingsError
 from ..files import write_text_whole
+from ..render.export import comparison_file
 from ..traces import files as trace_io
 
 NAME = "export-html"
@@ -31,8 +31,6 @@ def run(args: argparse.Namespace) -> int:
     traces = trace_io.load(args.trace)
     out = _writable(args.out or args.trace.with_suffix(".html"), args.trace)
     chosen = _chosen(args.runs, len(traces), args.trace)
-    from components.export import comparison_file  # the page's renderers (see the module's docstring)
-
     lanes = dict(zip(("left", "right"), [traces[i] for i in chosen] + [None]))
     html = comparison_file(lanes)
     try:  # written aside and renamed: a failure leaves nothing half-written, and an old file as it was

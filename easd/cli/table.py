@@ -73,7 +73,7 @@ def _add_best_on_test(sweep: Path, names: dict[Path, str], blocks: dict) -> None
     import pandas as pd
 
     from ..lab.report import summary_table
-    from ..lab.results import load_results
+    from ..lab.results_table import load_results
 
     if not (sweep / "results.csv").is_file():
         raise EasdError(f"--best-on-test: {sweep} holds no results.csv; give folders that `python -m easd sweep` wrote")

@@ -31,7 +31,7 @@ from ..method.summary import summarize
 from ..method.trace import Trace
 from ..traces import files as trace_io
 from .problems import Problem, extract_answer, is_correct
-from .results import prepare_folder
+from .results_table import prepare_folder
 
 
 @dataclass(frozen=True)

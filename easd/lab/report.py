@@ -14,7 +14,7 @@ from plotly.subplots import make_subplots
 from ..method.methods import METHODS
 from .evaluate import GRIDS
 from .problems import is_correct, same_answer
-from .results import load_results
+from .results_table import load_results
 from .stats import majority, mcnemar_exact, paired_bootstrap, wilson
 
 # --- per method -------------------------------------------------------------------------------

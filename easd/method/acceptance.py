@@ -6,7 +6,7 @@ Notation (stated once, as in the paper and in transformers' `_speculative_sampli
   temperature and top-p. Greedy decoding is temperature 0, where p̃ and q̃ are one-hot.
 
 Every function is batch-first: tensors have a leading dimension B (the drafted positions of one
-row's block: the loop judges each row of a batch apart, `easd.method.decoding.judge_block`). Nothing here knows about models or caches.
+row's block: the loop judges each row of a batch apart, `easd.method.judging.judge_block`). Nothing here knows about models or caches.
 The rule functions use only `>=` and `&`, so they also work on NumPy arrays and pandas
 columns, which is how the app re-evaluates a finished trace under other thresholds.
 """

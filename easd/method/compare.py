@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from .generation import Generation
 from .judging import Block
+from .methods import METHODS
 from .pair import ModelPair
 from .settings import DecodeSettings
 from .spec_metrics import SpecMetrics
@@ -77,6 +78,19 @@ def first_difference(left: Trace | None, right: Trace | None) -> int | None:
         if a.token_id != b.token_id:
             return position
     return None
+
+
+def verifying(traces: dict[str, Trace | None]) -> Trace | None:
+    """The first lane's run of a method that drafts and verifies (SD or EASD): the one the speed model explains."""
+    return next(
+        (t for t in traces.values() if t is not None and t.settings.method in METHODS and METHODS[t.settings.method].verifies),
+        None,
+    )
+
+
+def lane_running(traces: dict[str, Trace | None], method: str) -> str | None:
+    """The first lane whose run is one of `method` (the what-if reads the SD lane, wherever it is)."""
+    return next((lane for lane, t in traces.items() if t is not None and t.settings.method == method), None)
 
 
 def brief(traces: dict[str, Trace]) -> dict:

@@ -152,7 +152,7 @@ class Generation:
         return self.method.uses_target
 
     def stop(self, why: str = "stopped") -> None:
-        """End it at the next block boundary, with stop reason `why` (one of trace_schema.STOP_REASONS: "stopped" when
+        """End it at the next block boundary, with stop reason `why` (one of easd.method.trace.STOP_REASONS: "stopped" when
         its user asked, "left", "unread", "quota" or "error" when the shared batch ended it, easd.serving.worker). The
         first reason given is the one it ends with: a later call only repeats the stop."""
         if not self._stop.is_set():

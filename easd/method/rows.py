@@ -1,11 +1,17 @@
 """Which generation holds which row of a batch's caches: the line waiting for a row, joining, and leaving.
 
-The method's step (easd.method.decoding.Batch) sees only the rows it is given. Here they come and go, always at a
+The method's step (easd.method.step.Batch) sees only the rows it is given. Here they come and go, always at a
 block boundary: a generation waits in line until a row is free, joins with its prefix computed alone (as in a solo
 run), and leaves as soon as it ends, so the batch never waits for its slowest generation. A long prompt is computed
 PREFILL_CHUNK tokens a pass (`Prompt`), so that Stop is heard, and other rows may step, between two passes.
 
-Words as in decoding.py and seam.py: a row is a generation's index 0..B-1 in both models' caches; a row's "seen"
+Who admits a row, said once: the batch's owner. In the app, the shared batch's worker (easd.serving.worker) keeps the
+line of requests and its rules (the line's order, each address's share, the room a ticket needs) and hands the batch
+a ticket's generations only when it has a row free for each, so they wait here only until the next block boundary;
+`eval`, `sweep` and lm-eval own their batches and hand them every generation at once, and this module's line
+(`Rows.waiting`) admits them in order as rows free up.
+
+Words as in step.py and seam.py: a row is a generation's index 0..B-1 in both models' caches; a row's "seen"
 tokens are those a model's cache holds.
 """
 
@@ -27,7 +33,7 @@ PREFILL_CHUNK = 256
 
 
 class Joining(Protocol):
-    """What the rows need of a generation (easd.method.decoding.Generation)."""
+    """What the rows need of a generation (easd.method.generation.Generation)."""
 
     tokens: list[int]  # its prompt and the tokens emitted so far
     start: Start | None  # the cache states it joins with, when it resumes (None: computed afresh)

@@ -1,6 +1,6 @@
 """The seam between the decoding loop and a model's runtime: what the loop asks of a loaded model.
 
-The loop (easd.method.decoding) never touches weights or caches. It asks each model of the pair
+The loop (easd.method.step) never touches weights or caches. It asks each model of the pair
 for `Caches` (the key/value caches of one batch's rows) and the pair for a `Tokenizer`. Two
 backends implement them (easd/backends): transformers (PyTorch: folders, hub ids, GPUs, and the
 exact float32 regime) and llama.cpp (GGUF files, quantized, fast on a CPU).

@@ -64,7 +64,7 @@ class BlockInfo:
 
     index: int
     drafted: list[tuple[int, str]]  # (id, text) of c_1..c_k
-    end: str  # one of trace_schema.BLOCK_ENDS: the origin of the token that ended the block
+    end: str  # one of easd.method.trace.BLOCK_ENDS: the origin of the token that ended the block
 
 
 @dataclass
@@ -80,7 +80,7 @@ class RunStats:
     # pass over as many rows (easd.method.speed.PassCost); None in traces from before they were counted
     target_rows: int | None = None
     draft_rows: int | None = None
-    stop_reason: str | None = None  # one of trace_schema.STOP_REASONS ("stopped" while it goes on)
+    stop_reason: str | None = None  # one of easd.method.trace.STOP_REASONS ("stopped" while it goes on)
 
 
 @dataclass

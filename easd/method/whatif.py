@@ -8,10 +8,41 @@ decoding loop uses, so the what-if and the real run cannot disagree on what "fir
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
 import numpy as np
 
 from .acceptance import fragile_decisions, rule_fires
+from .settings import DecodeSettings, overlap_needed
 from .trace import TokenRecord, Trace
+
+DEFAULTS = DecodeSettings()
+
+
+@dataclass(frozen=True)
+class RuleView:
+    """The rule a finished trace is re-read under without regenerating (the what-if): the page's sliders, or the
+    run's own settings (`of`). Its names match this module's keyword arguments, so `**view.as_kwargs()` passes it whole."""
+
+    rule: str = DEFAULTS.rule
+    tau_h: float = DEFAULTS.tau_h
+    tau_o: float = DEFAULTS.tau_o
+    top_n: int = DEFAULTS.top_n
+
+    @classmethod
+    def of(cls, settings: DecodeSettings) -> RuleView:
+        """The rule a run used (a loaded trace's), to re-read it as it ran."""
+        return cls(rule=settings.rule, tau_h=settings.tau_h, tau_o=settings.tau_o, top_n=settings.top_n)
+
+    def as_kwargs(self) -> dict:
+        return asdict(self)
+
+    def fires(self, h_draft, h_target, overlap):
+        """Whether the rule fires for these signals: the loop's own `rule_fires`."""
+        return rule_fires(self.rule, h_draft, h_target, overlap, tau_h=self.tau_h, tau_o=self.tau_o, top_n=self.top_n)
+
+    def overlap_meaning(self) -> str:
+        return f"= at least **{overlap_needed(self.tau_o, self.top_n)} of {self.top_n}** shared"
 
 
 def record_overlap(record: TokenRecord, top_n: int) -> int | None:

@@ -7,7 +7,7 @@ command line or environment, never from a request.
 Every user of a pair shares one batch: each loaded pair gets a `Worker` (easd.serving.worker) that
 decodes up to `max_batch` rows together, and a comparison (two rows) joins it at the next block
 boundary, or waits in its line when it is full. `ModelHost.stream` hands a request to it; the same
-request as one in line, decoding or just finished is joined or replayed instead (easd.serving.results). Two
+request as one in line, decoding or just finished is joined or replayed instead (easd.serving.same_request). Two
 limits count what is really in line or running: a client (a browser tab or an API session) may
 hold `max_queued_per_client` requests, a network address `max_per_address` (several users behind
 one school's NAT share an address); past either, a request is refused at once with a "busy" line
@@ -30,7 +30,7 @@ from ..method.pair import ModelPair, PairLoader
 from ..method.speed import measure_pass_cost
 from . import zerogpu
 from .metrics import ServingMetrics
-from .results import RESULTS_BYTES, Results
+from .same_request import RESULTS_BYTES, Results
 from .tickets import Reader, Stream
 from .worker import MAX_DEFAULT_ROWS, Worker, default_max_rows
 

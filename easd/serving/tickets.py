@@ -5,7 +5,7 @@ ticket   one request: a user's generations (a comparison's SD and EASD) as the w
          may see: snapshots of the traces after every block, the update since what a stream sent, and
          the final document, each made once per change for every stream of it.
 stream   one user's look at a ticket (several users asking the same thing share one ticket,
-         easd.serving.results): its traces, its place in line, and a Stop of its own.
+         easd.serving.same_request): its traces, its place in line, and a Stop of its own.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ..method.generation import Generation
 from ..method.judging import Block
 from ..method.trace import Trace
 from ..traces.files import to_json_delta, to_json_dict
-from .results import Result
+from .same_request import Result
 
 Reader = Callable[[], bool]  # whether a stream's user has taken anything since the last call
 Sent = list[tuple[int, int]]  # per generation: the rows and blocks a stream has sent already
@@ -28,13 +28,13 @@ Sent = list[tuple[int, int]]  # per generation: the rows and blocks a stream has
 
 class Ticket:
     """One request's generations in the shared batch: where they stand, and their traces so far. Each user
-    watching it holds a Stream (easd.serving.results); the ticket stops when its last stream does."""
+    watching it holds a Stream (easd.serving.same_request); the ticket stops when its last stream does."""
 
     def __init__(self, generations: Iterable[Generation], address: str = ""):
         self.generations = list(generations)
         self.address = address  # where from (the first asker's network address): the line is fair between addresses
         self.streams: list[Stream] = []  # the users watching it, who have not left
-        self.key: Hashable = None  # its request's (easd.serving.results.request_key), set by the worker
+        self.key: Hashable = None  # its request's (easd.serving.same_request.request_key), set by the worker
         self.context = contextvars.copy_context()  # the submitting request's, for calls made on its behalf (ZeroGPU quota)
         self.position = 0  # 1, 2, … while waiting in line; 0 once in the batch
         self.sharing = 0  # tickets in the batch (this one included) at its latest block
@@ -56,7 +56,7 @@ class Ticket:
 
     @classmethod
     def finished(cls, result: Result) -> Ticket:
-        """A ticket that is over already, holding a result computed earlier (easd.serving.results.Results)."""
+        """A ticket that is over already, holding a result computed earlier (easd.serving.same_request.Results)."""
         ticket = cls([])
         ticket.final, ticket._document, ticket._done = result.traces, result.document, True
         return ticket

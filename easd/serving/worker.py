@@ -1,13 +1,14 @@
 """Many users' runs in one batch: a worker thread per model pair keeps the batch going while there is work.
 
-A request is a Ticket: one user's generations (a comparison's SD and EASD). It waits in a line
-until the batch has a row for each of them (`max_rows`), joins at the next block boundary, and
+A request is a Ticket: one user's generations (a comparison's SD and EASD). It waits in this worker's line, the one
+place that admits a request to the shared batch (easd.method.rows says so from the batch's side), until the batch has
+a row for each of them (`max_rows`), joins at the next block boundary, and
 leaves when they end or it is cancelled; nobody waits for another user's run to finish
 before theirs starts, only for room. Generations share forward passes and nothing else
-(easd.method.decoding: each decodes exactly as it would alone, in float32).
+(easd.method.step: each decodes exactly as it would alone, in float32).
 
 Users who ask for exactly the same thing share one ticket, each through a Stream of it, and a
-request that finished a moment ago is replayed from `Results` (easd.serving.results). Each user reads
+request that finished a moment ago is replayed from `Results` (easd.serving.same_request). Each user reads
 only their own stream. After every block of a ticket's generation, the worker puts a
 snapshot of that generation's trace in the ticket, so the user's thread never reads a trace the worker
 is writing. With `abandon_after_s`, a running ticket whose readers have taken nothing at all for
@@ -16,7 +17,7 @@ a reader that takes anything, however slowly, keeps its run. The worker asks eac
 `reader` (the app's look at what its client took, `components.gradio_internals`) at every block
 boundary, so the answer does not wait on the thread that streams to the user.
 
-Generations are isolated: one whose numbers fail ends alone (easd.method.decoding), its ticket ends with
+Generations are isolated: one whose numbers fail ends alone (easd.method.step), its ticket ends with
 that generation's one-line error, and every other ticket goes on. When the batch has room, the line is
 served in order, except that an address already holding half the batch's rows waits behind
 requests from other addresses, so one network address cannot take the whole class's batch.
@@ -46,7 +47,7 @@ from ..traces.files import to_json_dict
 from .chunks import ChunkProgress, catch_up
 from .estimates import Job, Pace, schedule
 from .metrics import ServingMetrics
-from .results import Results, request_key
+from .same_request import Results, request_key
 from .tickets import Reader, Stream, Ticket
 
 MEMORY_SHARE = 0.5  # of the free memory, what a default batch's KV caches may take: the models' activations need the rest
@@ -103,7 +104,7 @@ class Worker:
         max_line: int | None = None,
     ) -> Stream:
         """Put one user's generations in line; they join the batch as soon as it has room for all of them. The same
-        request in line or decoding is joined instead, and one finished a moment ago replayed (easd.serving.results).
+        request in line or decoding is joined instead, and one finished a moment ago replayed (easd.serving.same_request).
         A new request that would wait behind `max_line` others is refused in one line (joining or a replay costs
         nothing, and is never refused)."""
         ticket = Ticket(generations, address)

@@ -121,7 +121,7 @@ class Method:
         return Block(plan.block, [], [record], record.origin, generation)
 
     def ended(self, generation) -> str | None:
-        """A stop reason of its own after the generation's latest block (one of trace_schema.STOP_REASONS), or None."""
+        """A stop reason of its own after the generation's latest block (one of easd.method.trace.STOP_REASONS), or None."""
         return None
 
     def explains(self, record, settings) -> str:

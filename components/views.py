@@ -10,19 +10,19 @@ import gradio as gr
 from easd.errors import EasdError, SettingsError
 from easd.method.compare import LANES
 from easd.method.trace import Trace
-from easd.method.whatif import would_penalize
+from easd.method.whatif import RuleView, would_penalize
+from easd.render import figures
+from easd.render.html import Html, join, tag
+from easd.render.inspector import inspector_html
+from easd.render.lanes import lane_html, lane_title
+from easd.render.search import Search
+from easd.render.stats import comparison_html, speed_html, stats_html
+from easd.render.stepper import block_views, stepper_html
 
-from . import figures
-from .controls import RuleView, api_words, page_words
-from .html import Html, join, tag
-from .inspector import inspector_html
-from .lanes import lane_html, lane_title
+from .controls import api_words, page_words
 from .links import link_html
 from .page import Page
-from .search import Search
 from .session import Session
-from .stats import comparison_html, speed_html, stats_html
-from .stepper import block_views, stepper_html
 
 
 def say(text: str) -> Html:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from easd.method.acceptance import RULE_CONDITIONS, rule_conditions
-from easd.method.methods import METHODS
-from easd.method.settings import overlap_needed
-from easd.method.trace import TokenRecord, Trace
-from easd.method.whatif import record_overlap
-
-from .controls import RuleView
+from ..method.acceptance import RULE_CONDITIONS, rule_conditions
+from ..method.methods import METHODS
+from ..method.settings import overlap_needed
+from ..method.trace import TokenRecord, Trace
+from ..method.whatif import RuleView, record_overlap
 from .html import Html, join, number, tag
 from .lanes import lane_title, origin_class, origin_label, visible_text
 

@@ -14,11 +14,10 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from easd.method import whatif
-from easd.method.speed import Speed, predicted_speedup
-from easd.method.trace import Trace
-
-from .controls import RuleView
+from ..method import whatif
+from ..method.speed import Speed, predicted_speedup
+from ..method.trace import Trace
+from ..method.whatif import RuleView
 from .lanes import lane_window, visible_text
 
 PENALTY_COLOUR = "#D55E00"  # Okabe–Ito vermillion, as in the lanes

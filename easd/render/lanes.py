@@ -1,7 +1,7 @@
 """Token lanes: a trace rendered as coloured, hoverable, clickable spans of escaped text.
 
 Token text is model output and a loaded trace may hold anything in any field, so every span is
-built with `components.html` (text and attributes escaped by construction), and the CSS class of an
+built with `easd.render.html` (text and attributes escaped by construction), and the CSS class of an
 origin comes from a fixed table, never from the trace. Nothing here decides anything about the
 method; it only draws what a trace (and `easd.method.whatif`) says.
 """
@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from easd.method.methods import METHODS
-from easd.method.trace import TokenRecord, Trace
-
+from ..method.methods import METHODS
+from ..method.trace import TokenRecord, Trace
 from .html import Html, join, number, tag
 
 # Okabe–Ito colours, safe for the common forms of colour blindness; CSS classes in assets/style.css.
@@ -124,7 +123,7 @@ def lane_html(
     """One lane: a span per token, with data-lane/data-pos for clicks and a tooltip per token (from `spans`, where
     each is rendered once, if given); `whatif` marks what EASD would refuse, `found` the tokens a search matched.
     The page draws at most `limit` tokens, around the selection, and moves the window as the selection moves; a file
-    that opens without a server (components.export) draws them all (None).
+    that opens without a server (easd.render.export) draws them all (None).
 
     Only spans, no wrapper: while a run streams, each update then just *appends* to the last one,
     which Gradio sends as a small diff instead of the whole lane again.

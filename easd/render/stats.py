@@ -1,15 +1,14 @@
 """Live figures under each lane, the comparison line once both runs have ended, and the Speed panel.
 
-Built with `components.html`: a loaded trace's summary (its stop reason, its counts) is shown as escaped text.
+Built with `easd.render.html`: a loaded trace's summary (its stop reason, its counts) is shown as escaped text.
 """
 
 from __future__ import annotations
 
-from easd.method.methods import METHODS
-from easd.method.speed import Speed
-from easd.method.summary import intervened, summarize
-from easd.method.trace import Trace
-
+from ..method.methods import METHODS
+from ..method.speed import Speed
+from ..method.summary import intervened, summarize
+from ..method.trace import Trace
 from .html import Html, join, number, tag
 from .lanes import title
 

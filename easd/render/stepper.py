@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from easd.method.trace import TokenRecord, Trace
-
+from ..method.trace import TokenRecord, Trace
 from .html import Html, join, number, tag
 from .lanes import visible_text
 

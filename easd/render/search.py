@@ -18,8 +18,8 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from easd.errors import SettingsError
-from easd.method.trace import ORIGINS, TokenRecord, Trace
+from ..errors import SettingsError
+from ..method.trace import ORIGINS, TokenRecord, Trace
 
 SIGNALS = ("h_draft", "h_target", "overlap")
 OPERATORS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "=": operator.eq}
