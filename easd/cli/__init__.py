@@ -1,5 +1,5 @@
-"""`python -m easd`: the command line, one module per command (generate, bench, pairs, methods, eval, calibrate,
-sweep, table, lm-eval), each with its flags and its runner side by side; the flags several share are in `flags`.
+"""`python -m easd`: the command line, one module per command (generate, bench, pairs, methods, eval, study,
+calibrate, sweep, table, lm-eval), each with its flags and its runner side by side; the flags several share are in `flags`.
 
 Errors a user can fix print one line naming the flag and exit with status 2, before any model loads
 where possible, so a typo never costs a model load.
@@ -11,10 +11,10 @@ import argparse
 import sys
 
 from ..errors import EasdError
-from . import bench, calibrate, evaluate, export_html, generate, lm_eval, methods, pairs, sweep, table
+from . import bench, calibrate, evaluate, export_html, generate, lm_eval, methods, pairs, study, sweep, table
 from .flags import add_weight_flags, check_model_flags, runtime_of
 
-COMMANDS = (generate, bench, pairs, methods, evaluate, table, calibrate, sweep, export_html, lm_eval)  # in --help's order
+COMMANDS = (generate, bench, pairs, methods, evaluate, study, table, calibrate, sweep, export_html, lm_eval)  # in --help's order
 __all__ = ["add_weight_flags", "build_parser", "check_model_flags", "main", "runtime_of"]
 
 

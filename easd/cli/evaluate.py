@@ -4,6 +4,7 @@ statistics; decoded here, or on Ray actors (--ray). `sweep` runs through the sam
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
 from contextlib import contextmanager
@@ -18,6 +19,7 @@ from .flags import (
     add_decode_flags,
     add_model_flags,
     add_ray_flags,
+    add_tau_h_flags,
     apply_budget,
     check_batch_size,
     check_prm_flag,
@@ -26,6 +28,7 @@ from .flags import (
     print_tables,
     problems,
     settings_from_args,
+    tau_h_of,
 )
 
 HELP = "accuracy, speed and intervention rate of methods on reasoning problems"
@@ -42,7 +45,6 @@ def add(parser: argparse.ArgumentParser) -> None:
     add_data_flags(parser, limit=None)
     decoding = (
         "k",
-        "tau_h",
         "tau_o",
         "top_n",
         "temperature",
@@ -52,6 +54,7 @@ def add(parser: argparse.ArgumentParser) -> None:
         "signals",
     )  # and each method's own
     add_decode_flags(parser, include=decoding, budget_by_format=True)
+    add_tau_h_flags(parser)
     parser.add_argument(
         "--methods", default="sd,easd", help=f"comma-separated: {', '.join(METHODS)}; easd:RULE for an ablation, beam:N[/α]"
     )
@@ -74,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
 
     chosen = problems(args)
     apply_budget(args)
+    args.tau_h, tau_h_source = tau_h_of(args)
     base = settings_from_args(args)
     variants = parse_methods(args.methods, base)
     check_prm_flag(args, [v.settings.method for v in variants])
@@ -84,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         with runner(args, len(chosen) * args.samples) as (decoder, pair):
-            config = folder_config(args, pair, base, args.samples)
+            config = folder_config(args, pair, base, args.samples) | {"tau_h_source": tau_h_source}
             rows = run_evaluation(decoder, chosen, variants, args.samples, args.out, config, args.resume, args.traces)
             if checked:
                 from ..lab.reproduce import check_reproducible
@@ -132,7 +136,7 @@ def folder_config(args: argparse.Namespace, pair: str, base: DecodeSettings, sam
         "prompt_style": args.prompt_style,
         "samples": samples,
         "settings": settings,
-        "command": " ".join(sys.argv),
+        "command": "python -m easd " + shlex.join(sys.argv[1:]),  # argv[0] is easd/__main__.py's path
     }
 
 

@@ -122,6 +122,40 @@ def add_decode_flags(
             group.add_argument(flag, type=kind, default=default, help=f"{knob.help} ({knob.describe()})")
 
 
+def add_tau_h_flags(parser: argparse.ArgumentParser) -> None:
+    """--tau-h or --calibration: EASD's entropy threshold, given or calibrated, so that a folder records which."""
+    group = parser.add_argument_group("τ_H")
+    group.add_argument("--tau-h", type=float, help="EASD's entropy threshold τ_H, nats (default: --calibration's, else 1.0)")
+    group.add_argument(
+        "--calibration", type=Path, help="a calibration.json from `python -m easd calibrate`: τ_H is its target's value"
+    )
+
+
+def tau_h_of(args: argparse.Namespace) -> tuple[float, str]:
+    """τ_H and where it came from: a calibration file's target value, --tau-h, or the default; both flags are refused."""
+    import json
+
+    if args.calibration is None:
+        if args.tau_h is None:
+            return 1.0, "not calibrated: the default 1.0"
+        return args.tau_h, f"not calibrated: --tau-h {args.tau_h:g}"
+    if args.tau_h is not None:
+        raise SettingsError("--tau-h", "and --calibration both set τ_H: give one")
+    try:
+        found = {entry["model"]: entry for entry in json.loads(args.calibration.read_text(encoding="utf-8"))}
+        target = found["target"]
+        value = float(target["tau_h"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise SettingsError(
+            "--calibration", f"{args.calibration} is not a calibration.json of `python -m easd calibrate` ({err})"
+        ) from None
+    draft = f"; the draft's {found['draft']['tau_h']:g}" if "draft" in found else ""
+    return value, (
+        f"calibrated: {args.calibration.name}, the target's mean top-5% entropy {target['raw']:.3f} over "
+        f"{target['tokens']:,} tokens → {value:g}{draft}"
+    )
+
+
 def line_breaks(text: str) -> str:
     """A flag's text with `\\n` and `\\t` as typed in a shell turned into a line break and a tab."""
     return text.replace("\\n", "\n").replace("\\t", "\t")
@@ -163,11 +197,11 @@ def whole_numbers(option: str, text: str) -> list[int]:
 # --- data, batches, Ray -------------------------------------------------------------------------
 
 
-def add_data_flags(parser: argparse.ArgumentParser, limit: int | None) -> None:
+def add_data_flags(parser: argparse.ArgumentParser, limit: int | None, required: bool = True) -> None:
     from ..lab.problems import FORMATS, PROMPT_STYLES
 
     group = parser.add_argument_group("data")
-    group.add_argument("--data", type=Path, required=True, help="a JSONL file of problems, or GPQA-Diamond's CSV")
+    group.add_argument("--data", type=Path, required=required, help="a JSONL file of problems, or GPQA-Diamond's CSV")
     group.add_argument("--format", default="auto", choices=("auto", *FORMATS), help="auto detects it from the first record")
     group.add_argument("--limit", type=int, default=limit, help="how many problems (after --shuffle and --offset)")
     group.add_argument("--offset", type=int, default=0, help="skip this many problems first")

@@ -47,10 +47,33 @@ def run(args: argparse.Namespace) -> int:
         if len(blocks) > 1:
             print(f"{chr(10) if i else ''}### {pair}\n")
         print(paper_table(summaries, paired))
-        notes = [n for folder, name in names.items() if _pair_of(folder) == pair for n in _beam_notes(folder, name, summaries)]
+        notes = [
+            n
+            for folder, name in names.items()
+            if _pair_of(folder) == pair
+            for n in _easd_notes(folder, name, summaries) + _beam_notes(folder, name, summaries)
+        ]
         if notes:
             print("\n" + "\n".join(notes))
     return 0
+
+
+def _easd_notes(folder: Path, name: str, summaries: dict) -> list[str]:
+    """The settings that change an EASD row's text and that the paper leaves open or tunes (k, τ_H and where it came
+    from, τ_O, n), one line per EASD row of an eval folder, from its run.json; "not calibrated" said where τ_H was."""
+    from ..method.methods import METHODS
+
+    config = folder / "run.json"
+    rows = [
+        m for m in summaries[name]["method"] if (method := METHODS.get(str(m).split(":")[0].split("@")[0])) and method.refuses
+    ]
+    if not rows or not config.is_file():
+        return []
+    saved = json.loads(config.read_text(encoding="utf-8"))
+    settings = saved.get("settings", {})
+    source = saved.get("tau_h_source") or "not calibrated: τ_H's source was not recorded (a folder from before it was)"
+    where = f"k = {settings.get('k')}, τ_H = {settings.get('tau_h')} ({source}), τ_O = {settings.get('tau_o')}, n = {settings.get('top_n')}"
+    return [f"{row} on {name}: {where}" for row in rows if "@" not in str(row)]
 
 
 def _beam_notes(folder: Path, name: str, summaries: dict) -> list[str]:

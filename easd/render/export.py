@@ -31,9 +31,17 @@ from .stats import comparison_html, speed_html, stats_html
 
 STYLE = Path(__file__).resolve().parents[2] / "assets" / "style.css"  # the page's own style sheet
 NOTHING_YET = "nothing to put in a file yet: run a comparison, or open one, first"
+# Draws each figure from the JSON beside its box (`figure_box`); the study's report runs it alone.
+DRAW_FIGURES = """
+  for (const data of document.querySelectorAll('script[data-figure]')) {
+    const figure = JSON.parse(data.textContent);
+    Plotly.newPlot(data.previousElementSibling, figure.data, figure.layout, {displaylogo: false, responsive: true});
+  }
+"""
 # Shows the chosen token's inspector (its <template>, rendered in Python), marks the token, keeps the address's
 # #lane-position in step so a link opens on that token, and draws the figures from their JSON.
-SCRIPT = """
+SCRIPT = (
+    """
 (() => {
   const inspector = document.getElementById('inspector');
   const hint = inspector.innerHTML;
@@ -64,15 +72,14 @@ SCRIPT = """
       if (next) { event.preventDefault(); choose(next, true); }
     }
   });
-  for (const data of document.querySelectorAll('script[data-figure]')) {
-    const figure = JSON.parse(data.textContent);
-    Plotly.newPlot(data.previousElementSibling, figure.data, figure.layout, {displaylogo: false, responsive: true});
-  }
-  const wanted = /^#(left|right)-(\\d+)$/.exec(location.hash);
+"""
+    + DRAW_FIGURES
+    + """  const wanted = /^#(left|right)-(\\d+)$/.exec(location.hash);
   const first = wanted && spanAt(wanted[1], wanted[2]);
   if (first) { choose(first, true); first.scrollIntoView({block: 'center'}); }
 })();
 """
+)
 # The page's layout in a file of its own: lanes beside the inspector, stacked on a phone (where style.css makes the
 # inspector a sheet over the bottom of the screen).
 LAYOUT_CSS = """
@@ -105,21 +112,31 @@ def comparison_file(traces: dict[str, Trace | None]) -> str:
             *_inspectors(traces),
         ]
     )
-    plotly, ours = get_plotlyjs(), SCRIPT
-    policy = (
-        f"default-src 'none'; style-src 'unsafe-inline'; img-src data:; font-src data:; script-src {_hash(plotly)} {_hash(ours)}"
-    )
+    return standalone_page(f"EASD Lab: {' '.join(shown.prompt.split())[:80]}", body, SCRIPT, LAYOUT_CSS)
+
+
+def standalone_page(title: str, body: Html, script: str, css: str) -> str:
+    """A whole HTML file that needs nothing but itself: the page's style sheet and `css`, Plotly inlined, and a
+    Content-Security-Policy under which only Plotly and `script` (by their hashes) run and nothing is fetched."""
+    plotly = get_plotlyjs()
+    policy = f"default-src 'none'; style-src 'unsafe-inline'; img-src data:; font-src data:; script-src {_hash(plotly)} {_hash(script)}"
     head = join(
         [
             Html('<meta charset="utf-8">'),
             tag("meta", http_equiv="Content-Security-Policy", content=policy),
             Html('<meta name="viewport" content="width=device-width, initial-scale=1">'),
-            tag("title", f"EASD Lab: {' '.join(shown.prompt.split())[:80]}"),
-            tag("style", Html(STYLE.read_text(encoding="utf-8") + LAYOUT_CSS)),
+            tag("title", title),
+            tag("style", Html(STYLE.read_text(encoding="utf-8") + css)),
             tag("script", Html(plotly)),
         ]
     )
-    return f'<!doctype html>\n<html lang="en"><head>{head}</head><body>{body}{tag("script", Html(ours))}</body></html>\n'
+    return f'<!doctype html>\n<html lang="en"><head>{head}</head><body>{body}{tag("script", Html(script))}</body></html>\n'
+
+
+def figure_box(name: str, title: str, figure) -> list[Html]:
+    """A Plotly figure as an empty box and its JSON beside it, which a file's script draws (`DRAW_FIGURES`)."""
+    data = figure.to_json().replace("<", "\\u003c")  # no "</script>" can end the data early
+    return [tag("div", class_="figure", id=f"figure_{name}", aria_label=title), _data(data)]
 
 
 def _lanes(traces: dict[str, Trace | None]) -> Html:
@@ -162,10 +179,7 @@ def _figures(traces: dict[str, Trace | None]) -> Html:
         view=RuleView.of(trace.settings),
         selected=None,
     )
-    boxes = []
-    for name, (title, draw) in figures.FIGURES.items():
-        data = draw(focus).to_json().replace("<", "\\u003c")  # no "</script>" can end the data early
-        boxes += [tag("div", class_="figure", id=f"figure_{name}", aria_label=title), _data(data)]
+    boxes = [box for name, (title, draw) in figures.FIGURES.items() for box in figure_box(name, title, draw(focus))]
     return tag("div", *boxes, class_="figures")
 
 

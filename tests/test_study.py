@@ -1,0 +1,236 @@
+"""`python -m easd study`: one folder and one report that say whether EASD helped, on the tiny pair."""
+
+import html
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from easd.cli import main
+from easd.lab.problems import load_problems
+from easd.lab.report import paired_row
+from easd.lab.results_table import load_results
+from easd.lab.stats import mcnemar_exact
+from easd.lab.study import StudyPlan, analyse, run_study, token_kind, write_report
+from easd.method.generation import Generation
+from easd.method.methods import settings_values
+from easd.method.settings import DecodeSettings
+from easd.render.study import study_file
+from easd.traces.files import read_json
+
+TOKENS = 24
+
+
+@pytest.fixture
+def data(tmp_path):
+    rows = [
+        {"question": f"Tom has {i} apples and buys {i + 2} more. How many apples does he have?", "answer": f"#### {2 * i + 2}"}
+        for i in range(5)
+    ]
+    path = tmp_path / "problems.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def config_of(data: Path, base: DecodeSettings, plan_problems, grid: int, speed: int, tau_hs, tau_os) -> dict:
+    """What the command writes to run.json, for a study made through `run_study` directly."""
+    settings = {k: v for k, v in settings_values(base).items() if k not in ("method", "rule")}
+    return {
+        "pair": "tiny",
+        "data": str(data),
+        "format": "gsm8k",
+        "shuffle": None,
+        "prompt_style": "qwen25-math-cot",
+        "samples": 1,
+        "settings": settings,
+        "command": "python -m easd study (test)",
+        "study": {
+            "tau_h_source": "not calibrated: --tau-h 0.5",
+            "problems": len(plan_problems),
+            "tau_hs": list(tau_hs),
+            "tau_os": list(tau_os),
+            "grid_problems": [p.id for p in plan_problems[:grid]],
+            "speed_problems": [p.id for p in plan_problems[:speed]],
+            "target_runs": "timed",
+            "batch_size": 4,
+        },
+    }
+
+
+def study(tiny_pair, data, out, temperature=0.0, limit=4, resume=False):
+    problems = load_problems(data, "gsm8k", limit, 0, None, "qwen25-math-cot")
+    base = DecodeSettings(method="easd", tau_h=0.5, tau_o=0.8, max_new_tokens=TOKENS, temperature=temperature, top_p=1.0)
+    plan = StudyPlan(problems, base, grid_limit=2, speed_limit=2, tau_hs=(0.5, 1.0), tau_os=(0.4, 0.8), batch_size=4)
+    run_study(tiny_pair, plan, out, config_of(data, base, problems, 2, 2, plan.tau_hs, plan.tau_os), resume, progress=False)
+    found = analyse(out)
+    write_report(out, found)
+    return plan, found
+
+
+def test_a_greedy_study_answers_with_paired_figures_a_grid_and_the_target_read_from_sd(tiny_pair, data, tmp_path):
+    plan, found = study(tiny_pair, data, tmp_path / "study")
+    results = load_results(tmp_path / "study" / "results.csv")
+    # the paired comparison is the one results.csv gives, counted again here
+    again = paired_row(results, "easd", "sd")
+    assert found["paired"]["only_a"] == again["only_a"] and found["paired"]["only_b"] == again["only_b"]
+    assert found["paired"]["mcnemar_p"] == mcnemar_exact(again["only_a"], again["only_b"])
+    sd, easd = (results[results["method"] == m].set_index("problem_id") for m in ("sd", "easd"))
+    assert found["paired"]["texts_differ"] == int((sd["text"] != easd["text"].reindex(sd.index)).sum())
+    assert found["paired"]["texts_differ"] > 0  # at τ_H 0.5 the tiny pair's EASD fires: the test can tell
+    # greedy: target-only ran on the timed problems only, equalled SD there, and SD's rows stand for it elsewhere
+    assert set(results[results["method"] == "target"]["problem_id"]) == set()
+    speed = load_results(tmp_path / "study" / "speed" / "results.csv")
+    assert sorted(set(speed["method"])) == ["easd", "sd", "target"] and speed["problem_id"].nunique() == 2
+    assert found["target"] == {**found["target"], "greedy": True, "checked": 2, "equal_count": 2, "equal": True}
+    target = next(r for r in found["accuracy"] if r["method"] == "target")
+    assert target["source"] == "SD's texts" and target["correct"] == int(sd["correct"].sum())
+    assert {r["method"] for r in found["speed"]} == {"target", "sd", "easd"}
+    assert next(r for r in found["speed"] if r["method"] == "target")["speedup"] == 1.0
+    # every grid cell over the grid's two problems; the study's own point is its "easd" rows
+    cells = found["grid"]["cells"]
+    assert set(cells) == {"0.5/0.4", "0.5/0.8", "1/0.4", "1/0.8"} and all(c["runs"] == 2 for c in cells.values())
+    grid_problems = plan.problems[:2]
+    for problem in grid_problems:  # a grid point resumed from SD's run equals EASD decoded from the prompt there
+        alone = Generation(tiny_pair, problem.prompt, replace(plan.base, tau_h=1.0, tau_o=0.4), system=problem.system).run()
+        row = results[(results["method"] == "easd@1/0.4") & (results["problem_id"] == problem.id)].iloc[0]
+        assert row["text"] == alone.text
+    # where it fires: every penalty of the EASD traces counted once, by position and by kind
+    penalties = int(easd["penalized"].sum())
+    fires = found["fires"]
+    assert fires["penalties"] == penalties == sum(fires["by_tenth"]) == sum(fires["by_kind"].values())
+    assert sum(p["count"] for p in fires["pairs"]) <= penalties
+    # the files
+    out = tmp_path / "study"
+    for name in ("study.json", "study.md", "study.html"):
+        assert (out / name).stat().st_size > 0
+    assert found["verdict"] in (out / "study.md").read_text()
+
+
+def test_each_difference_links_to_the_token_where_the_runs_part(tiny_pair, data, tmp_path):
+    _, found = study(tiny_pair, data, tmp_path / "study")
+    results = load_results(tmp_path / "study" / "results.csv")
+    answers = {m: results[results["method"] == m].set_index("problem_id")["prediction"].astype(str) for m in ("sd", "easd")}
+    differing = {p for p in answers["sd"].index if answers["sd"][p] != answers["easd"][p]}
+    assert {d["problem_id"] for d in found["differences"]} == differing
+    for d in found["differences"]:
+        sd_trace, easd_trace = (
+            read_json(tmp_path / "study" / "traces" / f"{d['problem_id']}-{m}-s0.json")[0] for m in ("sd", "easd")
+        )
+        pairs = zip(sd_trace.token_ids, easd_trace.token_ids)
+        assert d["token"] == next(
+            (i for i, (a, b) in enumerate(pairs) if a != b), min(len(sd_trace.token_ids), len(easd_trace.token_ids))
+        )
+        assert f"token={d['token']}" in d["app_link"] and "eval=study" in d["app_link"] and "right=easd" in d["app_link"]
+        if d["file"]:  # one right, one wrong: the one-file export opened at the parting token
+            assert d["file"].endswith(f"#right-{d['token']}")
+            assert (tmp_path / "study" / d["file"].split("#")[0]).is_file()
+
+
+def test_a_sampled_study_runs_the_target_on_every_problem(tiny_pair, data, tmp_path):
+    _, found = study(tiny_pair, data, tmp_path / "study", temperature=0.7, limit=3)
+    results = load_results(tmp_path / "study" / "results.csv")
+    assert results[results["method"] == "target"]["problem_id"].nunique() == 3
+    assert found["target"]["equal"] is False and "sampled" in found["target"]["why"]
+    assert next(r for r in found["accuracy"] if r["method"] == "target")["source"] == "run"
+
+
+def test_a_study_resumed_with_more_problems_adds_them_and_repeats_nothing(tiny_pair, data, tmp_path):
+    study(tiny_pair, data, tmp_path / "study", limit=3)
+    before = load_results(tmp_path / "study" / "results.csv")
+    _, found = study(tiny_pair, data, tmp_path / "study", limit=4, resume=True)
+    after = load_results(tmp_path / "study" / "results.csv")
+    key = ["problem_id", "method", "sample"]
+    assert not after.duplicated(key).any()
+    kept = after.merge(before, on=key, suffixes=("", "_before"))
+    assert len(kept) == len(before) and (kept["text"] == kept["text_before"]).all()
+    assert after[after["method"] == "sd"]["problem_id"].nunique() == 4 == found["paired"]["pairs"]
+
+
+def test_the_report_escapes_model_output_and_runs_only_its_hashed_scripts(tiny_pair, data, tmp_path):
+    _, found = study(tiny_pair, data, tmp_path / "study", limit=2)
+    hostile = "<img src=x onerror=alert(1)>"
+    found["fires"]["pairs"] = [{"refused": hostile, "chosen": "</script><script>alert(2)</script>", "count": 1}]
+    found["differences"] = [
+        {
+            "problem_id": hostile,
+            "gold": hostile,
+            "sd": hostile,
+            "sd_correct": False,
+            "easd": "1",
+            "easd_correct": True,
+            "token": 3,
+            "app_link": "http://127.0.0.1:7860/?eval=study&problem=%3Cimg%3E&token=3",
+            "file": "differences/%3Cimg.html#right-3",
+        }
+    ]
+    page = study_file(found)
+    assert hostile not in page and "<script>alert(2)" not in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+    policy = html.unescape(re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', page).group(1))
+    assert policy.startswith("default-src 'none'") and policy.count("'sha256-") == 2
+    assert page.count("<script>") == 2  # Plotly and the figures' script; the figures' JSON does not run
+
+
+@pytest.mark.parametrize(
+    "text, kind",
+    [
+        (" 42", "digit"),
+        ("7", "digit"),
+        (" +", "operator"),
+        ("=", "operator"),
+        (" The", "word start"),
+        ("ing", "word piece"),
+        (",", "punctuation"),
+        (".\n", "punctuation"),
+        ("\n\n", "whitespace"),
+        (" ", "whitespace"),
+        ("\\(", "punctuation"),
+        ("€", "other"),
+    ],
+)
+def test_token_kinds(text, kind):
+    assert token_kind(text) == kind
+
+
+def test_the_command_line_says_what_is_wrong_before_loading_a_model(data, tmp_path, capsys):
+    calibration = tmp_path / "calibration.json"
+    calibration.write_text(json.dumps([{"model": "target", "tokens": 10, "raw": 1.4, "tau_h": 1.5}]))
+    cases = [
+        ([], "--data: is needed to decode"),
+        (["--report-only"], "holds no study"),
+        (["--data", str(data), "--grid-limit", "-1"], "--grid-limit: must be ≥ 0"),
+        (["--data", str(data), "--tau-os", "0.2,7"], r"--tau-os: must be a number in \[0, 1\]"),
+        (["--data", str(data), "--tau-h", "1", "--calibration", str(calibration)], "--tau-h: and --calibration both set"),
+        (["--data", str(data), "--calibration", str(data)], "--calibration: .* is not a calibration.json"),
+        (["--data", str(data), "--app-url", "javascript:alert(1)"], "--app-url: must be the app's address"),
+    ]
+    for extra, message in cases:
+        assert main(["study", "--pair", "tiny-random", "--out", str(tmp_path / "out"), *extra]) == 2
+        assert re.search(message, capsys.readouterr().err), message
+
+
+def test_the_command_line_study_reads_tau_h_from_a_calibration_and_says_so(data, tmp_path, capsys):
+    calibration = tmp_path / "calibration.json"
+    calibration.write_text(
+        json.dumps(
+            [
+                {"model": "target", "tokens": 10, "raw": 1.4, "tau_h": 1.5},
+                {"model": "draft", "tokens": 9, "raw": 2.1, "tau_h": 2.0},
+            ]
+        )
+    )
+    out = tmp_path / "out"
+    argv = ["study", "--pair", "tiny-random", "--data", str(data), "--limit", "2", "--max-new-tokens", "8"]
+    argv += ["--grid-limit", "1", "--speed-limit", "1", "--tau-hs", "1.5", "--tau-os", "0.8", "--calibration", str(calibration)]
+    assert main([*argv, "--out", str(out)]) == 0
+    config = json.loads((out / "run.json").read_text())
+    assert config["settings"]["tau_h"] == 1.5
+    assert config["tau_h_source"].startswith("calibrated: calibration.json, the target's mean top-5% entropy 1.400")
+    assert "the draft's 2" in config["tau_h_source"]
+    printed = capsys.readouterr().out
+    assert "# Does EASD help?" in printed and "τ_H = 1.5 (calibrated" in printed
+    assert main(["study", "--out", str(out), "--report-only"]) == 0  # redrawn from the folder alone
+    assert pd.read_json(out / "study.json", typ="series")["grid"]["cells"]["1.5/0.8"]["runs"] == 1
