@@ -461,18 +461,51 @@ def test_the_table_adds_the_papers_best_on_test_row_from_a_sweep_of_the_same_pro
     the eval's own problems adds its best point, marked as the paper's protocol; a sweep of other problems is refused."""
     common = f"--pair tiny-random --data {data} --limit 3 --max-new-tokens 12"
     assert main([*f"eval {common} --methods target,mti".split(), "--out", str(tmp_path / "eval")]) == 0
-    assert main([*f"sweep --grid mti {common} --mti-taus 0,100".split(), "--out", str(tmp_path / "sweep")]) == 0
+    assert main([*f"sweep --grid mti {common} --mti-taus 0.5,1,100".split(), "--out", str(tmp_path / "sweep")]) == 0
     capsys.readouterr()
     assert main(["table", str(tmp_path / "eval"), "--best-on-test", str(tmp_path / "sweep")]) == 0
     table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]  # warnings follow it
     rows = {line.split("|")[1].strip(): line.split("|")[3].strip() for line in table}
     sweep = pd.read_csv(tmp_path / "sweep" / "sweep.csv")
-    best = sweep.loc[sweep["accuracy"].idxmax()]
-    label = f"mti@{best['mti_tau']:g}/{best['mti_omega']:g}, best on these problems (the paper's protocol)"
-    assert set(rows) == {"target", "mti", label} and rows[label] == f"{100 * best['accuracy']:.2f}"
+    as_tau = sweep[sweep["mti_tau"].isin([0.5, 1])]  # τ = 100 is no β of the paper's grid: never chosen from
+    best = as_tau.loc[as_tau["accuracy"].idxmax()]
+    protocol = "best on these problems (the paper's protocol)"
+    label = f"mti@{best['mti_tau']:g}/{best['mti_omega']:g}, best of 2 τ at ω = 1.5 (β read as τ), {protocol}"
+    single = f"mti@1/1.5, best of 1 ω at τ = 1 (β read as ω − 1), {protocol}"
+    assert set(rows) == {"target", "mti", label, single} and rows[label] == f"{100 * best['accuracy']:.2f}"
     other = f"sweep --grid mti --pair tiny-random --data {data} --offset 3 --limit 3 --max-new-tokens 12 --mti-taus 0"
     assert main([*other.split(), "--out", str(tmp_path / "other")]) == 0
     capsys.readouterr()
     assert main(["table", str(tmp_path / "eval"), "--best-on-test", str(tmp_path / "other")]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("error: --best-on-test: ") and "ran no eval folder's problems on its pair" in line
+
+
+def test_mti_best_on_test_is_chosen_from_the_papers_4_point_grids_not_from_the_whole_sweep():
+    from easd.cli.table import readings
+
+    grid = [f"mti@{t:g}/{w:g}" for t in (0.5, 1, 1.5, 2) for w in (1.5, 2, 2.5, 3)]
+    found = dict(readings(grid, {"mti_tau": 1.0, "mti_omega": 1.5}))
+    assert found == {
+        "best of 4 τ at ω = 1.5 (β read as τ)": ["mti@0.5/1.5", "mti@1/1.5", "mti@1.5/1.5", "mti@2/1.5"],
+        "best of 4 ω at τ = 1 (β read as ω − 1)": ["mti@1/1.5", "mti@1/2", "mti@1/2.5", "mti@1/3"],
+    }
+    assert readings(["easd@1/0.2", "easd@1/0.4"], {}) == [("best of 2 grid points", ["easd@1/0.2", "easd@1/0.4"])]
+
+
+def test_the_table_says_k_and_where_tau_h_came_from_beside_each_easd_row(data, tmp_path, capsys):
+    calibration = tmp_path / "calibration.json"
+    calibration.write_text(json.dumps([{"model": "target", "tokens": 40, "raw": 1.61, "tau_h": 1.5}]))
+    common = f"eval --pair tiny-random --data {data} --limit 2 --max-new-tokens 8 --methods sd,easd,easd:no_overlap --k 3"
+    assert main([*common.split(), "--tau-h", "2", "--out", str(tmp_path / "given")]) == 0
+    assert main([*common.split(), "--calibration", str(calibration), "--out", str(tmp_path / "calibrated")]) == 0
+    capsys.readouterr()
+    assert main(["table", str(tmp_path / "given")]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if " on problems: k = " in line]
+    assert notes == [
+        f"{row} on problems: k = 3, τ_H = 2.0 (not calibrated: --tau-h 2), τ_O = 0.8, n = 5"
+        for row in ("easd", "easd:no_overlap")
+    ]
+    assert main(["table", str(tmp_path / "calibrated")]) == 0
+    [note, _] = [line for line in capsys.readouterr().out.splitlines() if " on problems: k = " in line]
+    assert note.startswith("easd on problems: k = 3, τ_H = 1.5 (calibrated: calibration.json, the target's mean top-5%")
