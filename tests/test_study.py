@@ -24,15 +24,19 @@ from easd.traces.files import read_json
 TOKENS = 24
 
 
-@pytest.fixture
-def data(tmp_path):
+def problem_file(folder: Path) -> Path:
     rows = [
         {"question": f"Tom has {i} apples and buys {i + 2} more. How many apples does he have?", "answer": f"#### {2 * i + 2}"}
         for i in range(5)
     ]
-    path = tmp_path / "problems.jsonl"
+    path = folder / "problems.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     return path
+
+
+@pytest.fixture
+def data(tmp_path):
+    return problem_file(tmp_path)
 
 
 def config_of(data: Path, base: DecodeSettings, plan_problems, grid: int, speed: int, tau_hs, tau_os) -> dict:
@@ -70,9 +74,17 @@ def study(tiny_pair, data, out, temperature=0.0, limit=4, resume=False):
     return plan, found
 
 
-def test_a_greedy_study_answers_with_paired_figures_a_grid_and_the_target_read_from_sd(tiny_pair, data, tmp_path):
-    plan, found = study(tiny_pair, data, tmp_path / "study")
-    results = load_results(tmp_path / "study" / "results.csv")
+@pytest.fixture(scope="module")
+def greedy(tiny_pair, tmp_path_factory):
+    """One greedy study per backend, which the tests that only read it share: (plan, figures, folder)."""
+    folder = tmp_path_factory.mktemp("greedy")
+    plan, found = study(tiny_pair, problem_file(folder), folder / "study")
+    return plan, found, folder / "study"
+
+
+def test_a_greedy_study_answers_with_paired_figures_a_grid_and_the_target_read_from_sd(tiny_pair, greedy):
+    plan, found, out = greedy
+    results = load_results(out / "results.csv")
     # the paired comparison is the one results.csv gives, counted again here
     again = paired_row(results, "easd", "sd")
     assert found["paired"]["only_a"] == again["only_a"] and found["paired"]["only_b"] == again["only_b"]
@@ -82,7 +94,7 @@ def test_a_greedy_study_answers_with_paired_figures_a_grid_and_the_target_read_f
     assert found["paired"]["texts_differ"] > 0  # at τ_H 0.5 the tiny pair's EASD fires: the test can tell
     # greedy: target-only ran on the timed problems only, equalled SD there, and SD's rows stand for it elsewhere
     assert set(results[results["method"] == "target"]["problem_id"]) == set()
-    speed = load_results(tmp_path / "study" / "speed" / "results.csv")
+    speed = load_results(out / "speed" / "results.csv")
     assert sorted(set(speed["method"])) == ["easd", "sd", "target"] and speed["problem_id"].nunique() == 2
     assert found["target"] == {**found["target"], "greedy": True, "checked": 2, "equal_count": 2, "equal": True}
     target = next(r for r in found["accuracy"] if r["method"] == "target")
@@ -103,22 +115,19 @@ def test_a_greedy_study_answers_with_paired_figures_a_grid_and_the_target_read_f
     assert fires["penalties"] == penalties == sum(fires["by_tenth"]) == sum(fires["by_kind"].values())
     assert sum(p["count"] for p in fires["pairs"]) <= penalties
     # the files
-    out = tmp_path / "study"
     for name in ("study.json", "study.md", "study.html"):
         assert (out / name).stat().st_size > 0
     assert found["verdict"] in (out / "study.md").read_text()
 
 
-def test_each_difference_links_to_the_token_where_the_runs_part(tiny_pair, data, tmp_path):
-    _, found = study(tiny_pair, data, tmp_path / "study")
-    results = load_results(tmp_path / "study" / "results.csv")
+def test_each_difference_links_to_the_token_where_the_runs_part(greedy):
+    _, found, out = greedy
+    results = load_results(out / "results.csv")
     answers = {m: results[results["method"] == m].set_index("problem_id")["prediction"].astype(str) for m in ("sd", "easd")}
     differing = {p for p in answers["sd"].index if answers["sd"][p] != answers["easd"][p]}
     assert {d["problem_id"] for d in found["differences"]} == differing
     for d in found["differences"]:
-        sd_trace, easd_trace = (
-            read_json(tmp_path / "study" / "traces" / f"{d['problem_id']}-{m}-s0.json")[0] for m in ("sd", "easd")
-        )
+        sd_trace, easd_trace = (read_json(out / "traces" / f"{d['problem_id']}-{m}-s0.json")[0] for m in ("sd", "easd"))
         pairs = zip(sd_trace.token_ids, easd_trace.token_ids)
         assert d["token"] == next(
             (i for i, (a, b) in enumerate(pairs) if a != b), min(len(sd_trace.token_ids), len(easd_trace.token_ids))
@@ -126,31 +135,33 @@ def test_each_difference_links_to_the_token_where_the_runs_part(tiny_pair, data,
         assert f"token={d['token']}" in d["app_link"] and "eval=study" in d["app_link"] and "right=easd" in d["app_link"]
         if d["file"]:  # one right, one wrong: the one-file export opened at the parting token
             assert d["file"].endswith(f"#right-{d['token']}")
-            assert (tmp_path / "study" / d["file"].split("#")[0]).is_file()
+            assert (out / d["file"].split("#")[0]).is_file()
 
 
+@pytest.mark.slow  # the sampled path: target-only run on every problem, since its text is not SD's
 def test_a_sampled_study_runs_the_target_on_every_problem(tiny_pair, data, tmp_path):
-    _, found = study(tiny_pair, data, tmp_path / "study", temperature=0.7, limit=3)
+    _, found = study(tiny_pair, data, tmp_path / "study", temperature=0.7, limit=2)
     results = load_results(tmp_path / "study" / "results.csv")
-    assert results[results["method"] == "target"]["problem_id"].nunique() == 3
+    assert results[results["method"] == "target"]["problem_id"].nunique() == 2
     assert found["target"]["equal"] is False and "sampled" in found["target"]["why"]
     assert next(r for r in found["accuracy"] if r["method"] == "target")["source"] == "run"
 
 
+@pytest.mark.slow  # two studies in one folder: a resumed study adds problems and repeats no row
 def test_a_study_resumed_with_more_problems_adds_them_and_repeats_nothing(tiny_pair, data, tmp_path):
-    study(tiny_pair, data, tmp_path / "study", limit=3)
+    study(tiny_pair, data, tmp_path / "study", limit=2)
     before = load_results(tmp_path / "study" / "results.csv")
-    _, found = study(tiny_pair, data, tmp_path / "study", limit=4, resume=True)
+    _, found = study(tiny_pair, data, tmp_path / "study", limit=3, resume=True)
     after = load_results(tmp_path / "study" / "results.csv")
     key = ["problem_id", "method", "sample"]
     assert not after.duplicated(key).any()
     kept = after.merge(before, on=key, suffixes=("", "_before"))
     assert len(kept) == len(before) and (kept["text"] == kept["text_before"]).all()
-    assert after[after["method"] == "sd"]["problem_id"].nunique() == 4 == found["paired"]["pairs"]
+    assert after[after["method"] == "sd"]["problem_id"].nunique() == 3 == found["paired"]["pairs"]
 
 
-def test_the_report_escapes_model_output_and_runs_only_its_hashed_scripts(tiny_pair, data, tmp_path):
-    _, found = study(tiny_pair, data, tmp_path / "study", limit=2)
+def test_the_report_escapes_model_output_and_runs_only_its_hashed_scripts(greedy):
+    found = {**greedy[1], "fires": dict(greedy[1]["fires"])}
     hostile = "<img src=x onerror=alert(1)>"
     found["fires"]["pairs"] = [{"refused": hostile, "chosen": "</script><script>alert(2)</script>", "count": 1}]
     found["differences"] = [
