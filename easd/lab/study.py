@@ -444,7 +444,8 @@ def markdown(study: dict) -> str:
         "",
         "## Speed",
         "",
-        "One row at a time, problem by problem on the same machine; acceptance over every problem.",
+        "One row at a time, problem by problem on the same machine; EASD's time up to its first penalty is SD's (it "
+        "resumes SD's run: the same passes); acceptance over every problem.",
         "",
         "| method | problems timed | tokens | tokens/s | speed-up over target-only | mean acceptance length | draft acceptance rate | penalties / 1k tokens |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",

@@ -131,8 +131,10 @@ def _speed(study: dict) -> Html:
         "draft acceptance rate",
     ]
     note = (
-        "Timed one row at a time, target-only, SD and EASD problem by problem in one process on this machine. The "
-        "acceptance figures (vLLM's definitions) count every problem's drafts."
+        "Timed one row at a time, target-only, SD and EASD problem by problem in one process on this machine. EASD "
+        "resumes SD's run at its first penalty, so its time up to there is SD's (the same passes: SD computes the "
+        "same signals); a run where EASD never fires times as SD's. The acceptance figures (vLLM's definitions) "
+        "count every problem's drafts."
     )
     return join([tag("h2", "Speed"), tag("p", note), _table(header, rows, numeric={1, 2, 3, 4, 5, 6})])
 
