@@ -100,7 +100,7 @@ def run_study(pair: ModelPair, plan: StudyPlan, out: Path, config: dict, resume:
     run_evaluation(one_at_a_time, timed, [target, sd, easd], 1, out / "speed", config, resume, progress=progress)
     _say(f"3/4 SD and EASD on the other {len(rest)} problems", progress)
     run_evaluation(batched, rest, [sd, easd], 1, out, config, True, keep_traces=True, progress=progress)
-    proof = target_proof(out)
+    proof = target_proof(pd.concat([_results(out), _results(out / "speed")]), plan.greedy)
     if plan.target_everywhere or not plan.greedy or not proof["equal"]:
         _say(f"4/4 target-only on all {len(plan.problems)} problems ({proof['why']})", progress)
         run_evaluation(batched, plan.problems, [target], 1, out, config, True, keep_traces=True, progress=progress)
@@ -116,14 +116,12 @@ def _say(line: str, progress: bool) -> None:
 # --- reading the folder -------------------------------------------------------------------------
 
 
-def target_proof(out: Path) -> dict:
-    """Whether target-only's texts equal SD's on every problem both ran, greedy: then SD's rows are the target's."""
-    rows = pd.concat([_results(out), _results(out / "speed")])
-    config = json.loads((out / "run.json").read_text(encoding="utf-8"))
+def target_proof(rows: pd.DataFrame, greedy: bool) -> dict:
+    """Whether target-only's texts equal SD's on every problem both ran (`rows`: the folder's and its speed/ results),
+    greedy: then SD's rows are the target's."""
     texts = {m: rows[rows["method"] == m].drop_duplicates("problem_id").set_index("problem_id")["text"] for m in ("target", "sd")}
     both = texts["target"].index.intersection(texts["sd"].index)
     equal = int((texts["target"][both] == texts["sd"][both]).sum())
-    greedy = float(config["settings"]["temperature"]) == 0
     if not greedy:
         why = "sampled: the target's text is not SD's"
     else:
@@ -146,7 +144,8 @@ def analyse(out: Path, app_url: str = "http://127.0.0.1:7860/") -> dict:
     """Every figure of the report, from the folder alone (a resumed or copied folder reads the same)."""
     config = json.loads((out / "run.json").read_text(encoding="utf-8"))
     results, speed = _results(out), _results(out / "speed")
-    proof = target_proof(out)
+    proof = target_proof(pd.concat([results, speed]), float(config["settings"]["temperature"]) == 0)
+    runs = {method: _traces(out, results, method) for method in ("sd", "easd")}  # each trace file read once
     accuracy = _accuracy(results, proof, config)
     study = {
         "folder": str(out),
@@ -156,9 +155,9 @@ def analyse(out: Path, app_url: str = "http://127.0.0.1:7860/") -> dict:
         "target": proof,
         "speed": _speed(speed, results),
         "grid": _grid(results, config),
-        "fires": where_it_fires(out, results),
-        "differences": differences(out, results, app_url),
-        "calibration": _after_the_fact(out, results),
+        "fires": where_it_fires(runs["easd"]),
+        "differences": differences(out, results, runs, app_url),
+        "calibration": _after_the_fact(runs["sd"]),
         "versions": versions(),
     }
     return {**study, "verdict": verdict(study), "assumptions": assumptions(study)}
@@ -289,11 +288,11 @@ def _traces(out: Path, results: pd.DataFrame, method: str) -> dict[str, object]:
     return found
 
 
-def where_it_fires(out: Path, results: pd.DataFrame) -> dict:
+def where_it_fires(traces: dict) -> dict:
     """EASD's penalties by where they fall in the answer (tenths of its tokens), by the kind of token refused, and
     the most frequent refused → chosen pairs."""
     positions, kinds, pairs, total = [0] * POSITION_BINS, Counter(), Counter(), 0
-    for trace in _traces(out, results, "easd").values():
+    for trace in traces.values():
         length = len(trace.records)
         for record in trace.records:
             if record.origin != "easd_penalty":
@@ -310,10 +309,10 @@ def where_it_fires(out: Path, results: pd.DataFrame) -> dict:
     }
 
 
-def differences(out: Path, results: pd.DataFrame, app_url: str) -> list[dict]:
+def differences(out: Path, results: pd.DataFrame, runs: dict[str, dict], app_url: str) -> list[dict]:
     """Each problem where SD and EASD answer differently: both answers, the gold one, the token where the runs part,
     a link that opens the two runs there in the app (`python app.py --eval-dir FOLDER`), and the one-file export."""
-    sd, easd = _traces(out, results, "sd"), _traces(out, results, "easd")
+    sd, easd = runs["sd"], runs["easd"]
     rows = results[results["sample"] == 0]
     answers = {m: rows[rows["method"] == m].set_index("problem_id") for m in ("sd", "easd")}
     found = []
@@ -342,24 +341,26 @@ def differences(out: Path, results: pd.DataFrame, app_url: str) -> list[dict]:
     return sorted(found, key=lambda d: (d["sd_correct"] == d["easd_correct"], d["problem_id"]))  # verdicts that part first
 
 
-def write_differences(out: Path, results: pd.DataFrame, found: list[dict]) -> None:
-    """The one-file export of SD against EASD for every problem in `found` that names a file."""
+def write_differences(out: Path, found: list[dict]) -> None:
+    """The one-file export of SD against EASD for every problem in `found` that names a file (only its two traces
+    are read)."""
     from ..render.export import comparison_file
 
-    sd, easd = _traces(out, results, "sd"), _traces(out, results, "easd")
     folder = out / "differences"
     folder.mkdir(exist_ok=True)
     for difference in found:
         problem = difference["problem_id"]
-        if difference["file"] and problem in sd and problem in easd:
-            page = comparison_file({"left": sd[problem], "right": easd[problem]})
+        paths = [out / "traces" / trace_name({"problem_id": problem, "method": m, "sample": 0}) for m in ("sd", "easd")]
+        if difference["file"] and all(path.exists() for path in paths):
+            sd, easd = (trace_io.read_json(path, capped=False)[0] for path in paths)
+            page = comparison_file({"left": sd, "right": easd})
             (folder / f"{quote(problem, safe='')}.html").write_text(page, encoding="utf-8")
 
 
-def _after_the_fact(out: Path, results: pd.DataFrame) -> dict:
+def _after_the_fact(traces: dict) -> dict:
     """The τ_H the paper's calibration would pick from these problems' own greedy SD runs (the target's entropy at
     every token): informative only, since it is read off the test problems after the fact."""
-    entropies = [r.h_target for trace in _traces(out, results, "sd").values() for r in trace.records if r.h_target is not None]
+    entropies = [r.h_target for trace in traces.values() for r in trace.records if r.h_target is not None]
     if not entropies:
         return {}
     raw = top_share_mean(entropies)
@@ -385,7 +386,7 @@ def write_report(out: Path, study: dict) -> None:
     from ..files import write_text_whole
     from ..render.study import study_file
 
-    write_differences(out, _results(out), study["differences"])
+    write_differences(out, study["differences"])
     write_text_whole(out / "study.json", json.dumps(study, indent=1, ensure_ascii=False, default=_plain))
     write_text_whole(out / "study.md", markdown(study))
     write_text_whole(out / "study.html", study_file(study), errors="replace")
