@@ -15,7 +15,15 @@ import pytest
 from easd.cli import main
 from easd.errors import EasdError
 from easd.lab.calibrate import nearest_candidate, top_share_mean
-from easd.lab.evaluate import LocalRunner, WorkItem, decode_items, grid_variants, parse_methods, run_evaluation
+from easd.lab.evaluate import (
+    LocalRunner,
+    WorkItem,
+    decode_items,
+    grid_variants,
+    parse_methods,
+    pending_work,
+    run_evaluation,
+)
 from easd.lab.problems import is_correct, load_problems
 from easd.lab.report import (
     SUMMARY_COLUMNS,
@@ -96,6 +104,27 @@ def test_shared_prefix_rows_equal_independent_rows(tiny_pair, data):
             )
         saved += sum(r["saved_seconds"] for r in shared)
     assert saved > 0
+
+
+def test_resumed_easd_rows_start_from_sd_redecoded_not_from_the_prompt(tiny_pair, data):
+    """A folder whose SD rows are done and whose EASD rows are not (a study's grid widened on --resume): SD is decoded
+    again as a leader, its row not written twice, and EASD resumes it at its first penalty."""
+    base = DecodeSettings(max_new_tokens=40, temperature=0.9, seed=4)
+    variants = parse_methods("sd,easd,easd:target_entropy_only", base)
+    problems = load_problems(data, "gsm8k", limit=4)
+    done = {(p.id, "sd", 0) for p in problems}
+    items = pending_work(problems, variants, 1, done)
+    assert [(i.leaders, i.variants) for i in items] == [((variants[0],), tuple(variants[1:]))] * 4
+    assert pending_work(problems, variants[:1], 1, set())[0].leaders == ()  # nothing follows: no leader
+    saved = 0.0
+    for item in items:
+        resumed = rows_of(tiny_pair, item)
+        shared = rows_of(tiny_pair, WorkItem(item.problem, 0, tuple(variants)))
+        assert [r["method"] for r in resumed] == ["easd", "easd:target_entropy_only"]
+        strip = lambda rows: [{k: v for k, v in r.items() if k not in TIMINGS} for r in rows]
+        assert strip(resumed) == strip(shared[1:])
+        saved += sum(r["saved_seconds"] for r in resumed)
+    assert saved > 0  # without the leader, EASD would decode its prefix again and save nothing
 
 
 def rows_written(path: Path) -> int:

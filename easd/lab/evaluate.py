@@ -116,6 +116,9 @@ class WorkItem:
     problem: Problem
     sample: int
     variants: tuple[Variant, ...]
+    # decoded again, their rows not written twice, only so that variants that follow them (EASD after SD) start at
+    # their first penalty: a resumed folder whose SD rows are done when EASD's grid points are not
+    leaders: tuple[Variant, ...] = ()
 
 
 # A runner decodes work items and yields each item with its (result row, trace) pairs as it
@@ -124,13 +127,14 @@ Runner = Callable[[list[WorkItem]], Iterator[tuple[WorkItem, list[tuple[dict, Tr
 
 
 def pending_work(problems: list[Problem], variants: list[Variant], samples: int, done: set) -> list[WorkItem]:
-    """Every (problem, sample) with the variants that have no row in results.csv yet."""
+    """Every (problem, sample) with the variants that have no row in results.csv yet, and the done ones they follow."""
     items = []
     for problem in problems:
         for sample in range(samples):
             missing = tuple(v for v in variants if (problem.id, v.label, sample) not in done)
             if missing:
-                items.append(WorkItem(problem, sample, missing))
+                leaders = tuple(v for v in variants if v not in missing and _followed(v, missing))
+                items.append(WorkItem(problem, sample, missing, leaders))
     return items
 
 
@@ -157,9 +161,10 @@ def decode_items(
 
     def start(item: WorkItem) -> None:
         done[id(item)] = {}
-        sd = next((v for v in item.variants if _followed(v, item.variants)), None)
+        decoded = item.leaders + item.variants
+        sd = next((v for v in decoded if _followed(v, item.variants)), None)
         followers = [v for v in item.variants if sd and lookup(v.settings.method).follows == sd.settings.method]
-        for variant in item.variants:
+        for variant in decoded:
             method = lookup(variant.settings.method)
             if not method.in_batch:  # beam search: its beams are rows of their own caches, decoded now, outside the batch
                 problem = item.problem
@@ -204,7 +209,8 @@ def decode_items(
                     else:
                         add(begin.generation, item, follower, begin.saved_seconds, first=True)
                 generation.final = None  # the followers hold what they need
-            yield from finish(item, variant, generation.trace, saved)
+            if variant not in item.leaders:
+                yield from finish(item, variant, generation.trace, saved)
             fill()
             while ready:
                 yield ready.popleft()
@@ -230,9 +236,9 @@ class LocalRunner:
     def __call__(self, items: list[WorkItem]) -> Iterator[tuple[WorkItem, list[tuple[dict, Trace]]]]:
         # refused before anything is decoded: a prompt too long for the context, or more rows than memory holds
         prompts = [encode_prompt(self.pair, p.prompt, True, p.system) for p in {i.problem.id: i.problem for i in items}.values()]
-        settings = [v.settings for item in items for v in item.variants]
+        settings = [v.settings for item in items for v in item.leaders + item.variants]
         longest = max((len(p) for p in prompts), default=0) + max((s.max_new_tokens + s.k for s in settings), default=0)
-        check_batch_fits(self.pair, min(self.batch_size, sum(len(i.variants) for i in items)), longest)
+        check_batch_fits(self.pair, min(self.batch_size, len(settings)), longest)
         return decode_items(self.pair, items, self.batch_size)
 
 
