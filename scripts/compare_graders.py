@@ -15,6 +15,7 @@ Three kinds of answer are graded by both, each against its grader's own reading 
   gold      the data's gold answer written as a model would, "The answer is \\boxed{GOLD}."
   solution  the data's worked solution, where it has one: its last \\boxed{} (or, for GSM8K, its "#### N")
   model     each text of the eval folders' results.csv (their problems must come from the same --data)
+`--grader qwen25-math` compares our rewrite of the harness's rules (easd.lab.qwen25_math) instead of our own grader.
 It prints each kind's agreement and every disagreement: the two extracted answers, the two verdicts.
 """
 
@@ -28,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from easd.lab.problems import extract_answer, is_correct, load_problems, read_records  # noqa: E402
+from easd.lab.problems import GRADERS, extract_answer, is_correct, load_problems, read_records  # noqa: E402
 from easd.lab.results_table import load_results  # noqa: E402
 
 HARNESS = """
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--format", default="auto", help="our format for it (default: detected)")
     parser.add_argument("--results", type=Path, nargs="*", default=[], help="results.csv files of eval runs on --data")
     parser.add_argument("--limit", type=int, help="grade the gold and solution answers of the first N problems only")
+    parser.add_argument("--grader", default="math-verify", choices=GRADERS, help="which of our graders to compare")
     args = parser.parse_args(argv)
     if not (args.harness / "grader.py").is_file():
         parser.error(f"--harness: {args.harness} holds no grader.py; give the Qwen2.5-Math repository's evaluation folder")
@@ -94,7 +96,7 @@ def report(kind: str, items: list[tuple[int, str, str]], problems, args) -> None
     ours = []
     for i, _, text in items:
         answer = extract_answer(text)[0]
-        ours.append((answer, is_correct(answer, problems[i].gold, problems[i].format)))
+        ours.append((answer, is_correct(answer, problems[i].gold, problems[i].format, args.grader)))
     agree = sum(o[1] == t[2] for o, t in zip(ours, theirs))
     print(
         f"\n{kind}: {len(items)} answers; both right {sum(o[1] and t[2] for o, t in zip(ours, theirs))}, "

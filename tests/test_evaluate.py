@@ -538,3 +538,18 @@ def test_the_table_says_k_and_where_tau_h_came_from_beside_each_easd_row(data, t
     assert main(["table", str(tmp_path / "calibrated")]) == 0
     [note, _] = [line for line in capsys.readouterr().out.splitlines() if " on problems: k = " in line]
     assert note.startswith("easd on problems: k = 3, τ_H = 1.5 (calibrated: calibration.json, the target's mean top-5%")
+
+
+def test_eval_grades_with_the_harness_rules_when_asked_and_prints_the_other_graders_verdicts(data, tmp_path, capsys):
+    out = tmp_path / "eval"
+    arguments = f"eval --pair tiny-random --data {data} --limit 2 --max-new-tokens 8 --methods sd --out {out}".split()
+    assert main([*arguments, "--grader", "qwen25-math"]) == 0
+    assert json.loads((out / "run.json").read_text())["grader"] == "qwen25-math"
+    results = load_results(out / "results.csv")
+    expected = [is_correct(p or None, g, "gsm8k", "qwen25-math") for p, g in zip(results["prediction"], results["gold"])]
+    assert list(results["correct"]) == expected
+    printed = capsys.readouterr().out
+    assert "graded by qwen25-math; by math-verify instead: sd " in printed and "the two graders part on" in printed
+    # a folder's `correct` column holds one grader's verdicts: resuming it with the other is refused
+    assert main([*arguments, "--resume"]) == 2
+    assert "was run with other grader" in capsys.readouterr().err

@@ -118,6 +118,11 @@ def test_a_greedy_study_answers_with_paired_figures_a_grid_and_the_target_read_f
     for name in ("study.json", "study.md", "study.html"):
         assert (out / name).stat().st_size > 0
     assert found["verdict"] in (out / "study.md").read_text()
+    # both graders' accuracy beside each other, the study's own being results.csv's `correct`
+    graders = found["graders"]
+    assert (graders["grader"], graders["other"]) == ("math-verify", "qwen25-math")
+    assert graders["accuracy"]["sd"][0] == sd["correct"].mean() and set(graders["accuracy"]) == {"sd", "easd"}
+    assert "## Graders" in (out / "study.md").read_text() and "<h2>Graders</h2>" in (out / "study.html").read_text()
 
 
 def test_each_difference_links_to_the_token_where_the_runs_part(greedy):

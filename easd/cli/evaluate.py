@@ -17,6 +17,7 @@ from .flags import (
     add_batch_flag,
     add_data_flags,
     add_decode_flags,
+    add_grader_flag,
     add_model_flags,
     add_ray_flags,
     add_tau_h_flags,
@@ -43,6 +44,7 @@ INT8_BATCH_NOTE = (
 def add(parser: argparse.ArgumentParser) -> None:
     add_model_flags(parser)
     add_data_flags(parser, limit=None)
+    add_grader_flag(parser)
     decoding = (
         "k",
         "tau_o",
@@ -73,7 +75,8 @@ def add(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..lab.evaluate import parse_methods, run_evaluation
-    from ..lab.report import write_reports
+    from ..lab.report import grader_lines, graders_compared, write_reports
+    from ..lab.results_table import load_results
 
     chosen = problems(args)
     apply_budget(args)
@@ -101,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
     summary, paired = write_reports(args.out, args.format)
     print_tables(summary, paired)
     print((args.out / "paper.md").read_text(encoding="utf-8"))
+    print("\n".join(grader_lines(graders_compared(load_results(args.out / "results.csv"), args.format, args.grader))))
     if checked:
         reproducibility.to_csv(args.out / "reproducibility.csv", index=False)
         print_tables(reproducibility)
@@ -134,6 +138,7 @@ def folder_config(args: argparse.Namespace, pair: str, base: DecodeSettings, sam
         "format": args.format,
         "shuffle": args.shuffle,
         "prompt_style": args.prompt_style,
+        "grader": args.grader,
         "samples": samples,
         "settings": settings,
         "command": "python -m easd " + shlex.join(sys.argv[1:]),  # argv[0] is easd/__main__.py's path

@@ -215,6 +215,18 @@ def add_data_flags(parser: argparse.ArgumentParser, limit: int | None, required:
     )
 
 
+def add_grader_flag(parser: argparse.ArgumentParser) -> None:
+    from ..lab.problems import GRADERS
+
+    parser.add_argument(
+        "--grader",
+        default=GRADERS[0],
+        choices=GRADERS,
+        help="what marks an answer right: math-verify (ours) or qwen25-math (the Qwen2.5-Math harness's rules, which "
+        "the paper's benchmarks use); the reports also print the other's verdicts where the two part",
+    )
+
+
 def apply_budget(args: argparse.Namespace) -> None:
     """--max-new-tokens, when not given, from the (resolved) format's budget."""
     from ..lab.problems import BUDGETS

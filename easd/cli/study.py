@@ -16,6 +16,7 @@ from .flags import (
     add_batch_flag,
     add_data_flags,
     add_decode_flags,
+    add_grader_flag,
     add_model_flags,
     add_tau_h_flags,
     apply_budget,
@@ -33,6 +34,7 @@ HELP = "does EASD help on this pair? accuracy with paired statistics, speed, a Ï
 def add(parser: argparse.ArgumentParser) -> None:
     add_model_flags(parser)
     add_data_flags(parser, limit=100, required=False)  # --report-only reads --out alone
+    add_grader_flag(parser)
     add_decode_flags(
         parser,
         budget_by_format=True,

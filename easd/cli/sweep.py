@@ -15,6 +15,7 @@ from .flags import (
     add_batch_flag,
     add_data_flags,
     add_decode_flags,
+    add_grader_flag,
     add_model_flags,
     add_ray_flags,
     apply_budget,
@@ -32,6 +33,7 @@ HELP = "EASD accuracy and penalty frequency over a τ_H × τ_O grid, or MTI's o
 def add(parser: argparse.ArgumentParser) -> None:
     add_model_flags(parser)
     add_data_flags(parser, limit=40)
+    add_grader_flag(parser)
     add_decode_flags(
         parser,
         budget_by_format=True,

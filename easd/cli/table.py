@@ -28,7 +28,8 @@ def add(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from ..lab.report import benchmark_name, paper_table
+    from ..lab.problems import GRADERS
+    from ..lab.report import benchmark_name, grader_of, paper_table
 
     blocks: dict[str, tuple[dict, dict]] = {}  # by pair: (summaries, paired), each by benchmark
     names: dict[Path, str] = {}  # each folder's benchmark column
@@ -55,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
         ]
         if notes:
             print("\n" + "\n".join(notes))
+    graders = {names[folder]: grader_of(folder) for folder in args.folders}
+    if set(graders.values()) != {GRADERS[0]}:  # ours everywhere goes unsaid, as it always has
+        print("\ngraded by " + ", ".join(f"{grader} on {name}" for name, grader in graders.items()))
     return 0
 
 
@@ -95,7 +99,7 @@ def _add_best_on_test(sweep: Path, names: dict[Path, str], blocks: dict) -> None
     pair, labelled as chosen on those problems; EasdError naming --best-on-test when no folder ran them."""
     import pandas as pd
 
-    from ..lab.report import summary_table
+    from ..lab.report import grader_of, summary_table
     from ..lab.results_table import load_results
 
     if not (sweep / "results.csv").is_file():
@@ -114,7 +118,7 @@ def _add_best_on_test(sweep: Path, names: dict[Path, str], blocks: dict) -> None
             f"--best-on-test: {sweep} ran no eval folder's problems on its pair; run the sweep on the same --data, --shuffle, --offset and --limit"
         )
     config = json.loads((sweep / "run.json").read_text(encoding="utf-8"))
-    summary = summary_table(grid, config["format"])
+    summary = summary_table(grid, config["format"], grader_of(sweep))
     rows = []
     for label, points in readings(list(summary["method"]), config.get("settings", {})):
         chosen = summary[summary["method"].isin(points)]

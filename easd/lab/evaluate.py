@@ -30,7 +30,7 @@ from ..method.step import Batch
 from ..method.summary import summarize
 from ..method.trace import Trace
 from ..traces import files as trace_io
-from .problems import Problem, extract_answer, is_correct
+from .problems import GRADERS, Problem, extract_answer, is_correct
 from .results_table import prepare_folder
 
 
@@ -318,17 +318,25 @@ def run_evaluation(
     if traces_dir:
         traces_dir.mkdir(exist_ok=True)
     items = pending_work(problems, variants, samples, done)
+    grader = config.get("grader", GRADERS[0])
     skipped = len(problems) * samples - len(items)
     with tqdm(
         total=len(problems) * samples, initial=skipped, desc="problems", unit="problem", disable=not progress, dynamic_ncols=True
     ) as bar:
-        for _, finished in runner(items):
-            results.append([row for row, _ in finished])
+        for item, finished in runner(items):
+            results.append([_graded(row, item.problem, grader) for row, _ in finished])
             if traces_dir is not None:
                 for row, trace in finished:
                     trace_io.write_json([trace], traces_dir / trace_name(row))
             bar.update()
     return results.read()
+
+
+def _graded(row: dict, problem: Problem, grader: str) -> dict:
+    """The row with `correct` by the folder's grader (result_row marks it by ours, the default)."""
+    if grader == GRADERS[0]:
+        return row
+    return row | {"correct": is_correct(row["prediction"] or None, problem.gold, problem.format, grader)}
 
 
 def trace_name(row: dict) -> str:

@@ -27,6 +27,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from ..errors import EasdError
+from . import qwen25_math
 
 # How each format's answer is graded: a number (GSM8K-style normalisation), math-verify's
 # equivalence, every one of several answers (OlympiadBench), or an option letter.
@@ -65,6 +66,7 @@ PROMPT_STYLES = ("qwen25-math-cot", "easd")
 QWEN25_MATH_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
 INSTRUCTION = "Solve the problem step by step, then give the final answer in \\boxed{}."
 CHOICE_INSTRUCTION = "Think step by step, then give the letter of the correct option in \\boxed{}."
+GRADERS = ("math-verify", "qwen25-math")  # `--grader`: ours, and the Qwen2.5-Math harness's (is_correct)
 MATH_VERIFY_SECONDS = 10.0  # our own limit: math-verify's SIGALRM timeouts only work in the main thread
 LETTERS = "ABCDEFGHIJ"
 ID_FIELDS = ("unique_id", "id", "Record ID")  # MATH-500, Qwen2.5-Math's data and OlympiadBench, GPQA's CSV
@@ -320,10 +322,15 @@ def last_boxed(text: str) -> str | None:
 # --- grading ------------------------------------------------------------------------------------
 
 
-def is_correct(prediction: str | None, gold: str, format: str) -> bool:
+def is_correct(prediction: str | None, gold: str, format: str, grader: str = "math-verify") -> bool:
+    """Whether an extracted answer is right. "math-verify" is ours: GSM8K-style numbers, math-verify's equivalence, every
+    one of several answers, or the option letter (GRADING). "qwen25-math" is the Qwen2.5-Math harness's rules
+    (easd.lab.qwen25_math); the option formats have no grader there, so both compare the letter."""
     if prediction is None:
         return False
     grading = GRADING[format]
+    if grader == "qwen25-math" and grading != "letter":
+        return qwen25_math.correct(prediction, gold, format)
     if grading == "number":
         return numbers_equal(prediction, gold)
     if grading == "letter":
@@ -347,7 +354,7 @@ def without_dollars(text: str) -> str:
     return re.sub(r"(?<!\\)\$", "", text)
 
 
-def same_answer(a: str, b: str, format: str) -> bool:
+def same_answer(a: str, b: str, format: str, grader: str = "math-verify") -> bool:
     """Whether the grader takes two predictions for one answer ("B" and "(B)", "033" and "33", "\\frac{1}{2}" and
     "0.5"): `a` graded against `b` as if `b` were the gold (for options, against `b`'s letter). Majority votes count
     such answers together (easd.lab.report)."""
@@ -356,7 +363,7 @@ def same_answer(a: str, b: str, format: str) -> bool:
     if GRADING[format] == "letter":
         letter = choice_letter(b)
         return letter is not None and choice_letter(a) == letter
-    return is_correct(a, b, format)
+    return is_correct(a, b, format, grader)
 
 
 def all_answers_equal(prediction: str, gold: str) -> bool:

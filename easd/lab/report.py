@@ -13,7 +13,7 @@ from plotly.subplots import make_subplots
 
 from ..method.methods import METHODS
 from .evaluate import GRIDS
-from .problems import is_correct, same_answer
+from .problems import GRADERS, is_correct, same_answer
 from .results_table import load_results
 from .stats import majority, mcnemar_exact, paired_bootstrap, wilson
 
@@ -50,13 +50,14 @@ SUMMARY_COLUMNS = [
 ]
 
 
-def summary_table(results: pd.DataFrame, format: str = "gsm8k") -> pd.DataFrame:
-    """One row per method; with several samples, also their mean, std and majority-vote accuracy."""
-    rows = [_summary_row(method, group, format) for method, group in results.groupby("method", sort=False)]
+def summary_table(results: pd.DataFrame, format: str = "gsm8k", grader: str = "math-verify") -> pd.DataFrame:
+    """One row per method; with several samples, also their mean, std and majority-vote accuracy (`grader` marks the
+    voted answer, as it marked results.csv's `correct`)."""
+    rows = [_summary_row(method, group, format, grader) for method, group in results.groupby("method", sort=False)]
     return pd.DataFrame(rows) if rows else pd.DataFrame(columns=SUMMARY_COLUMNS)
 
 
-def _summary_row(method: str, group: pd.DataFrame, format: str) -> dict:
+def _summary_row(method: str, group: pd.DataFrame, format: str, grader: str) -> dict:
     correct = int(group["correct"].sum())
     accuracy, low, high = wilson(correct, len(group))
     tokens, seconds = group["new_tokens"].sum(), group["seconds"].sum()
@@ -114,14 +115,14 @@ def _fragility(group: pd.DataFrame) -> dict:
     }
 
 
-def _vote_accuracy(group: pd.DataFrame, format: str) -> float:
+def _vote_accuracy(group: pd.DataFrame, format: str, grader: str) -> float:
     """Majority vote over each problem's samples, answers that the grader takes for one counted together, in every
     format (`same_answer`)."""
     votes = []
     for _, problem in group.groupby("problem_id"):
         answers = [a if isinstance(a, str) and a.strip() else None for a in problem["prediction"]]
-        winner = majority(answers, lambda a, b: same_answer(a, b, format))
-        votes.append(is_correct(winner, problem["gold"].iloc[0], format))
+        winner = majority(answers, lambda a, b: same_answer(a, b, format, grader))
+        votes.append(is_correct(winner, problem["gold"].iloc[0], format, grader))
     return float(np.mean(votes))
 
 
@@ -192,7 +193,7 @@ def paired_row(results: pd.DataFrame, a: str, b: str) -> dict:
 
 def write_reports(out: Path, format: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     results = load_results(out / "results.csv")
-    summary, paired = summary_table(results, format), paired_table(results)
+    summary, paired = summary_table(results, format, grader_of(out)), paired_table(results)
     summary.to_csv(out / "summary.csv", index=False, float_format="%.4f")
     name = benchmark_name(out)
     (out / "paper.md").write_text(paper_table({name: summary}, {name: paired}) + "\n", encoding="utf-8")
@@ -200,6 +201,44 @@ def write_reports(out: Path, format: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     figures = [accuracy_figure(summary), speed_figure(summary), fragility_figure(summary), paired_figure(paired)]
     write_html(out / "report.html", "EASD evaluation", figures)
     return summary, paired
+
+
+def grader_of(out: Path) -> str:
+    """The grader whose verdicts a folder's `correct` column holds (run.json; a folder made before `--grader`: ours)."""
+    config = out / "run.json"
+    return json.loads(config.read_text(encoding="utf-8")).get("grader", GRADERS[0]) if config.exists() else GRADERS[0]
+
+
+def graders_compared(results: pd.DataFrame, format: str, grader: str) -> dict:
+    """The other grader's verdict on every row beside `grader`'s (results.csv's `correct`): each method's accuracy by
+    both, and the rows where they part."""
+    other = next(g for g in GRADERS if g != grader)
+    theirs = [
+        is_correct(p if p.strip() else None, gold, format, other) for p, gold in zip(results["prediction"], results["gold"])
+    ]
+    both = results.assign(other=theirs)
+    accuracy = {m: (float(g["correct"].mean()), float(g["other"].mean())) for m, g in both.groupby("method", sort=False)}
+    parted = both[both["correct"] != both["other"]]
+    columns = ["problem_id", "method", "sample", "prediction", "gold", "correct"]
+    return {"grader": grader, "other": other, "accuracy": accuracy, "disagree": parted[columns].to_dict("records")}
+
+
+def grader_lines(compared: dict, shown: int = 10) -> list[str]:
+    """The comparison as the command line prints it: each method's accuracy by both graders, then where they part."""
+    grader, other, parted = compared["grader"], compared["other"], compared["disagree"]
+    lines = [
+        f"graded by {grader}; by {other} instead: "
+        + ", ".join(f"{m} {a:.1%} → {b:.1%}" for m, (a, b) in compared["accuracy"].items())
+    ]
+    lines.append(f"the two graders part on {len(parted)} of the answers" + (":" if parted else ""))
+    for row in parted[:shown]:
+        verdicts = f"{grader} {'right' if row['correct'] else 'wrong'}, {other} {'wrong' if row['correct'] else 'right'}"
+        lines.append(
+            f"  {row['problem_id']} {row['method']} s{row['sample']}: {row['prediction'][:40]!r} vs gold {row['gold'][:40]!r}: {verdicts}"
+        )
+    if len(parted) > shown:
+        lines.append(f"  … and {len(parted) - shown} more")
+    return lines
 
 
 def benchmark_name(out: Path) -> str:
@@ -346,7 +385,7 @@ def write_sweep(out: Path, format: str) -> pd.DataFrame:
     """sweep.csv (one row per τ_H × τ_O cell) and sweep.html: two heatmaps, SD and target-only as references.
     For MTI's grid (methods mti@τ), one row per τ and a line of accuracy over τ instead."""
     results = load_results(out / "results.csv")
-    summary = summary_table(results, format)
+    summary = summary_table(results, format, grader_of(out))
     for method, columns in GRIDS.items():
         if summary["method"].str.startswith(f"{method}@").any():
             return _write_baseline_sweep(out, summary, method, columns)

@@ -47,8 +47,8 @@ RESULT_COLUMNS = [
     "text",
 ]
 # What must match for --resume to add to an output folder (methods and --limit may grow).
-RESUME_KEYS = ("pair", "data", "format", "shuffle", "prompt_style", "samples", "settings")
-UNSAID = {"prompt_style": "easd"}  # what a folder made before a key existed was run with
+RESUME_KEYS = ("pair", "data", "format", "shuffle", "prompt_style", "grader", "samples", "settings")
+UNSAID = {"prompt_style": "easd", "grader": "math-verify"}  # what a folder made before a key existed was run with
 
 
 TEXT_COLUMNS = {"problem_id", "method", "prediction", "extraction", "gold", "correct", "stop_reason", "text"}

@@ -42,7 +42,7 @@ from ..traces import files as trace_io
 from .calibrate import nearest_candidate, top_share_mean
 from .evaluate import LocalRunner, Variant, run_evaluation, trace_name
 from .problems import Problem
-from .report import paired_row, summary_table
+from .report import grader_of, graders_compared, paired_row, summary_table
 from .results_table import load_results
 from .stats import wilson
 
@@ -157,6 +157,7 @@ def analyse(out: Path, app_url: str = "http://127.0.0.1:7860/") -> dict:
         "grid": _grid(results, config),
         "fires": where_it_fires(runs["easd"]),
         "differences": differences(out, results, runs, app_url),
+        "graders": graders_compared(results[results["method"].isin(("target", "sd", "easd"))], config["format"], grader_of(out)),
         "calibration": _after_the_fact(runs["sd"]),
         "versions": versions(),
     }
@@ -494,8 +495,28 @@ def markdown(study: dict) -> str:
             )
     else:
         lines.append("None.")
+    lines += ["", "## Graders", "", *graders_markdown(study["graders"])]
     lines += ["", "## What was assumed", ""] + [f"- {line}" for line in study["assumptions"]]
     return "\n".join(lines) + "\n"
+
+
+def graders_markdown(compared: dict) -> list[str]:
+    """Each method's accuracy by the study's grader and by the other, and the answers where the two part."""
+    grader, other = compared["grader"], compared["other"]
+    lines = [f"| method | {grader} (the study's) | {other} |", "|---|---:|---:|"]
+    lines += [f"| {m} | {100 * a:.1f}% | {100 * b:.1f}% |" for m, (a, b) in compared["accuracy"].items()]
+    lines += [
+        "",
+        f"The two graders part on {_count(len(compared['disagree']), 'answer')}" + (":" if compared["disagree"] else "."),
+    ]
+    if compared["disagree"]:
+        lines += ["", f"| problem | method | answer | gold | {grader} | {other} |", "|---|---|---|---|---|---|"]
+        for row in compared["disagree"]:
+            ours, theirs = ("right", "wrong") if row["correct"] else ("wrong", "right")
+            lines.append(
+                f"| {_code(str(row['problem_id']))} | {row['method']} | {_code(row['prediction'])} | {_code(row['gold'])} | {ours} | {theirs} |"
+            )
+    return lines
 
 
 def assumptions(study: dict) -> list[str]:
@@ -510,7 +531,7 @@ def assumptions(study: dict) -> list[str]:
         f"k = {settings['k']}, rule {settings.get('rule', 'full')}",
         f"temperature {settings['temperature']:g}, top-p {settings['top_p']:g}, seed {settings['seed']}, "
         f"at most {settings['max_new_tokens']:,} new tokens a problem, signals {settings.get('signals', 'float32')}",
-        f"grader: {'math-verify' if config['format'] != 'choice' else 'the letter in the box'} (easd.lab.problems.is_correct)",
+        f"grader: {config.get('grader', 'math-verify')} (easd.lab.problems.is_correct; the option formats compare the letter)",
         f"grid: τ_H ∈ {{{', '.join(f'{h:g}' for h in plan['tau_hs'])}}} × τ_O ∈ {{{', '.join(f'{o:g}' for o in plan['tau_os'])}}} "
         f"on the first {len(plan['grid_problems'])} problems; speed on the first {len(plan['speed_problems'])}, one row at a time; "
         f"the rest decoded {plan['batch_size']} rows at a time",

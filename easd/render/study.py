@@ -38,6 +38,7 @@ def study_file(study: dict) -> str:
             _grid(study),
             _fires(study),
             _differences(study),
+            _graders(study),
             tag("h2", "What was assumed"),
             tag("ul", *[tag("li", line) for line in study["assumptions"]]),
         ]
@@ -106,6 +107,29 @@ def _accuracy(study: dict) -> Html:
     )
     header = ["method", "problems", "correct", "accuracy (95% Wilson)", "from"]
     return join([tag("h2", "Accuracy"), _table(header, rows, numeric={1, 2}), paired, tag("p", note)])
+
+
+def _graders(study: dict) -> Html:
+    compared = study["graders"]
+    grader, other, parted = compared["grader"], compared["other"], compared["disagree"]
+    accuracy = _table(
+        ["method", f"{grader} (the study's)", other],
+        [[m, _percent(a), _percent(b)] for m, (a, b) in compared["accuracy"].items()],
+        numeric={1, 2},
+    )
+    said = tag("p", f"The two graders part on {len(parted)} answer{'s' if len(parted) != 1 else ''}.")
+    rows = [
+        [
+            str(r["problem_id"]),
+            r["method"],
+            r["prediction"],
+            r["gold"],
+            *(("right", "wrong") if r["correct"] else ("wrong", "right")),
+        ]
+        for r in parted
+    ]
+    listed = _table(["problem", "method", "answer", "gold", grader, other], rows) if rows else ""
+    return join([tag("h2", "Graders"), accuracy, said, listed])
 
 
 def _speed(study: dict) -> Html:
