@@ -9,6 +9,7 @@ from bounds import pair_rounding, same_entropies
 from conftest import PROMPTS
 
 from easd.errors import SettingsError
+from easd.method.acceptance import rule_fires
 from easd.method.generation import Generation
 from easd.method.settings import DecodeSettings
 from easd.method.summary import summarize
@@ -27,6 +28,35 @@ def test_greedy_sd_equals_greedy_target(run, prompt, k):
     sd = run(prompt, method="sd", k=k, max_new_tokens=40)
     assert sd.token_ids == target.token_ids
     assert summarize(sd)["draft_acceptance_rate"] < 1  # the draft was wrong sometimes: equality was earned
+
+
+def test_the_rule_can_read_the_sampling_distributions_entropy(run, tiny_pair):
+    """--entropy sampling: H of softmax(z / T), which is below temperature 1's wherever T < 1 (top-p 1 here, so that
+    this holds for every token); SD's tokens do not depend on it, EASD's rule reads it and the trace holds it."""
+    sampled = dict(temperature=0.6, top_p=1.0, max_new_tokens=40, seed=3)
+    at_one, at_t = (run(method="sd", entropy=e, **sampled) for e in ("temperature-1", "sampling"))
+    assert at_one.token_ids == at_t.token_ids
+    for a, b in zip(at_one.records, at_t.records):
+        assert b.h_target < a.h_target
+        assert (a.h_draft is None) == (b.h_draft is None) and (a.h_draft is None or b.h_draft < a.h_draft)
+    easd = run(method="easd", entropy="sampling", tau_h=0.5 * max(r.h_target for r in at_t.records), **sampled)
+    examined = [r for r in easd.records if r.h_draft is not None]
+    assert any(r.triggered for r in examined) and not all(r.triggered for r in examined)  # the test can tell
+    for r in examined:  # the rule fired on the recorded (sampling) entropies, as the what-if reads them
+        assert r.triggered == rule_fires(
+            h_draft=r.h_draft,
+            h_target=r.h_target,
+            overlap=round(r.overlap * 5),
+            rule="full",
+            tau_h=easd.settings.tau_h,
+            tau_o=0.8,
+            top_n=5,
+        )
+    target = run(method="target", entropy="sampling", **sampled)  # a model alone records the same H
+    delta = pair_rounding(tiny_pair) / sampled["temperature"]  # z / T moves by δ / T
+    assert same_entropies([target.records[0].h_target], [at_t.records[0].h_target], delta)
+    with pytest.raises(SettingsError, match="temperature above 0"):
+        DecodeSettings(entropy="sampling", temperature=0).validate()
 
 
 def test_draft_alone_differs_from_target(run):

@@ -27,7 +27,7 @@ def tiny_bf16():
     return load_tiny_pair(Runtime(backend="transformers", dtype="bfloat16"))
 
 
-SAMPLING = [{}, {"temperature": 1.0, "top_p": 0.95}]
+SAMPLING = [{}, {"temperature": 1.0, "top_p": 0.95}, {"temperature": 0.7, "top_p": 0.9, "entropy": "sampling"}]
 
 
 @pytest.mark.slow  # an EASD run resumed from SD's prefix equals its own run, greedy and sampled, on both backends

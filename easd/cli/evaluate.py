@@ -54,6 +54,7 @@ def add(parser: argparse.ArgumentParser) -> None:
         "max_new_tokens",
         "seed",
         "signals",
+        "entropy",
     )  # and each method's own
     add_decode_flags(parser, include=decoding, budget_by_format=True)
     add_tau_h_flags(parser)

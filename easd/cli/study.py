@@ -38,7 +38,7 @@ def add(parser: argparse.ArgumentParser) -> None:
     add_decode_flags(
         parser,
         budget_by_format=True,
-        include=("k", "tau_o", "top_n", "temperature", "top_p", "max_new_tokens", "seed", "signals"),
+        include=("k", "tau_o", "top_n", "temperature", "top_p", "max_new_tokens", "seed", "signals", "entropy"),
     )
     add_tau_h_flags(parser)
     group = parser.add_argument_group("the study")

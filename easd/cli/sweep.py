@@ -37,7 +37,7 @@ def add(parser: argparse.ArgumentParser) -> None:
     add_decode_flags(
         parser,
         budget_by_format=True,
-        include=("k", "top_n", "temperature", "top_p", "max_new_tokens", "seed", "signals"),  # and each method's own
+        include=("k", "top_n", "temperature", "top_p", "max_new_tokens", "seed", "signals", "entropy"),  # and each method's own
     )
     grids = [method.name for method in METHODS.values() if method.grid]  # those whose table entry names a grid
     parser.add_argument("--grid", default="easd", choices=("easd", *grids), help="whose thresholds to sweep")

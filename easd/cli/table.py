@@ -77,6 +77,8 @@ def _easd_notes(folder: Path, name: str, summaries: dict) -> list[str]:
     settings = saved.get("settings", {})
     source = saved.get("tau_h_source") or "not calibrated: τ_H's source was not recorded (a folder from before it was)"
     where = f"k = {settings.get('k')}, τ_H = {settings.get('tau_h')} ({source}), τ_O = {settings.get('tau_o')}, n = {settings.get('top_n')}"
+    if settings.get("entropy") == "sampling":
+        where += f", H of the sampling distribution (T = {settings.get('temperature')}, top-p = {settings.get('top_p')})"
     return [f"{row} on {name}: {where}" for row in rows if "@" not in str(row)]
 
 

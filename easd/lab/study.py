@@ -530,7 +530,8 @@ def assumptions(study: dict) -> list[str]:
         f"τ_H = {settings['tau_h']:g} ({config.get('tau_h_source') or plan.get('tau_h_source', 'not recorded')}), τ_O = {settings['tau_o']:g}, n = {settings['top_n']}, "
         f"k = {settings['k']}, rule {settings.get('rule', 'full')}",
         f"temperature {settings['temperature']:g}, top-p {settings['top_p']:g}, seed {settings['seed']}, "
-        f"at most {settings['max_new_tokens']:,} new tokens a problem, signals {settings.get('signals', 'float32')}",
+        f"at most {settings['max_new_tokens']:,} new tokens a problem, signals {settings.get('signals', 'float32')}, "
+        f"H of {'the sampling distribution' if settings.get('entropy') == 'sampling' else 'the models at temperature 1'}",
         f"grader: {config.get('grader', 'math-verify')} (easd.lab.problems.is_correct; the option formats compare the letter)",
         f"grid: τ_H ∈ {{{', '.join(f'{h:g}' for h in plan['tau_hs'])}}} × τ_O ∈ {{{', '.join(f'{o:g}' for o in plan['tau_os'])}}} "
         f"on the first {len(plan['grid_problems'])} problems; speed on the first {len(plan['speed_problems'])}, one row at a time; "

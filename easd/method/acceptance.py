@@ -41,6 +41,12 @@ def entropy_of_probs(probs: torch.Tensor) -> torch.Tensor:
     return torch.special.entr(probs).sum(dim=-1)
 
 
+def signal_probs(logits: torch.Tensor, entropy: str, temperature: float, top_p: float) -> torch.Tensor:
+    """The distribution whose entropy the rule reads: softmax(logits) at temperature 1 (the paper's), or with
+    entropy="sampling" the one tokens are drawn from (temperature > 0).  [B, V] -> [B, V]"""
+    return raw_probs(logits) if entropy == "temperature-1" else sampling_probs(logits, temperature, top_p)
+
+
 def entropy(logits: torch.Tensor) -> torch.Tensor:
     """Entropy in nats of softmax(logits) at temperature 1, in float32.  [B, V] -> [B]"""
     return entropy_of_probs(raw_probs(logits))
@@ -121,6 +127,7 @@ def decision_margins(
     tau_o: float,
     top_n: int,
     rounding: Rounding,
+    entropy_scale: float = 1.0,  # T where H is the sampling distribution's (entropy="sampling"), else 1
 ) -> Margins:
     """The rule's margins at each drafted position, the tolerances rounding allows, and whether the decision is fragile.
 
@@ -144,9 +151,12 @@ def decision_margins(
         ]
     )
     low, high = reachable.min(dim=0).values, reachable.max(dim=0).values
+    # H read at temperature T is softmax(z / T)'s, and a rounding step δ of z is δ / T of z / T (the top-p cut's own
+    # boundary is not among the tolerances: docs/method.md, "Fragile decisions")
+    t = entropy_scale
     h_draft_tol, h_target_tol = (
-        _entropy_tolerance(draft_logits, rounding.draft, rounding.draft_shift),
-        _entropy_tolerance(target_logits, rounding.target, rounding.target_shift),
+        _entropy_tolerance(draft_logits.float() / t, rounding.draft, rounding.draft_shift / t),
+        _entropy_tolerance(target_logits.float() / t, rounding.target, rounding.target_shift / t),
     )
     rule_settings = {"rule": rule, "tau_h": tau_h, "tau_o": tau_o, "top_n": top_n}
     return Margins(

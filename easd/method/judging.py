@@ -66,12 +66,18 @@ def judge_block(
     uniforms = torch.rand(k, generator=generator, device=drafted.device)
     accepted = acc.standard_accept(accept_prob, uniforms)  # [k]
 
-    q_probs, p_probs = acc.raw_probs(draft_logits), acc.raw_probs(target_logits)  # signals use temperature 1
-    h_draft, h_target = acc.entropy_of_probs(q_probs), acc.entropy_of_probs(p_probs)
+    q_probs, p_probs = acc.raw_probs(draft_logits), acc.raw_probs(target_logits)  # the trace's candidates: temperature 1
+    if settings.entropy == "temperature-1":  # the paper's H
+        h_draft, h_target = acc.entropy_of_probs(q_probs), acc.entropy_of_probs(p_probs)
+    else:  # the sampling distribution's, the one the tokens are drawn from
+        h_draft, h_target = acc.entropy_of_probs(q_tilde), acc.entropy_of_probs(p_tilde)
     overlap = acc.overlap_count(draft_logits, target_logits[:k], settings.top_n)
     rule = {"rule": settings.rule, "tau_h": settings.tau_h, "tau_o": settings.tau_o, "top_n": settings.top_n}
     triggered = acc.rule_fires(h_draft=h_draft, h_target=h_target[:k], overlap=overlap, **rule)
-    margins = acc.decision_margins(draft_logits, target_logits[:k], h_draft, h_target[:k], overlap, rounding=rounding, **rule)
+    scale = 1.0 if settings.entropy == "temperature-1" else T  # H of softmax(z / T) moves with z / T
+    margins = acc.decision_margins(
+        draft_logits, target_logits[:k], h_draft, h_target[:k], overlap, rounding=rounding, entropy_scale=scale, **rule
+    )
     penalized = accepted & triggered if refuses else torch.zeros_like(accepted)  # the one line where EASD is not SD
 
     ends = (~accepted | penalized).nonzero()
@@ -160,8 +166,9 @@ class Recorder:
         intervened.  logits: [1, V]"""
         record = TokenRecord(position, block, token, self.text(token), model)
         # a draft run fills the draft's columns (h_draft, draft_top), the others the target's
-        probs = acc.raw_probs(logits)
-        setattr(record, f"h_{model}", float(acc.entropy_of_probs(probs)[0]))
+        probs, settings = acc.raw_probs(logits), self.settings
+        measured = acc.signal_probs(logits, settings.entropy, settings.temperature, settings.top_p)
+        setattr(record, f"h_{model}", float(acc.entropy_of_probs(measured)[0]))
         setattr(record, f"{model}_top", self.top(probs)[0])
         if guided is not None:
             record.origin = "mti_guided"

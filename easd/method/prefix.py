@@ -55,7 +55,7 @@ def easd_after_sd(sd: Generation, settings: DecodeSettings) -> PrefixRun:
 
 
 def _check_compatible(sd: DecodeSettings, easd: DecodeSettings) -> None:
-    same = ("k", "top_n", "temperature", "top_p", "max_new_tokens", "seed")
+    same = ("k", "top_n", "temperature", "top_p", "max_new_tokens", "seed", "entropy")  # entropy: the H its trace holds
     if lookup(easd.method).follows != sd.method or any(getattr(sd, f) != getattr(easd, f) for f in same):
         raise ValueError(f"an EASD run can reuse an SD run only with the same {', '.join(same)}")
 

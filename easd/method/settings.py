@@ -13,10 +13,12 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..errors import SettingsError
 from . import knobs
 from .knobs import Control, knob
 
 SIGNALS = ("float32", "model")
+ENTROPIES = ("temperature-1", "sampling")
 RULES = ("full", "no_overlap", "no_draft_entropy", "target_entropy_only")
 MAX_K = 64  # more drafted tokens than this only wastes draft passes: acceptance decays geometrically
 MAX_TOP_N = 100  # top-n lists are stored per token in the trace; 100 columns is already a lot
@@ -121,6 +123,15 @@ class DecodeSettings:
     # The lm_head in float32 even for bfloat16 weights, so that rounding of the logits does not decide the rule
     # (docs/method.md, "Fragile decisions"); "model" uses the model's own logits, in its dtype.
     signals: str = knob("float32", "the logits the rule reads: float32, or the model's own dtype", choices=SIGNALS)
+    # The paper measures H on the models' own distributions, softmax(z) (temperature 1). A sampled run draws tokens
+    # from softmax(z / T) within top-p, whose entropy is lower at T < 1: "sampling" lets the rule (and the trace's
+    # h_draft and h_target, which calibrate and the what-if read) measure that one instead (docs/method.md).
+    entropy: str = knob(
+        "temperature-1",
+        "the distribution whose entropy H the rule reads: temperature-1 (the paper's), or sampling (softmax(z/T) within "
+        "top-p, as tokens are drawn; needs a temperature above 0)",
+        choices=ENTROPIES,
+    )
     # Each method's own settings (easd.method.methods) where they differ from its defaults, as (method name, its
     # settings dataclass) pairs in name order: two settings that decode alike are equal, and hash alike.
     own: tuple[tuple[str, Any], ...] = ()
@@ -145,6 +156,8 @@ class DecodeSettings:
     def validate(self) -> DecodeSettings:
         """Raise SettingsError naming the first setting out of range (a method's own by its flat name); else self."""
         knobs.check(self)
+        if self.entropy == "sampling" and self.greedy:
+            raise SettingsError("entropy", "sampling needs a temperature above 0: at 0 the sampling distribution is one token")
         for method, settings in self.own:
             knobs.check(settings, prefix=f"{method}_")
         return self
