@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from easd.lab.stats import majority, mcnemar_exact, paired_bootstrap, wilson
+from easd.lab.stats import majority, mcnemar_exact, paired_bootstrap, spread, wilson
 
 
 @pytest.mark.parametrize(
@@ -35,3 +35,13 @@ def test_majority_vote():
     same_letter = lambda a, b: a.strip("()") == b.strip("()")  # noqa: E731
     assert majority(["A", "(B)", "B", "A"], same_letter) == "A"  # a tie of two groups: the earliest
     assert majority(["A", "(B)", "B", "(B)"], same_letter) == "(B)"  # one group of three, whatever its spelling
+
+
+def test_a_figures_spread_over_repetitions():
+    steady, noisy = spread([10.0, 10.1, 9.9, 10.0, 10.0]), spread([8.0, 9.2, 10.0, 11.0, 9.0])
+    assert (steady.median, steady.low, steady.high, steady.n) == (10.0, 9.9, 10.1, 5)
+    assert steady.half_width < 0.03 and steady.needed == 3  # within ±3% from 3 on (t with 1 df is 12.7)
+    # the noisy one: t(4 df) · sd / √5 / median, and more repetitions than it had to reach ±3%
+    sd = np.std([8.0, 9.2, 10.0, 11.0, 9.0], ddof=1)
+    assert noisy.half_width == pytest.approx(2.776 * sd / np.sqrt(5) / 9.2) and noisy.needed > 5
+    assert "over 5 repetitions" in noisy.line() and spread([3.0]).line() == "3.00 (one repetition: no spread)"

@@ -24,7 +24,13 @@ def add(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rsd-delta", help="with --prm: RSD's δ; several (comma-separated) give an RSD row each, and a draft-only row"
     )
-    parser.add_argument("--repeats", type=int, default=1, help="passes over the prompts; all of them count")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="repetitions: passes over the prompts, every method interleaved in each; with 2 or more, each tokens/s and "
+        "ratio also prints its median, range and 95%% interval over the repetitions, and how many would give ±3%%",
+    )
     parser.add_argument("--batch-sizes", help="instead: total tokens/s at each B rows per pass, e.g. 1,4,16")
     suite = parser.add_argument_group("Spec-Bench (docs/evaluation.md)")
     suite.add_argument("--suite", nargs=2, metavar=("spec-bench", "FILE"), help="Spec-Bench's question file instead")

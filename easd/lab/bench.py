@@ -17,7 +17,10 @@ al.'s predicted speed-up with these costs next to the measured one.
 Fairness: every method runs a short untimed warm-up first, so one-off costs do not land on
 whichever runs first. Then, prompt by prompt, all methods run back to back in an order that
 rotates from prompt to prompt, so slow drifts of a shared machine's speed (we saw ±15% between
-identical runs) spread evenly over the methods instead of favouring whichever ran early.
+identical runs) spread evenly over the methods instead of favouring whichever ran early. `--repeats N` makes N
+such passes over the prompts: each figure and ratio is then also given per repetition, as its median, its range,
+the 95% interval of its mean and the repetitions that would narrow that to ±3% (easd.lab.stats.spread); a ratio's
+are of the repetitions' own ratios, whose two rows ran interleaved in the same minutes.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from ..method.spec_metrics import SpecMetrics
 from ..method.speed import PassCost, Speed, measure_pass_cost
 from ..method.step import Batch
 from ..method.trace import Trace
+from .stats import spread
 
 PROMPTS = [
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether in April and May?",
@@ -56,18 +60,28 @@ PROMPTS = [
 
 @dataclass
 class Row:
+    """One way to decode: its outputs and traces, and its tokens and seconds in each repetition over the prompts."""
+
     name: str
-    seconds: float = 0.0
-    outputs: list[list[int]] = field(default_factory=list)  # token ids per prompt
+    outputs: list[list[int]] = field(default_factory=list)  # token ids per prompt, every repetition's
     traces: list[Trace] = field(default_factory=list)  # ours only
+    laps: dict[int, list[float]] = field(default_factory=dict)  # repetition -> [tokens, seconds]
 
     @property
     def tokens(self) -> int:
-        return sum(len(ids) for ids in self.outputs)
+        return int(sum(tokens for tokens, _ in self.laps.values()))
+
+    @property
+    def seconds(self) -> float:
+        return sum(seconds for _, seconds in self.laps.values())
 
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds if self.seconds else 0.0
+
+    def speeds(self) -> list[float]:
+        """tokens/s in each repetition, in order."""
+        return [tokens / seconds for tokens, seconds in (self.laps[r] for r in sorted(self.laps))]
 
     def rates(self) -> str:
         """Speculative decoding's figures over all prompts (our runs only): `rates`."""
@@ -114,12 +128,18 @@ def run_benchmark(pairs: list[ModelPair], plan: BenchPlan) -> int:
         for decode in methods.values():
             decode(plan.prompts[0][:40])  # untimed warm-up on a short prompt
         names = list(methods)
-        for turn, prompt in enumerate(plan.prompts * plan.repeats):
-            for i in _rotated(len(names), turn):
-                _time_one(rows[names[i]], methods[names[i]], prompt)
-            print(f"  {pair.backend}: prompt {turn + 1}/{len(plan.prompts) * plan.repeats} done", flush=True)
+        for repetition in range(plan.repeats):
+            for i, prompt in enumerate(plan.prompts):
+                turn = repetition * len(plan.prompts) + i
+                for j in _rotated(len(names), turn):
+                    _time_one(rows[names[j]], methods[names[j]], prompt, repetition)
+                print(f"  {pair.backend}: prompt {turn + 1}/{len(plan.prompts) * plan.repeats} done", flush=True)
     for row in rows.values():
         print(f"  {row.name:<52} {row.tokens:>6} tokens {row.seconds:>8.2f} s {row.tokens_per_s:>7.2f} tokens/s  {row.rates()}")
+    if plan.repeats > 1:
+        print("tokens/s, repetition by repetition:")
+        for row in rows.values():
+            print(f"  {row.name:<52} {spread(row.speeds()).line()}")
     _print_ratios(ratios_of(pairs, plan, rows))
     for pair in pairs:
         _print_speed(pair.backend, plan, rows)
@@ -230,14 +250,16 @@ def _rotated(n: int, turn: int) -> list[int]:
     return [(turn + i) % n for i in range(n)]
 
 
-def _time_one(row: Row, decode, prompt: str) -> None:
+def _time_one(row: Row, decode, prompt: str, repetition: int) -> None:
     started = time.perf_counter()
     result = decode(prompt)
-    row.seconds += time.perf_counter() - started
+    seconds = time.perf_counter() - started
     if isinstance(result, Trace):
         row.traces.append(result)
         result = result.token_ids
     row.outputs.append(result)
+    lap = row.laps.setdefault(repetition, [0, 0.0])
+    lap[0], lap[1] = lap[0] + len(result), lap[1] + seconds
 
 
 def _ours(pair: ModelPair, prompt: str, settings: DecodeSettings) -> Trace:
@@ -275,9 +297,13 @@ def _assistant_settings(draft, constant_k: int | None):
 
 
 def _print_ratios(pairs: list[tuple[str, Row, Row]]) -> None:
+    """Each ratio of tokens/s over all repetitions; with several, its median and spread over the repetitions' own
+    ratios (the two rows ran interleaved within each, so a repetition's ratio compares like with like)."""
     print("ratios:")
     for label, a, b in pairs:
         print(f"  {label:<56} {a.tokens_per_s / b.tokens_per_s:.3f}×")
+        if len(a.laps) > 1:
+            print(f"  {'':<56} {spread([x / y for x, y in zip(a.speeds(), b.speeds())]).line('{:.3f}×')}")
 
 
 def _print_speed(backend: str, plan: BenchPlan, rows: dict) -> None:

@@ -1,10 +1,12 @@
-"""The statistics of the evaluation: Wilson intervals, the exact McNemar test, a paired bootstrap, majority votes."""
+"""The statistics of the evaluation: Wilson intervals, the exact McNemar test, a paired bootstrap, majority votes;
+and of `bench`: a figure's spread over repetitions."""
 
 from __future__ import annotations
 
 import math
 import operator
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -56,3 +58,46 @@ def majority(answers: list[str | None], same: Callable[[str, str], bool] = opera
         else:
             group.append(answer)
     return max(groups, key=len)[0] if groups else None  # max keeps the first of equals: the earliest group
+
+
+# --- repeated timings ---------------------------------------------------------------------------
+
+T95 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365, 9: 2.306, 10: 2.262}  # Student's t, n − 1 df
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A figure measured once per repetition: its median, its range, and how sure the mean is.
+
+    `half_width` is the 95% interval of the mean, as a share of the median (Student's t over the repetitions);
+    `needed` is how many repetitions would bring it within `within` (±3%), at the spread seen."""
+
+    median: float
+    low: float
+    high: float
+    n: int
+    half_width: float  # NaN with one repetition
+    needed: int | None  # None with one repetition
+
+    def line(self, form: str = "{:.2f}") -> str:
+        shown = form.format(self.median)
+        if self.n == 1:
+            return f"{shown} (one repetition: no spread)"
+        return (
+            f"{shown} (median; {form.format(self.low)}–{form.format(self.high)} over {self.n} repetitions, "
+            f"mean ±{100 * self.half_width:.1f}% at 95%; {self.needed} for ±3%)"
+        )
+
+
+def spread(values: list[float], within: float = 0.03) -> Spread:
+    """The Spread of a figure's per-repetition values."""
+    x = np.asarray(values, dtype=float)
+    median, n = float(np.median(x)), len(x)
+    if n < 2:
+        return Spread(median, median, median, n, math.nan, None)
+    sd = float(x.std(ddof=1))
+    if not median:
+        return Spread(median, float(x.min()), float(x.max()), n, math.nan, None)
+    width = lambda m: T95.get(m, Z95) * sd / math.sqrt(m) / abs(median)  # noqa: E731
+    needed = next((m for m in range(2, 10_000) if width(m) <= within), 10_000)
+    return Spread(median, float(x.min()), float(x.max()), n, width(n), needed)
