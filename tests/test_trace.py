@@ -143,11 +143,20 @@ def test_csv_column_order_follows_the_design():
     assert names[24:27] == ["guided_top1_id", "guided_top1_text", "guided_top1_prob"]
     # every setting is a column: those every method reads as declared, then each method's own, then the models
     settings = ["tau_h", "tau_o", "top_n", "k", "temperature", "top_p", "max_new_tokens", "seed", "record_top", "signals"]
-    settings += ["mti_tau", "mti_omega", "mti_negative", "rsd_delta", "rsd_delimiter", "beam_width", "beam_length_penalty"]
-    assert names[:2] == ["method", "rule"] and names[-19:] == [*settings, "draft_model", "target_model"]
+    settings += [
+        "entropy",
+        "mti_tau",
+        "mti_omega",
+        "mti_negative",
+        "rsd_delta",
+        "rsd_delimiter",
+        "beam_width",
+        "beam_length_penalty",
+    ]
+    assert names[:2] == ["method", "rule"] and names[-20:] == [*settings, "draft_model", "target_model"]
     margins = ["h_draft_margin", "h_target_margin", "draft_gap", "target_gap", "overlap_swap"]
     margins += ["h_draft_tol", "h_target_tol", "overlap_low", "overlap_high", "fragile"]
-    assert names[-29:-19] == margins
+    assert names[-30:-20] == margins
 
 
 @pytest.mark.parametrize(
@@ -377,7 +386,8 @@ def test_formula_cells_are_neutralised_in_the_csv(tmp_path):
     text_columns = [
         i
         for i, name in enumerate(header)
-        if name.endswith(("_text", "_model")) or name in ("method", "rule", "origin", "signals", "mti_negative", "rsd_delimiter")
+        if name.endswith(("_text", "_model"))
+        or name in ("method", "rule", "origin", "signals", "entropy", "mti_negative", "rsd_delimiter")
     ]
     for line in lines:
         for i, cell in enumerate(line):
