@@ -11,10 +11,23 @@ import argparse
 import sys
 
 from ..errors import EasdError
-from . import bench, calibrate, evaluate, export_html, generate, lm_eval, methods, pairs, study, sweep, table
+from . import bench, calibrate, evaluate, export_html, generate, lm_eval, methods, pairs, site, study, sweep, table
 from .flags import add_weight_flags, check_model_flags, runtime_of
 
-COMMANDS = (generate, bench, pairs, methods, evaluate, study, table, calibrate, sweep, export_html, lm_eval)  # in --help's order
+COMMANDS = (
+    generate,
+    bench,
+    pairs,
+    methods,
+    evaluate,
+    study,
+    table,
+    calibrate,
+    sweep,
+    export_html,
+    site,
+    lm_eval,
+)  # in --help's order
 __all__ = ["add_weight_flags", "build_parser", "check_model_flags", "main", "runtime_of"]
 
 

@@ -43,7 +43,7 @@ DRAW_FIGURES = """
 SCRIPT = (
     """
 (() => {
-  const inspector = document.getElementById('inspector');
+  const inspector = document.getElementById('inspector') || document.createElement('div');  // a page without tokens
   const hint = inspector.innerHTML;
   let chosen = null;
   const spanAt = (lane, pos) => document.querySelector(`span[data-lane="${lane}"][data-pos="${pos}"]`);
@@ -98,12 +98,20 @@ pre.prompt { white-space: pre-wrap; background: #f7f7f7; padding: 8px; border-ra
 
 def comparison_file(traces: dict[str, Trace | None]) -> str:
     """The whole file for a comparison's two lanes (a lane may be None)."""
+    title, body = comparison_body(traces)
+    return standalone_page(title, body, SCRIPT, LAYOUT_CSS)
+
+
+def comparison_body(traces: dict[str, Trace | None], above: Html | None = None) -> tuple[str, Html]:
+    """(title, body) of a comparison's page: lanes, inspector, figures and every token's details (`above` goes
+    first: a static site's way home)."""
     traces = {lane: traces.get(lane) for lane in LANES}
     shown = next((t for t in traces.values() if t is not None and t.records), None)
     if shown is None:
         raise EasdError(NOTHING_YET)
     body = join(
         [
+            above or Html(""),
             tag("h1", "EASD Lab: ", " | ".join(lane_title(lane, t) for lane, t in traces.items())),
             tag("pre", shown.prompt, class_="prompt"),
             legend_html(),
@@ -112,7 +120,7 @@ def comparison_file(traces: dict[str, Trace | None]) -> str:
             *_inspectors(traces),
         ]
     )
-    return standalone_page(f"EASD Lab: {' '.join(shown.prompt.split())[:80]}", body, SCRIPT, LAYOUT_CSS)
+    return f"EASD Lab: {' '.join(shown.prompt.split())[:80]}", body
 
 
 def standalone_page(title: str, body: Html, script: str, css: str) -> str:

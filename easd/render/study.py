@@ -27,10 +27,16 @@ p.verdict { font-size: 1.15em; border-left: 4px solid #2563eb; padding: 6px 12px
 
 
 def study_file(study: dict) -> str:
-    config = study["config"]
-    title = f"Does EASD help? {config['pair']}"
+    title, body = study_body(study)
+    return standalone_page(title, body, DRAW_FIGURES, CSS)
+
+
+def study_body(study: dict, above: Html | None = None) -> tuple[str, Html]:
+    """(title, body) of the report (`above` goes first: a static site's way home)."""
+    title = f"Does EASD help? {study['config']['pair']}"
     body = join(
         [
+            above or Html(""),
             tag("h1", title),
             tag("p", study["verdict"], class_="verdict"),
             _accuracy(study),
@@ -43,7 +49,7 @@ def study_file(study: dict) -> str:
             tag("ul", *[tag("li", line) for line in study["assumptions"]]),
         ]
     )
-    return standalone_page(title, body, DRAW_FIGURES, CSS)
+    return title, body
 
 
 def _table(header: list[str], rows: list[list], numeric: set[int] = frozenset()) -> Html:
