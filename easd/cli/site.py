@@ -56,7 +56,7 @@ def add(parser: argparse.ArgumentParser) -> None:
         "--max-trace-mb",
         type=float,
         default=64,
-        help="refuse a trace file larger than this many MB (its page holds every token's details: about 5 kB a token)",
+        help="refuse a trace file larger than this many MB (its page, which holds every token's details, is about as large)",
     )
 
 
