@@ -553,3 +553,21 @@ def test_eval_grades_with_the_harness_rules_when_asked_and_prints_the_other_grad
     # a folder's `correct` column holds one grader's verdicts: resuming it with the other is refused
     assert main([*arguments, "--resume"]) == 2
     assert "was run with other grader" in capsys.readouterr().err
+
+
+def test_a_folder_made_before_a_setting_existed_resumes_at_its_default(tmp_path):
+    """run.json written before `entropy` was a setting: resuming it at the default is the same run; otherwise not."""
+    from dataclasses import replace
+
+    from easd.lab.results_table import prepare_folder
+    from easd.method.methods import settings_values
+
+    settings = {k: v for k, v in settings_values(DecodeSettings()).items() if k not in ("method", "rule")}
+    config = {"pair": "tiny", "data": "d.jsonl", "format": "gsm8k", "samples": 1, "settings": settings}
+    old = config | {"settings": {k: v for k, v in settings.items() if k != "entropy"}}
+    (tmp_path / "run.json").write_text(json.dumps(old))
+    prepare_folder(tmp_path, config, resume=True)  # the same run
+    sampled = settings_values(replace(DecodeSettings(), entropy="sampling", temperature=0.7))
+    (tmp_path / "run.json").write_text(json.dumps(old))
+    with pytest.raises(EasdError, match="other settings"):
+        prepare_folder(tmp_path, config | {"settings": {k: v for k, v in sampled.items() if k in settings}}, resume=True)

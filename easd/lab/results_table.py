@@ -140,6 +140,19 @@ class ResultsFile:
         os.replace(partial, self.path)
 
 
+def _as_run(config: dict, key: str):
+    """A run.json's value for `key` as the run had it: a key or a setting added since reads as what it was then (a
+    folder made before `--entropy` existed ran at its default)."""
+    value = config.get(key, UNSAID.get(key))
+    if key == "settings" and isinstance(value, dict):
+        from ..method.methods import settings_values
+        from ..method.settings import DecodeSettings
+
+        defaults = {k: v for k, v in settings_values(DecodeSettings()).items() if k not in ("method", "rule")}
+        return defaults | value
+    return value
+
+
 def prepare_folder(out: Path, config: dict, resume: bool) -> ResultsFile:
     """Create or reopen the output folder; refuse to mix results of different settings."""
     results = ResultsFile(out)
@@ -148,7 +161,7 @@ def prepare_folder(out: Path, config: dict, resume: bool) -> ResultsFile:
         raise EasdError(f"--out: {out} already holds results; add --resume to continue them, or choose another folder")
     if resume and config_path.exists():
         saved = json.loads(config_path.read_text(encoding="utf-8"))
-        different = [key for key in RESUME_KEYS if saved.get(key, UNSAID.get(key)) != config.get(key, UNSAID.get(key))]
+        different = [key for key in RESUME_KEYS if _as_run(saved, key) != _as_run(config, key)]
         if different:
             raise EasdError(f"--resume: {out} was run with other {', '.join(different)}; choose another --out")
     out.mkdir(parents=True, exist_ok=True)
