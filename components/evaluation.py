@@ -4,6 +4,7 @@ traces in the Compare tab's lanes (a folder written with `eval --traces`)."""
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from easd.render.figures import empty_figure
 from easd.render.html import Html, join, number, tag
 from easd.traces import files as trace_io
 
+from .export import site_aside
 from .links import folder_name
 
 
@@ -39,6 +41,8 @@ class EvaluationTab:
     left_answer: gr.HTML
     right_answer: gr.HTML
     differences: gr.Dataframe  # where the two chosen methods differ: a row opens both traces in the Compare tab
+    make_site: gr.Button  # the open folder as a static site (easd.lab.site), offered as a zip
+    site_file: gr.File  # that zip, once made
     results: gr.State  # the loaded results.csv, per session
     traces: gr.State  # the open folder's traces/ (eval --traces), or None: never sent to the browser
 
@@ -91,6 +95,9 @@ def build_evaluation_tab(folders: list[str]) -> EvaluationTab:
         interactive=False,
         elem_id="eval_differences",
     )
+    with gr.Row():
+        make_site = gr.Button("Make a static site of this folder (.zip)", elem_id="eval_make_site")
+    site_file = gr.File(label="A static site: unzip it, open index.html, or push it to a Static Space", visible=False)
     return EvaluationTab(
         folder=folder,
         uploads=uploads,
@@ -105,6 +112,8 @@ def build_evaluation_tab(folders: list[str]) -> EvaluationTab:
         left_answer=left_answer,
         right_answer=right_answer,
         differences=differences,
+        make_site=make_site,
+        site_file=site_file,
         results=gr.State(None),
         traces=gr.State(None),
     )
@@ -125,6 +134,23 @@ def load_folder(tab: EvaluationTab, allowed: list[str], values: dict) -> dict:
     path = Path(allowed[int(choice)])
     files = {name: path / name for name in ("results.csv", "summary.csv", "paired.csv") if (path / name).exists()}
     return _show(tab, files, f"Opened {path.name}") | {tab.traces: traces_in(path)}
+
+
+def make_site(tab: EvaluationTab, allowed: list[str], downloads: Path, values: dict) -> dict:
+    """The open folder as a static site (its accuracy, the problems whose answers part and both runs of each), zipped
+    for download; made in a process of its own (components.export.site_aside). Only an allowed folder: an upload has
+    no traces to draw."""
+    choice = values[tab.folder]
+    if not choice:
+        raise EasdError("Open an evaluation folder from the list first: a static site is made of a folder and its traces.")
+    if not (isinstance(choice, str) and choice.isdigit() and int(choice) < len(allowed)):
+        raise EasdError("That folder is not one this app was allowed to open.")
+    folder = Path(allowed[int(choice)])
+    downloads.mkdir(parents=True, exist_ok=True)
+    out = Path(tempfile.mkdtemp(dir=downloads)) / f"{folder_name(str(folder))}-site.zip"
+    site_aside(folder, out)
+    line = f"A static site of {folder.name}: unzip it and open index.html, or publish it (python -m easd site, docs)."
+    return {tab.site_file: gr.File(value=str(out), visible=True), tab.message: tag("p", line)}
 
 
 def load_uploads(tab: EvaluationTab, values: dict) -> dict:

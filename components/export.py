@@ -29,6 +29,31 @@ def file_aside(source: Path, lanes: list[str], out: Path) -> int:
     return pool.submit(write_file, source, lanes, out).result()
 
 
+def site_aside(folder: Path, out: Path) -> int:
+    """The static site of an evaluation folder (easd.lab.site) as one zip at `out`, made in the same process of its
+    own as the one-file export (a folder of many problems takes seconds of CPU) -> the id of the process that made it."""
+    with _LOCK:
+        global _POOL
+        if _POOL is None:
+            _POOL = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        pool = _POOL
+    return pool.submit(write_site, folder, out).result()
+
+
+def write_site(folder: Path, out: Path) -> int:
+    """`site_aside`'s work, where it runs: the site built beside `out`, zipped into it, and the folder removed."""
+    import shutil
+    import tempfile
+
+    from easd.lab.site import build_site
+
+    with tempfile.TemporaryDirectory(dir=out.parent) as scratch:
+        site = build_site([folder], Path(scratch) / "site", f"EASD Lab: {folder.name}", progress=False)
+        made = shutil.make_archive(str(Path(scratch) / "site"), "zip", site)
+        os.replace(made, out)
+    return os.getpid()
+
+
 def write_file(source: Path, lanes: list[str], out: Path) -> int:
     """`file_aside`'s work, where it runs: -> that process's id."""
     runs = trace_io.read_json(source, capped=False)  # the server's own file: no limit to apply

@@ -123,6 +123,14 @@ def _wire_evaluation(tab: EvaluationTab, eval_dirs: list[str], page: Page, host:
     say = functools.partial(_eval_say, tab)
     tab.folder.change(wire(evaluation.load_folder, tab, eval_dirs, show=say), {tab.folder}, tab.outputs(), **private)
     tab.uploads.upload(wire(evaluation.load_uploads, tab, show=say), {tab.uploads}, tab.outputs(), **private)
+    tab.make_site.click(
+        wire(evaluation.make_site, tab, eval_dirs, page.downloads, show=say),
+        {tab.folder},
+        [tab.site_file, tab.message],
+        **private,
+        concurrency_id="make_html",  # one file at a time, made in the one process the page's files are made in
+        concurrency_limit=1,
+    )
     chosen = {tab.results, tab.left_method, tab.right_method}
     tab.problems.select(
         wire(evaluation.show_answers, tab, show=say), chosen, [tab.left_answer, tab.right_answer, tab.message], **private

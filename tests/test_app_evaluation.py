@@ -1,5 +1,7 @@
 """The Evaluation tab's loading and rendering, without a browser: handlers called as the page calls them."""
 
+from pathlib import Path
+
 import gradio as gr
 import pandas as pd
 import pytest
@@ -99,3 +101,20 @@ def test_a_difference_opens_both_traces_and_a_folder_without_them_says_so_in_one
     forged["problem_id"] = "../../" + forged["problem_id"].astype(str)  # a results.csv whose ids lead out of traces/
     with pytest.raises(EasdError, match="traces/ holds no trace of 'sd' on problem '../../"):
         evaluation.chosen_runs(tab, values | {tab.results: forged}, SimpleNamespace(index=[0, 0]))
+
+
+@pytest.mark.slow  # a process of its own is started (spawn) to build the site
+def test_the_tab_makes_a_static_site_of_an_allowed_folder_only(tab, eval_folder, tmp_path):
+    import zipfile
+
+    with pytest.raises(EasdError, match="Open an evaluation folder"):
+        evaluation.make_site(tab, [str(eval_folder)], tmp_path, {tab.folder: None})
+    with pytest.raises(EasdError, match="not one this app was allowed"):
+        evaluation.make_site(tab, [str(eval_folder)], tmp_path, {tab.folder: "7"})
+    made = evaluation.make_site(tab, [str(eval_folder)], tmp_path, {tab.folder: "0"})
+    update = made[tab.site_file]
+    archive = Path(update["value"]["path"] if isinstance(update, dict) else update.value["path"])
+    names = set(zipfile.ZipFile(archive).namelist())
+    assert {"index.html", "README.md", "assets/plotly.min.js", "assets/site.js", "evals/" + eval_folder.name + ".html"} <= names
+    [made_in] = tmp_path.iterdir()  # the zip alone, in a folder of its own: no scratch site left beside it
+    assert [p.name for p in made_in.iterdir()] == [archive.name]

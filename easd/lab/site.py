@@ -63,7 +63,7 @@ def build_site(sources: list[Path], out: Path, title: str, max_trace_mb: float =
         entries, names = [], set()
         with tqdm(total=len(kinds), desc="sources", unit="source", dynamic_ncols=True, disable=not progress) as bar:
             for kind, source in kinds:
-                entries.append(BUILDERS[kind](source, building, _unique(source, names)))
+                entries.append(BUILDERS[kind](source, building, _unique(source, names), progress))
                 bar.update()
         write_text_whole(building / "index.html", site.home_page(title, entries), errors="replace")
         write_text_whole(building / "README.md", SPACE_README.format(title=title.replace("\n", " ")))
@@ -91,7 +91,7 @@ def _kind(source: Path) -> str:
     raise EasdError(f"{source}: not a trace file (.json, .csv), an `eval` folder or a `study` folder (run.json, results.csv)")
 
 
-def _run(source: Path, site_dir: Path, slug: str):
+def _run(source: Path, site_dir: Path, slug: str, progress: bool):
     from ..method.compare import first_difference
     from ..render import site
     from ..traces import files as trace_io
@@ -115,7 +115,7 @@ def _run(source: Path, site_dir: Path, slug: str):
     )
 
 
-def _evaluation(source: Path, site_dir: Path, slug: str):
+def _evaluation(source: Path, site_dir: Path, slug: str, progress: bool):
     from tqdm import tqdm
 
     from ..lab.report import grader_of, summary_table
@@ -136,7 +136,9 @@ def _evaluation(source: Path, site_dir: Path, slug: str):
     differences = []
     if len(methods) >= 2:
         pairs = _parted(results, methods[0], methods[1])
-        for problem, (a, b) in tqdm(pairs.items(), desc=f"{source.name}: runs", unit="problem", leave=False):
+        for problem, (a, b) in tqdm(
+            pairs.items(), desc=f"{source.name}: runs", unit="problem", leave=False, disable=not progress
+        ):
             href = _pair_page(source, site_dir, f"{slug}-{_slug(problem)}", a, b)
             differences.append(
                 {
@@ -157,7 +159,7 @@ def _evaluation(source: Path, site_dir: Path, slug: str):
     return entry
 
 
-def _study(source: Path, site_dir: Path, slug: str):
+def _study(source: Path, site_dir: Path, slug: str, progress: bool):
     from ..lab.results_table import load_results
     from ..lab.study import analyse
     from ..render import site
