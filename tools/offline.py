@@ -3,6 +3,7 @@ with the network switched off; print its size, how long until its figures were d
 
     python -m tools.offline run.html                      # a laptop's window
     python -m tools.offline run.html --size 390,844       # a phone's
+    python -m tools.offline site/runs/run.html            # a static site's page (python -m easd site)
 
 Needs Debian's Chromium and ChromeDriver (apt-get install chromium chromium-driver). The tests open files with
 the same functions (tests/test_export.py).
@@ -68,7 +69,7 @@ def requests_made(driver) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("file", type=Path, help="an HTML file written by `python -m easd export-html`")
+    parser.add_argument("file", type=Path, help="an HTML file written by `python -m easd export-html` or `site`")
     parser.add_argument("--size", default="1280,720", help="the window's width,height in pixels")
     args = parser.parse_args(argv)
     if not args.file.is_file():
@@ -77,10 +78,14 @@ def main(argv: list[str] | None = None) -> None:
     try:
         asked = requests_made(driver)
         errors = [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+        painted = driver.execute_script(
+            "const p = performance.getEntriesByName('first-contentful-paint')[0]; return p ? p.startTime : null"
+        )
     finally:
         driver.quit()
     print(f"{args.file.name}: {args.file.stat().st_size / 2**20:.1f} MB; window {args.size}")
-    print(f"figures drawn {seconds:.2f} s after opening, the network off")
+    lanes = f"first lanes painted {painted / 1000:.2f} s, " if painted is not None else ""
+    print(f"{lanes}figures drawn {seconds:.2f} s after opening, the network off")
     schemes = sorted({url.split(":", 1)[0] for url in asked})
     print(f"requests: {len(asked)} ({', '.join(schemes)}); console errors: {len(errors)}")
     for error in errors[:5]:
