@@ -13,7 +13,18 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from tqdm import tqdm
+
 from ..errors import EasdError, SettingsError
+from ..files import write_text_whole
+from ..method.compare import first_difference
+from ..render import site
+from ..render.html import tag
+from ..traces import files as trace_io
+from .evaluate import trace_name
+from .report import grader_of, summary_table
+from .results_table import load_results
+from .study import analyse
 
 MARK = ".easd-site"  # in every site this command built: the one kind of folder --out may replace
 
@@ -39,10 +50,6 @@ helped on its problems, at what speed, and how robust that is to its thresholds.
 
 def build_site(sources: list[Path], out: Path, title: str, max_trace_mb: float = 64, progress: bool = True) -> Path:
     """Build the site of `sources` (trace files, eval folders, study folders) at `out` -> `out`."""
-    from tqdm import tqdm
-
-    from ..files import write_text_whole
-    from ..render import site
 
     out = checked_out(out)
     if max_trace_mb <= 0:
@@ -92,9 +99,6 @@ def _kind(source: Path) -> str:
 
 
 def _run(source: Path, site_dir: Path, slug: str, progress: bool):
-    from ..method.compare import first_difference
-    from ..render import site
-    from ..traces import files as trace_io
 
     traces = trace_io.load(source)
     if not traces:
@@ -111,16 +115,14 @@ def _run(source: Path, site_dir: Path, slug: str, progress: bool):
         "the lanes part at token " + str(fork) if fork is not None else "the lanes never part",
     ]
     return site.Entry(
-        "run", " ".join(shown[0].prompt.split())[:100] or source.name, href + (f"#right-{fork}" if fork else ""), facts
+        "run",
+        " ".join(shown[0].prompt.split())[:100] or source.name,
+        href + (f"#right-{fork}" if fork is not None else ""),
+        facts,
     )
 
 
 def _evaluation(source: Path, site_dir: Path, slug: str, progress: bool):
-    from tqdm import tqdm
-
-    from ..lab.report import grader_of, summary_table
-    from ..lab.results_table import load_results
-    from ..render import site
 
     config = json.loads((source / "run.json").read_text(encoding="utf-8"))
     results = load_results(source / "results.csv")
@@ -160,10 +162,6 @@ def _evaluation(source: Path, site_dir: Path, slug: str, progress: bool):
 
 
 def _study(source: Path, site_dir: Path, slug: str, progress: bool):
-    from ..lab.results_table import load_results
-    from ..lab.study import analyse
-    from ..render import site
-    from ..render.html import tag
 
     study = analyse(source)
     results = load_results(source / "results.csv")
@@ -194,10 +192,6 @@ def _parted(results, a: str, b: str) -> dict[str, tuple[dict, dict]]:
 
 def _pair_page(source: Path, site_dir: Path, slug: str, a: dict, b: dict) -> str | None:
     """The page of two result rows' runs, from the folder's traces/ (None where it kept none), at the parting token."""
-    from ..lab.evaluate import trace_name
-    from ..method.compare import first_difference
-    from ..render import site
-    from ..traces import files as trace_io
 
     paths = [source / "traces" / trace_name(row) for row in (a, b)]
     if not all(p.is_file() for p in paths):
@@ -217,7 +211,6 @@ def _pair(trace) -> str:
 
 
 def _write(path: Path, html: str) -> None:
-    from ..files import write_text_whole
 
     write_text_whole(path, html, errors="replace")  # a lone surrogate of a token's bytes becomes "?"
 
