@@ -291,6 +291,9 @@ def _sympy(text: str):
 
 
 def _forked(prediction: str, reference: str) -> bool:
+    import latex2sympy2_extended  # noqa: F401 - imported here, before the fork: SECONDS limits the comparison, as the
+    import sympy  # noqa: F401 - harness's does, not the second it takes a fresh process to import the parsers
+
     context = multiprocessing.get_context("fork")
     result = context.Queue()
     worker = context.Process(target=_compare, args=(prediction, reference, result), daemon=True)

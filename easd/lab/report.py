@@ -94,7 +94,7 @@ def _summary_row(method: str, group: pd.DataFrame, format: str, grader: str) -> 
         row.update(
             sample_accuracy_mean=per_sample.mean(),
             sample_accuracy_std=per_sample.std(ddof=1),
-            vote_accuracy=_vote_accuracy(group, format),
+            vote_accuracy=_vote_accuracy(group, format, grader),
         )
     return row
 
