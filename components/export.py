@@ -21,23 +21,13 @@ def file_aside(source: Path, lanes: list[str], out: Path) -> int:
     Python's lock for a third of a second at a time, keeping every other user's page and /metrics waiting; the
     process is started once, on the first file, and serves one file at a time (the page's make_html limit).
     -> the id of the process that wrote it."""
-    with _LOCK:
-        global _POOL
-        if _POOL is None:
-            _POOL = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-        pool = _POOL
-    return pool.submit(write_file, source, lanes, out).result()
+    return _pool().submit(write_file, source, lanes, out).result()
 
 
 def site_aside(folder: Path, out: Path) -> int:
     """The static site of an evaluation folder (easd.lab.site) as one zip at `out`, made in the same process of its
     own as the one-file export (a folder of many problems takes seconds of CPU) -> the id of the process that made it."""
-    with _LOCK:
-        global _POOL
-        if _POOL is None:
-            _POOL = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-        pool = _POOL
-    return pool.submit(write_site, folder, out).result()
+    return _pool().submit(write_site, folder, out).result()
 
 
 def write_site(folder: Path, out: Path) -> int:
@@ -59,6 +49,15 @@ def write_file(source: Path, lanes: list[str], out: Path) -> int:
     runs = trace_io.read_json(source, capped=False)  # the server's own file: no limit to apply
     write_text_whole(out, comparison_file(dict(zip(lanes, runs))), errors="replace")  # a lone surrogate becomes "?"
     return os.getpid()
+
+
+def _pool() -> ProcessPoolExecutor:
+    """The one process the page's files are made in, started on the first file."""
+    with _LOCK:
+        global _POOL
+        if _POOL is None:
+            _POOL = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        return _POOL
 
 
 _LOCK = threading.Lock()

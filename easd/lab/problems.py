@@ -19,7 +19,6 @@ import csv
 import hashlib
 import json
 import logging
-import multiprocessing
 import random
 import re
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from pathlib import Path
 
 from ..errors import EasdError
 from . import qwen25_math
+from .forked import check_in_fork
 
 # How each format's answer is graded: a number (GSM8K-style normalisation), math-verify's
 # equivalence, every one of several answers (OlympiadBench), or an option letter.
@@ -428,27 +428,15 @@ def choice_letter(text: str) -> str | None:
 
 
 def math_equal(prediction: str, gold: str, seconds: float = MATH_VERIFY_SECONDS) -> bool:
-    """math-verify's equivalence, in a forked process we can stop: its own timeouts use SIGALRM,
-    which only works in the main thread (the app and the evaluation may run elsewhere)."""
-    context = multiprocessing.get_context("fork")
-    result = context.Queue()
-    worker = context.Process(target=_math_verify, args=(prediction, gold, result), daemon=True)
-    worker.start()
-    worker.join(seconds)
-    if worker.is_alive():
-        worker.kill()
-        worker.join()
-        return False
-    return not result.empty() and result.get()
+    """math-verify's equivalence, in a forked process we can stop (easd.lab.forked)."""
+    return check_in_fork(_math_verify, (prediction, gold), seconds)
 
 
-def _math_verify(prediction: str, gold: str, result) -> None:
+def _math_verify(prediction: str, gold: str) -> bool:
     from math_verify import parse, verify
 
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # it warns that its timeouts are off: ours is on
     # an answer is one formula: dollars inside it ("x$, $y", as OlympiadBench writes lists) would split it, so
     # math-verify reads it without them (an escaped \\$ is a currency sign and stays)
     wrap = lambda s: s if "\\boxed" in s else f"${without_dollars(s)}$"
-    result.put(
-        bool(verify(parse(wrap(gold), parsing_timeout=None), parse(wrap(prediction), parsing_timeout=None), timeout_seconds=None))
-    )
+    return verify(parse(wrap(gold), parsing_timeout=None), parse(wrap(prediction), parsing_timeout=None), timeout_seconds=None)

@@ -21,8 +21,9 @@ The harness stops a comparison after 3 s (pebble's timeout) and counts it wrong;
 from __future__ import annotations
 
 import math
-import multiprocessing
 import re
+
+from .forked import check_in_fork
 
 SECONDS = 3.0  # the harness's evaluate.py: `pool.map(math_equal_process, params, timeout=3)`
 CHOICES = ("A", "B", "C", "D", "E")
@@ -294,17 +295,4 @@ def _forked(prediction: str, reference: str) -> bool:
     import latex2sympy2_extended  # noqa: F401 - imported here, before the fork: SECONDS limits the comparison, as the
     import sympy  # noqa: F401 - harness's does, not the second it takes a fresh process to import the parsers
 
-    context = multiprocessing.get_context("fork")
-    result = context.Queue()
-    worker = context.Process(target=_compare, args=(prediction, reference, result), daemon=True)
-    worker.start()
-    worker.join(SECONDS)
-    if worker.is_alive():
-        worker.kill()
-        worker.join()
-        return False
-    return not result.empty() and result.get()
-
-
-def _compare(prediction: str, reference: str, result) -> None:
-    result.put(bool(answers_equal(prediction, reference)))
+    return check_in_fork(answers_equal, (prediction, reference), SECONDS)

@@ -165,11 +165,11 @@ def _study(source: Path, site_dir: Path, slug: str, progress: bool):
 
     study = analyse(source)
     results = load_results(source / "results.csv")
+    parted = _parted(results, "sd", "easd")
     runs = {}
-    for found in study["differences"]:
-        rows = _parted(results[results["problem_id"] == found["problem_id"]], "sd", "easd")
-        for problem, (a, b) in rows.items():
-            runs[problem] = _pair_page(source, site_dir, f"{slug}-{_slug(problem)}", a, b)
+    for problem in (found["problem_id"] for found in study["differences"]):
+        if problem in parted:
+            runs[problem] = _pair_page(source, site_dir, f"{slug}-{_slug(problem)}", *parted[problem])
     href = f"studies/{slug}.html"
     _write(site_dir / href, site.study_page(study, runs))
     accuracy = {row["method"]: row["accuracy"] for row in study["accuracy"]}
