@@ -1,5 +1,5 @@
 """The files a page offers for download: its lanes' traces as one CSV and one JSON file, and on demand both lanes as
-one HTML file, in a folder of its own.
+one HTML file or as a static site, in a folder of its own.
 
 The folder lies inside Gradio's own file cache, so Gradio serves the downloads from there without copying them;
 it is made on the first export, its files replaced by later ones, and deleted with its owner (a session, or a
@@ -36,10 +36,11 @@ class Downloads:
         trace_io.write_json(traces, paths[1])
         return str(paths[0]), str(paths[1])
 
-    def page_path(self, traces: list[Trace], root: Path) -> Path:
-        """Where the traces drawn as one page (easd.render.export) go: beside the latest export's files."""
+    def made_path(self, traces: list[Trace], root: Path, ending: str) -> Path:
+        """Where a file made of the traces on demand goes (`ending`: ".html" for one page, "-site.zip" for a static
+        site): beside the latest export's files, named as they are."""
         first = next(t for t in traces if t is not None and t.records)
-        return self._made(root) / f"{export_name(first, datetime.date.today())}.html"
+        return self._made(root) / f"{export_name(first, datetime.date.today())}{ending}"
 
     def latest_json(self) -> Path | None:
         """The JSON file of the latest export (`write`), None before one."""

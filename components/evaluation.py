@@ -148,7 +148,7 @@ def make_site(tab: EvaluationTab, allowed: list[str], downloads: Path, values: d
     folder = Path(allowed[int(choice)])
     downloads.mkdir(parents=True, exist_ok=True)
     out = Path(tempfile.mkdtemp(dir=downloads)) / f"{folder_name(str(folder))}-site.zip"
-    site_aside(folder, out)
+    site_aside([folder], f"EASD Lab: {folder.name}", out)
     line = f"A static site of {folder.name}: unzip it and open index.html, or publish it (python -m easd site, docs)."
     return {tab.site_file: gr.File(value=str(out), visible=True), tab.message: tag("p", line)}
 

@@ -24,13 +24,14 @@ def file_aside(source: Path, lanes: list[str], out: Path) -> int:
     return _pool().submit(write_file, source, lanes, out).result()
 
 
-def site_aside(folder: Path, out: Path) -> int:
-    """The static site of an evaluation folder (easd.lab.site) as one zip at `out`, made in the same process of its
-    own as the one-file export (a folder of many problems takes seconds of CPU) -> the id of the process that made it."""
-    return _pool().submit(write_site, folder, out).result()
+def site_aside(sources: list[Path], title: str, out: Path) -> int:
+    """The static site of `sources` (easd.lab.site: the page's JSON download, an evaluation folder) as one zip at `out`,
+    made in the same process of its own as the one-file export (a folder of many problems takes seconds of CPU)
+    -> the id of the process that made it."""
+    return _pool().submit(write_site, sources, title, out).result()
 
 
-def write_site(folder: Path, out: Path) -> int:
+def write_site(sources: list[Path], title: str, out: Path) -> int:
     """`site_aside`'s work, where it runs: the site built beside `out`, zipped into it, and the folder removed."""
     import shutil
     import tempfile
@@ -38,7 +39,7 @@ def write_site(folder: Path, out: Path) -> int:
     from easd.lab.site import build_site
 
     with tempfile.TemporaryDirectory(dir=out.parent) as scratch:
-        site = build_site([folder], Path(scratch) / "site", f"EASD Lab: {folder.name}", progress=False)
+        site = build_site(sources, Path(scratch) / "site", title, progress=False)
         made = shutil.make_archive(str(Path(scratch) / "site"), "zip", site)
         os.replace(made, out)
     return os.getpid()

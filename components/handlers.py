@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 from functools import partial
+from pathlib import Path
 
 import gradio as gr
 
@@ -33,7 +34,7 @@ from easd.traces import files as trace_io
 from . import evaluation
 from .controls import check_prompt
 from .evaluation import EvaluationTab
-from .export import file_aside
+from .export import file_aside, site_aside
 from .gallery import Gallery
 from .gradio_internals import Outbox, event_data
 from .intake import CompareRequest, client_of
@@ -252,16 +253,35 @@ def make_html(page: Page, values: dict) -> dict:
     """Both lanes as one HTML file that opens anywhere offline (components.export), offered for download; it is made
     from the session's JSON download in a process of its own (`export.file_aside`)."""
     session: Session = values[page.state]
+    lanes, source = _finished_download(session)
+    path = session.downloads.made_path(list(session.traces.values()), page.downloads, ".html")
+    file_aside(source, lanes, path)
+    line = "One file with both lanes, every token's details and the figures: it opens in any browser, offline."
+    return {page.html_file: gr.File(value=str(path), visible=True), page.message: say(line)}
+
+
+def make_site(page: Page, values: dict) -> dict:
+    """Both lanes as a static site (easd.lab.site: a home page, the run's page, Plotly once, a Space's README),
+    zipped for download; made from the session's JSON download in the same process of its own as the one file."""
+    session: Session = values[page.state]
+    _, source = _finished_download(session)
+    traces = list(session.traces.values())
+    path = session.downloads.made_path(traces, page.downloads, "-site.zip")
+    shown = next(t for t in traces if t is not None and t.records)
+    site_aside([source], f"EASD Lab: {' '.join(shown.prompt.split()[:8])}", path)
+    line = "A static site of both lanes: unzip it and open index.html, or publish the folder as a Static Space (docs)."
+    return {page.site_file: gr.File(value=str(path), visible=True), page.message: say(line)}
+
+
+def _finished_download(session: Session) -> tuple[list[str], Path]:
+    """The lanes that hold tokens, and the session's JSON download of their runs (in that order), once the run ended."""
     if session.running:
         raise EasdError("the run is still going; make the file once it has ended")
     lanes = [lane for lane, trace in session.traces.items() if trace is not None and trace.records]
     source = session.downloads.latest_json()  # its runs are those lanes', in order
     if not lanes or source is None:
         raise EasdError(NOTHING_YET)
-    path = session.downloads.page_path(list(session.traces.values()), page.downloads)
-    file_aside(source, lanes, path)
-    line = "One file with both lanes, every token's details and the figures: it opens in any browser, offline."
-    return {page.html_file: gr.File(value=str(path), visible=True), page.message: say(line)}
+    return lanes, source
 
 
 def clear(page: Page, values: dict) -> dict:

@@ -112,6 +112,8 @@ class Page:
     download_json: gr.DownloadButton
     make_html: gr.Button  # writes both lanes as one HTML file that opens offline (easd.render.export)
     html_file: gr.File  # that file, once made
+    make_site: gr.Button  # writes both lanes as a static site, zipped, ready to publish (easd.lab.site)
+    site_file: gr.File  # that zip, once made
     upload: gr.UploadButton
     timer: gr.Timer
     sessions: Sessions  # the open tabs' sessions, so a closed tab frees its own at once
@@ -133,7 +135,7 @@ class Page:
 
     def everything(self) -> list:
         """Every output of a full render, the session included (setting it starts Gradio's time limit afresh)."""
-        files = [self.download_csv, self.download_json, self.make_html, self.html_file]
+        files = [self.download_csv, self.download_json, self.make_html, self.html_file, self.make_site, self.site_file]
         return [*self.lane_outputs(), *self.panel_outputs(), *files, self.message, self.state]
 
 
@@ -285,11 +287,23 @@ def _files() -> dict:
         download_csv = gr.DownloadButton("Download trace (CSV)", interactive=False, elem_id="download_csv")
         download_json = gr.DownloadButton("Download trace (JSON)", interactive=False, elem_id="download_json")
         make_html = gr.Button("Make one HTML file (opens offline)", interactive=False, elem_id="make_html")
+        make_site = gr.Button("Make a static site (.zip, to publish)", interactive=False, elem_id="make_site")
         upload = gr.UploadButton(
             "Load a trace file (.csv / .json)", file_types=[".csv", ".json"], type="filepath", elem_id="upload"
         )
     html_file = gr.File(label="Both lanes, the inspector and the figures in one file", visible=False, elem_id="html_file")
-    return dict(download_csv=download_csv, download_json=download_json, make_html=make_html, html_file=html_file, upload=upload)
+    site_file = gr.File(
+        label="Both lanes as a static site: unzip and open index.html, or publish it", visible=False, elem_id="site_file"
+    )
+    return dict(
+        download_csv=download_csv,
+        download_json=download_json,
+        make_html=make_html,
+        html_file=html_file,
+        make_site=make_site,
+        site_file=site_file,
+        upload=upload,
+    )
 
 
 def _first_words(text: str, count: int) -> str:

@@ -94,8 +94,13 @@ def render_panels(page: Page, session: Session, view: RuleView) -> dict:
 
 def render_files(page: Page, paths: tuple[str, str] | None) -> dict:
     """The download buttons, for the files at `paths` (CSV, JSON) or off for None; the one-file HTML of an earlier
-    run, if any, goes (Make makes the current one)."""
-    made = {page.make_html: gr.Button(interactive=paths is not None), page.html_file: gr.File(value=None, visible=False)}
+    run and its site, if any, go (Make makes the current ones)."""
+    made = {
+        page.make_html: gr.Button(interactive=paths is not None),
+        page.html_file: gr.File(value=None, visible=False),
+        page.make_site: gr.Button(interactive=paths is not None),
+        page.site_file: gr.File(value=None, visible=False),
+    }
     if paths is None:
         return made | {
             button: gr.DownloadButton(value=None, interactive=False) for button in (page.download_csv, page.download_json)

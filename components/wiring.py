@@ -83,6 +83,7 @@ def _wire_compare(
     # drawing every token's inspector takes a moment: one file at a time, off the view events' limit
     make = dict(private, concurrency_id="make_html", concurrency_limit=1)
     page.make_html.click(wire(handlers.make_html, page, show=say), {s}, [page.html_file, page.message], **make)
+    page.make_site.click(wire(handlers.make_site, page, show=say), {s}, [page.site_file, page.message], **make)
     page.present.click(wire(handlers.present, page, show=say), {s}, [page.message, s], **instant)
     page.clear.click(wire(handlers.clear, page, show=say), whatif_in, [*page.everything(), page.prompt], cancels=[run], **private)
     rerendered = [*page.lane_outputs(), *page.panel_outputs(), c.tau_o_meaning, page.message]

@@ -677,9 +677,13 @@ def test_closing_the_tab_deletes_its_traces_and_files(app_url):
     assert sum(type(o) is Trace for o in gc.get_objects()) <= held - 2  # its two traces went with it
 
 
-def test_a_gallery_recording_is_made_into_one_html_file(app_url):
+def test_a_gallery_recording_is_made_into_one_html_file_and_a_static_site(app_url):
     """Open a recording, make the file, download it: both lanes and every token's details, as components.export
-    draws them (tests/test_export.py opens such a file offline)."""
+    draws them (tests/test_export.py opens such a file offline); then the same runs as a static site's zip
+    (easd.lab.site; tests/test_site.py opens a site offline)."""
+    import io
+    import zipfile
+
     import httpx
 
     driver = open_browser(app_url)
@@ -694,6 +698,14 @@ def test_a_gallery_recording_is_made_into_one_html_file(app_url):
         page = httpx.get(link.get_attribute("href"), timeout=30).text
         assert page.startswith("<!doctype html>") and "Content-Security-Policy" in page
         assert 'id="i-left-0"' in page and 'id="i-right-0"' in page
+        driver.find_element(By.ID, "make_site").click()
+        link = wait(driver).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#site_file a[href]"))[0]
+        assert "open index.html, or publish" in text_of(driver, "message")
+        site = zipfile.ZipFile(io.BytesIO(httpx.get(link.get_attribute("href"), timeout=30).content))
+        assert {"index.html", "README.md", "assets/plotly.min.js", "assets/site.js"} <= set(site.namelist())
+        [run] = [name for name in site.namelist() if name.startswith("runs/") and name.endswith(".html")]
+        assert 'id="i-left-0"' in site.read(run).decode() and 'href="runs/' in site.read("index.html").decode()
+        assert site.read("README.md").decode().startswith('---\ntitle: "EASD Lab: ')
     finally:
         driver.quit()
 

@@ -65,11 +65,23 @@ def test_the_site_lists_every_source_and_keeps_plotly_once(built, sources):
         assert plotly[:2000] not in html  # loaded from assets/, never carried
         assert "script-src 'self'\"" in unescape(html) and "<script>" not in html  # no inline script may run
     readme = (built / "README.md").read_text()
-    assert readme.startswith("---\ntitle: A class's runs\n") and "sdk: static" in readme
+    assert readme.startswith('---\ntitle: "A class\'s runs"\n') and "sdk: static" in readme
     # the evaluation lists the problem whose answers part, linked to both runs at the token where they part
     evaluation = (built / "evals" / "eval.html").read_text()
     assert "&lt;b&gt;42&lt;/b&gt;" in evaluation and "<b>42</b>" not in evaluation
     assert 'href="../runs/eval-' in evaluation
+
+
+def test_the_spaces_front_matter_reads_back_whatever_the_title_holds():
+    """Read by huggingface_hub's own parser of a Space's README; unquoted, "EASD Lab: gsm8k" (the Evaluation tab's
+    title) was a YAML error there."""
+    from huggingface_hub import SpaceCard
+
+    from easd.lab.site import space_readme
+
+    for title in ("EASD Lab: gsm8k", "#1 run", 'a "quoted" title\nover two lines', "Ünïcode — 🔎", "- [x]: {y}"):
+        front = SpaceCard(space_readme(title)).data
+        assert front.title == " ".join(title.split()) and front.sdk == "static" and front.app_file == "index.html"
 
 
 def test_bad_sources_are_one_line_and_leave_the_site_as_it_was(built, sources, tmp_path, capsys):

@@ -29,7 +29,7 @@ from .study import analyse
 MARK = ".easd-site"  # in every site this command built: the one kind of folder --out may replace
 
 SPACE_README = """---
-title: {title}
+title: {quoted}
 emoji: 🔎
 colorFrom: blue
 colorTo: green
@@ -73,12 +73,19 @@ def build_site(sources: list[Path], out: Path, title: str, max_trace_mb: float =
                 entries.append(BUILDERS[kind](source, building, _unique(source, names), progress))
                 bar.update()
         write_text_whole(building / "index.html", site.home_page(title, entries), errors="replace")
-        write_text_whole(building / "README.md", SPACE_README.format(title=title.replace("\n", " ")))
+        write_text_whole(building / "README.md", space_readme(title))
         _into_place(building, out)
     except BaseException:
         shutil.rmtree(building, ignore_errors=True)
         raise
     return out
+
+
+def space_readme(title: str) -> str:
+    """The README a Space reads its settings from: the title quoted as JSON (a YAML double-quoted string), so that a
+    colon or a `#` in it, as in "EASD Lab: gsm8k", stays the title instead of breaking the front matter."""
+    title = " ".join(title.split())
+    return SPACE_README.format(quoted=json.dumps(title, ensure_ascii=False), title=title)
 
 
 # --- sources ------------------------------------------------------------------------------------
@@ -105,12 +112,15 @@ def _run(source: Path, site_dir: Path, slug: str, progress: bool):
         raise EasdError(f"{source}: holds no run")
     lanes = dict(zip(("left", "right"), traces[:2] + [None]))
     href = f"runs/{slug}.html"
-    _write(site_dir / href, site.run_page(lanes))
     shown = [t for t in lanes.values() if t is not None]
+    tokens = sum(len(t.records) for t in shown)
+    # every token's details take most of a page's time (about 0.5 ms a token): a long run's page has a bar of its own
+    with tqdm(total=tokens, desc=f"{source.name}: tokens", unit="token", leave=False, disable=not progress) as bar:
+        _write(site_dir / href, site.run_page(lanes, drawn=bar.update))
     fork = first_difference(lanes["left"], lanes["right"])
     facts = [
         " vs ".join(t.settings.method for t in shown),
-        f"{sum(len(t.records) for t in shown):,} tokens",
+        f"{tokens:,} tokens",
         _pair(shown[0]),
         "the lanes part at token " + str(fork) if fork is not None else "the lanes never part",
     ]

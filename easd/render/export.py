@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 
 from plotly.offline import get_plotlyjs
@@ -102,9 +103,12 @@ def comparison_file(traces: dict[str, Trace | None]) -> str:
     return standalone_page(title, body, SCRIPT, LAYOUT_CSS)
 
 
-def comparison_body(traces: dict[str, Trace | None], above: Html | None = None) -> tuple[str, Html]:
+def comparison_body(
+    traces: dict[str, Trace | None], above: Html | None = None, drawn: Callable[[], object] = lambda: None
+) -> tuple[str, Html]:
     """(title, body) of a comparison's page: lanes, inspector, figures and every token's details (`above` goes
-    first: a static site's way home)."""
+    first: a static site's way home; `drawn` is called after each token's details, the most of a long run's time:
+    a static site's progress bar)."""
     traces = {lane: traces.get(lane) for lane in LANES}
     shown = next((t for t in traces.values() if t is not None and t.records), None)
     if shown is None:
@@ -117,7 +121,7 @@ def comparison_body(traces: dict[str, Trace | None], above: Html | None = None) 
             legend_html(),
             tag("div", tag("div", _lanes(traces), id="main"), _side(), class_="columns"),
             _figures(traces),
-            *_inspectors(traces),
+            *_inspectors(traces, drawn),
         ]
     )
     return f"EASD Lab: {' '.join(shown.prompt.split())[:80]}", body
@@ -166,14 +170,15 @@ def _side() -> Html:
     return tag("div", tag("div", inspector_html("", None, None, RuleView()), id="inspector"), id="side")
 
 
-def _inspectors(traces: dict[str, Trace | None]) -> list[Html]:
+def _inspectors(traces: dict[str, Trace | None], drawn: Callable[[], object]) -> list[Html]:
     """Every token's inspector under its run's own rule, each in an inert <template> the script copies from."""
-    return [
-        tag("template", inspector_html(lane, trace, record, RuleView.of(trace.settings)), id=f"i-{lane}-{record.position}")
-        for lane, trace in traces.items()
-        if trace is not None
-        for record in trace.records
-    ]
+    templates = []
+    for lane, trace in traces.items():
+        view = RuleView.of(trace.settings) if trace is not None else None
+        for record in trace.records if trace is not None else ():
+            templates.append(tag("template", inspector_html(lane, trace, record, view), id=f"i-{lane}-{record.position}"))
+            drawn()
+    return templates
 
 
 def _figures(traces: dict[str, Trace | None]) -> Html:

@@ -11,6 +11,7 @@ site is opened from disk as often as it is served.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from plotly.offline import get_plotlyjs
@@ -64,8 +65,9 @@ def home_link(depth: int) -> Html:
     return tag("nav", tag("a", "← every run, evaluation and study", href="../" * depth + "index.html"), class_="home")
 
 
-def run_page(traces: dict, depth: int = 1) -> str:
-    title, body = comparison_body(traces, above=home_link(depth))
+def run_page(traces: dict, depth: int = 1, drawn: Callable[[], object] = lambda: None) -> str:
+    """A run's page (`drawn`: called after each token's details, see comparison_body)."""
+    title, body = comparison_body(traces, above=home_link(depth), drawn=drawn)
     return page(title, body, depth)
 
 
