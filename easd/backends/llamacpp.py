@@ -66,7 +66,47 @@ def _start_backend() -> None:
     with _BACKEND:
         if not _started:
             llama.llama_backend_init()
+            _load_cpu_variants()
+            if KERNELS == "fast" and amx_kernels():
+                raise ModelLoadError(AMX_CRASHES + ": set EASD_LLAMA_KERNELS=exact (the default), or use the portable build")
             _started = True
+
+
+# llama.cpp 0.3.36's AMX kernels (in a native build on an AMX CPU, or the sapphirerapids variant of an all-CPUs
+# build) stop the process with "illegal instruction" at their first tile instruction, measured on a Xeon with AMX
+# (upstream: ggml-org/llama.cpp#26954). They run only from repacked weights ("extra buffer types"): fast mode, and
+# llama-cpp-python's own Llama; exact mode never uses them.
+AMX_CRASHES = "this build of llama.cpp has AMX kernels, which crash on this version (llama.cpp PR 26954)"
+
+
+def amx_kernels() -> bool:
+    """Whether the llama.cpp this process runs has AMX kernels for this CPU (see AMX_CRASHES)."""
+    return "AMX_INT8 = 1" in cpu_features()
+
+
+def cpu_features() -> str:
+    """llama.cpp's CPU kernels in this process, e.g. "CPU : SSE3 = 1 | … | AVX2 = 1 | … | REPACK = 1"."""
+    return llama.llama_print_system_info().decode(errors="replace").strip(" |")
+
+
+def _load_cpu_variants() -> None:
+    """The CPU kernels, where llama.cpp was built with one library per x86 CPU family (GGML_BACKEND_DL with
+    GGML_CPU_ALL_VARIANTS: libggml-cpu-haswell.so … libggml-cpu-sapphirerapids.so, docs/method.md): ggml registers none
+    until asked, and looks for them beside the Python executable, not in llama_cpp/lib where the build put them.
+    Load the best one this CPU runs from there, through libllama's own ggml (pip copies each library's symlinks as
+    files, so a second libggml of our own would keep a registry libllama never reads). The default build has its CPU
+    backend built in: nothing to load."""
+    lib = llama.llama_cpp._lib  # its dependencies answer for ggml's functions: the ggml libllama uses
+    lib.ggml_backend_reg_count.restype = ctypes.c_size_t
+    if lib.ggml_backend_reg_count() > 0:
+        return
+    lib.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
+    lib.ggml_backend_load_all_from_path(str(llama.llama_cpp._base_path).encode())
+    if lib.ggml_backend_reg_count() == 0:
+        raise ModelLoadError(
+            f"llama.cpp was built with GGML_BACKEND_DL, but no CPU backend in {llama.llama_cpp._base_path} runs on this "
+            "CPU: reinstall llama-cpp-python as requirements.txt says"
+        )
 
 
 @dataclass(eq=False)
@@ -459,6 +499,7 @@ def load_llama_pair(
             "backend": "llama.cpp",
             "llama_cpp": llama.__version__,
             "llama_kernels": KERNELS,
+            "llama_cpu": cpu_features(),  # which of llama.cpp's kernels this CPU ran (docs/method.md, the builds)
             "draft_logit_shift": draft.shift,
             "target_logit_shift": target.shift,
         },

@@ -11,13 +11,22 @@ from ..method.methods import make_settings
 from ..method.settings import DecodeSettings
 from .flags import add_model_flags, load_models, numbers, runtime_of, whole_numbers
 
+TIMED_TOKENS = 64  # new tokens per prompt, by default, in the timed comparison
+LONG_TOKENS = 128  # … and per row with --batch-sizes, per question with --suite (as before the comparison was repeated)
 HELP = "tokens/s of target-only, SD, EASD, MTI and RSD on the same prompts, against each backend's own generation"
 
 
 def add(parser: argparse.ArgumentParser) -> None:
     add_model_flags(parser)
-    parser.add_argument("--prompts", type=int, default=5, help="how many built-in prompts to run (1 to 10)")
-    parser.add_argument("--max-new-tokens", type=int, default=128, help="new tokens per prompt (≥ 1)")
+    # the defaults time 2 prompts × 64 tokens 3 times, about 5 minutes on the embedded pair on a quiet 2-core machine:
+    # every figure's range within ±1.5% of its median, the ratios' 95% intervals ±0.4–4.7% (docs/benchmarks.md,
+    # 2026-12-05); one pass over 5 prompts × 128 tokens, the old default, moved ±10% between runs
+    parser.add_argument("--prompts", type=int, default=2, help="how many built-in prompts to run (1 to 10)")
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        help=f"new tokens per prompt (≥ 1; default {TIMED_TOKENS}, and {LONG_TOKENS} with --batch-sizes or --suite)",
+    )
     parser.add_argument("--k", default="4", help="draft tokens per block; several (comma-separated) give an SD row each")
     parser.add_argument("--tau-h", default="1.0", help="EASD's τ_H; several (comma-separated) give an EASD row each")
     parser.add_argument("--mti-tau", default="1.0", help="MTI's τ; several (comma-separated) give an MTI row each")
@@ -27,7 +36,7 @@ def add(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--repeats",
         type=int,
-        default=1,
+        default=3,
         help="repetitions: passes over the prompts, every method interleaved in each; with 2 or more, each tokens/s and "
         "ratio also prints its median, range and 95%% interval over the repetitions, and how many would give ±3%%",
     )
@@ -40,6 +49,8 @@ def add(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.max_new_tokens is None:
+        args.max_new_tokens = LONG_TOKENS if args.suite is not None or args.batch_sizes is not None else TIMED_TOKENS
     if args.suite is not None:
         return run_suite(args)
     from ..lab.bench import PROMPTS, BenchPlan, run_batched_benchmark, run_benchmark

@@ -16,10 +16,13 @@ import numpy as np
 
 from ..backends import llamacpp
 from ..backends.llamacpp import llama
+from ..errors import EasdError
 
 
 def generate(path: Path, prompt: list[int], max_new_tokens: int, eos_ids: frozenset[int], threads: int) -> list[int]:
     """llama-cpp-python's `Llama.generate` at temperature 0, up to the first end token or `max_new_tokens`."""
+    if llamacpp.amx_kernels():  # its Llama repacks weights for them, always
+        raise EasdError(f"llama-cpp-python's own generate: {llamacpp.AMX_CRASHES}; time it with the portable build")
     model = llama.Llama(
         model_path=str(path), n_ctx=len(prompt) + max_new_tokens + 8, n_threads=threads, n_threads_batch=threads, verbose=False
     )
