@@ -174,8 +174,10 @@ def _inspectors(traces: dict[str, Trace | None], drawn: Callable[[], object]) ->
     """Every token's inspector under its run's own rule, each in an inert <template> the script copies from."""
     templates = []
     for lane, trace in traces.items():
-        view = RuleView.of(trace.settings) if trace is not None else None
-        for record in trace.records if trace is not None else ():
+        if trace is None:
+            continue
+        view = RuleView.of(trace.settings)  # once a lane: the same for each of its tokens
+        for record in trace.records:
             templates.append(tag("template", inspector_html(lane, trace, record, view), id=f"i-{lane}-{record.position}"))
             drawn()
     return templates
