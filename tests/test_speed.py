@@ -123,6 +123,7 @@ def test_bench_prints_the_pages_figures_beside_the_solo_ones(capsys):
 
     assert main(["bench", "--pair", "tiny-random", "--prompts", "1", "--max-new-tokens", "16"]) == 0
     out = capsys.readouterr().out
+    assert "  llama.cpp, exact kernels; CPU : " in out and "AVX2 = 1" in out  # which kernels made the figures
     assert "the page's SD lane at k=4, sharing its passes with the EASD lane" in out
     for line in ("against a pass over as many rows (the panel): c ", "solo, against the same one-row pass:"):
         assert line in out

@@ -121,6 +121,8 @@ def run_benchmark(pairs: list[ModelPair], plan: BenchPlan) -> int:
     rows = {}
     for pair in pairs:
         print(f"bench: {pair.describe()}")
+        if pair.backend == "llama.cpp":  # which kernels ran: figures from two machines or builds differ by them
+            print(f"  llama.cpp, {pair.info['llama_kernels']} kernels; {pair.info['llama_cpu']}")
         if pair.backend == "transformers":
             print(f"  {signals_memory(pair)}")
         methods = methods_of(pair, plan)
