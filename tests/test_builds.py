@@ -29,6 +29,7 @@ def test_two_kernel_switches_run_interleaved_and_report_medians_ratios_and_exact
     assert out.count("greedy SD equalled target-only in 2 of 2 processes") >= 1  # exact mode: always
 
 
+@pytest.mark.slow  # two processes of its own (the tool and its variant's), each importing torch
 def test_a_variant_whose_process_fails_is_named_with_how_it_ended():
     done = subprocess.run(
         [*TOOL, "--variant", "wrong=EASD_LLAMA_KERNELS=wrong", "--repeats", "1"], capture_output=True, text=True, timeout=300
