@@ -264,11 +264,9 @@ def make_site(page: Page, values: dict) -> dict:
     """Both lanes as a static site (easd.lab.site: a home page, the run's page, Plotly once, a Space's README),
     zipped for download; made from the session's JSON download in the same process of its own as the one file."""
     session: Session = values[page.state]
-    _, source = _finished_download(session)
-    traces = list(session.traces.values())
-    path = session.downloads.made_path(traces, page.downloads, "-site.zip")
-    shown = next(t for t in traces if t is not None and t.records)
-    site_aside([source], f"EASD Lab: {' '.join(shown.prompt.split()[:8])}", path)
+    lanes, source = _finished_download(session)
+    path = session.downloads.made_path(list(session.traces.values()), page.downloads, "-site.zip")
+    site_aside([source], f"EASD Lab: {' '.join(session.traces[lanes[0]].prompt.split()[:8])}", path)
     line = "A static site of both lanes: unzip it and open index.html, or publish the folder as a Static Space (docs)."
     return {page.site_file: gr.File(value=str(path), visible=True), page.message: say(line)}
 
