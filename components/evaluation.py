@@ -15,6 +15,7 @@ from easd.errors import EasdError, shown
 from easd.lab import report
 from easd.lab.evaluate import trace_name
 from easd.lab.results_table import load_results
+from easd.method.compare import DEFAULT_METHODS, LANES
 from easd.method.trace import Trace
 from easd.render.figures import empty_figure
 from easd.render.html import Html, join, number, tag
@@ -180,8 +181,10 @@ def _show(tab: EvaluationTab, files: dict[str, Path], note: str) -> dict:
         raise EasdError(f"Could not read those files: {_one_line(err, files)}") from None
     if not methods:
         raise EasdError("Could not read those files: results.csv holds no rows.")
-    left = "sd" if "sd" in methods else methods[0]
-    right = next((m for m in methods if str(m).startswith("easd")), methods[-1])
+    left, right = (
+        next((m for m in methods if str(m).split(":")[0].split("@")[0] == DEFAULT_METHODS[lane]), None) for lane in LANES
+    )
+    left, right = left or methods[0], right or methods[-1]
     message = f"{note}: {results['problem_id'].nunique()} problems, methods {', '.join(map(str, methods))}"
     differences = differences_table(results, left, right)
     return shown | {

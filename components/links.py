@@ -19,6 +19,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from easd.errors import SettingsError, shown
+from easd.method.compare import DEFAULT_METHODS
 from easd.render.html import Html, tag
 
 SOURCES = ("run", "eval")  # the parameters that name a recorded run; a link has one of them
@@ -53,9 +54,7 @@ class Link:
                 "problem": _name("problem", values["problem"], "a problem id of that folder"),
                 "sample": str(_whole("sample", values.get("sample", "0"))),
             }
-            source |= {
-                lane: _name(lane, values.get(lane, default), "a method") for lane, default in (("left", "sd"), ("right", "easd"))
-            }
+            source |= {lane: _name(lane, values.get(lane, default), "a method") for lane, default in DEFAULT_METHODS.items()}
         lane = values.get("lane")
         if lane is not None and lane not in ("left", "right"):
             raise SettingsError("lane", f"must be left or right (got {shown(lane)})")

@@ -11,6 +11,7 @@ import gradio as gr
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.middleware import Middleware
 
+from easd.render.lanes import origin_css
 from easd.serving.metrics import ServingMetrics
 
 from . import api, gradio_internals
@@ -49,6 +50,7 @@ def serve(
         server_name=host,
         server_port=port,
         css_paths=[str(ASSETS / "style.css")],
+        css=origin_css(),  # the lanes' colours, from each method's origins
         max_file_size=MAX_UPLOAD,
         ssr_mode=False,
         show_error=False,  # handlers answer every failure in one line themselves (see `wire`); nothing raw leaks

@@ -14,7 +14,7 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from easd.method.compare import LANES, first_difference, lane_running, verifying
+from easd.method.compare import DEFAULT_METHODS, LANES, first_difference, verifying, whatif_lane
 from easd.method.trace import TokenRecord, Trace
 from easd.render.search import Search
 from easd.render.stepper import block_views
@@ -70,9 +70,9 @@ class Session:
         """The first lane's finished run that drafts and verifies (SD or EASD): the one the Speed panel and map explain."""
         return None if self.running else verifying(self.traces)
 
-    def lane_running(self, method: str) -> str | None:
-        """The first lane whose trace is a run of `method` (the what-if reads the SD lane, wherever it is)."""
-        return lane_running(self.traces, method)
+    def whatif_lane(self) -> str | None:
+        """The lane whose run the what-if re-reads (SD's, wherever it is: easd.method.compare.whatif_lane)."""
+        return whatif_lane(self.traces)
 
     def selected_record(self) -> tuple[str, TokenRecord | None]:
         if self.selected is None:
@@ -106,11 +106,11 @@ class Session:
 
 
 def in_lanes(traces: list[Trace]) -> dict[str, Trace | None]:
-    """A file's runs by lane: SD and EASD runs in their usual lanes (SD | EASD), anything else in file order (the app
-    exports its lanes left to right)."""
+    """A file's runs by lane: the page's default methods' runs in their lanes (SD | EASD), anything else in file order
+    (the app exports its lanes left to right)."""
     by_method = {t.settings.method: t for t in traces}
-    if set(by_method) <= {"sd", "easd"}:
-        return {"left": by_method.get("sd"), "right": by_method.get("easd")}
+    if set(by_method) <= set(DEFAULT_METHODS.values()):
+        return {lane: by_method.get(method) for lane, method in DEFAULT_METHODS.items()}
     return dict(zip(LANES, traces + [None, None]))
 
 

@@ -32,7 +32,7 @@ def say(text: str) -> Html:
 
 def render_lanes(page: Page, session: Session, view: RuleView) -> dict:
     traces, fork = session.traces, session.fork
-    marks, sd_lane = _whatif_marks(session, view), session.lane_running("sd")
+    marks, sd_lane = _whatif_marks(session, view), session.whatif_lane()
     found = {lane: set(session.search.positions(traces[lane])) if session.search else set() for lane in LANES}
     finished = join([comparison_html(traces["left"], traces["right"], fork), speed_html(session.speculative())])
     out = {page.comparison: finished if not session.running else Html("")}
@@ -72,7 +72,7 @@ def _whatif_marks(session: Session, view: RuleView):
 
 def _whatif_trace(session: Session) -> Trace | None:
     """The SD run the what-if re-reads: a finished one, in either lane, not too long to re-read per slider move."""
-    lane = session.lane_running("sd")
+    lane = session.whatif_lane()
     sd = session.traces[lane] if lane is not None and not session.running else None
     return sd if sd is not None and len(sd.records) <= MAX_WHATIF_ROWS else None
 

@@ -90,7 +90,7 @@ def test_the_stepper_follows_the_selected_token_and_walks_on(browser):
     # the previous test selected EASD's first penalty: the stepper shows its block, numbered as the inspector does
     block = int(text_of(browser, "inspector").split("· block ")[1].split()[0])
     wait(browser).until(lambda d: f": block {block} (" in text_of(d, "stepper"))
-    assert "refused by EASD" in text_of(browser, "stepper")
+    assert "refused: EASD penalty" in text_of(browser, "stepper")
     browser.find_element(By.ID, "step_next").click()
     wait(browser).until(lambda d: f": block {block + 1} (" in text_of(d, "stepper"))
     assert "Why it ended" in text_of(browser, "stepper")

@@ -242,7 +242,7 @@ def test_calibrate_command(data, tmp_path, capsys):
 
 
 def test_sweep_grid_shape(data, tmp_path):
-    assert len(grid_variants(DecodeSettings(), [1, 1.5, 2], [0.2, 0.4, 0.6, 0.8, 1.0])) == 1 + 15
+    assert len(grid_variants(DecodeSettings(), "easd", {"tau_h": [1, 1.5, 2], "tau_o": [0.2, 0.4, 0.6, 0.8, 1.0]})) == 1 + 15
     arguments = (
         f"sweep --pair tiny-random --data {data} --limit 2 --max-new-tokens 16 --tau-hs 1,2 --tau-os 0.4,0.8,1 --out {tmp_path}"
     )

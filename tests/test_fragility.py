@@ -225,7 +225,7 @@ def test_a_csv_written_before_margins_existed_still_loads(tmp_path, run):
     trace_io.write_csv([trace], tmp_path / "new.csv")
     with (tmp_path / "new.csv").open(newline="", encoding="utf-8") as handle:
         rows = list(csv.reader(handle))
-    dropped = {i for i, name in enumerate(rows[0]) if name in trace_io.OPTIONAL_COLUMNS}
+    dropped = {i for i, name in enumerate(rows[0]) if name in trace_io.MARGIN_COLUMNS}
     with (tmp_path / "old.csv").open("w", newline="", encoding="utf-8") as handle:
         csv.writer(handle, lineterminator="\r\n").writerows([[c for i, c in enumerate(row) if i not in dropped] for row in rows])
     old = trace_io.load(tmp_path / "old.csv")[0]

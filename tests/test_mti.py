@@ -8,6 +8,7 @@ from easd.errors import SettingsError
 from easd.method import acceptance as acc
 from easd.method.generation import Generation
 from easd.method.methods import make_settings, settings_values
+from easd.method.methods.mti import guided_logits
 from easd.method.prompts import encode_prompt
 from easd.method.settings import DecodeSettings
 from easd.method.step import Batch
@@ -45,8 +46,8 @@ def test_only_positions_above_tau_are_guided(run):
     guided = [r.origin == "mti_guided" for r in mti.records]
     assert guided == [r.h_target > 2.0 for r in mti.records]
     assert any(guided) and not all(guided)  # τ splits this run, so the test can fail both ways
-    assert all(len(r.guided_top) == 5 for r in mti.records if r.origin == "mti_guided")
-    assert all(not r.guided_top for r in mti.records if r.origin == "target")
+    assert all(len(r.own.guided_top) == 5 for r in mti.records if r.origin == "mti_guided")
+    assert all(r.own is None for r in mti.records if r.origin == "target")
 
 
 def full_recompute(pair, tokens: list[int]):
@@ -65,16 +66,16 @@ def test_guided_logits_from_the_row_equal_a_full_recompute_with_the_negative_pro
     for record in trace.records[:12]:
         context = generation.prompt_ids + trace.token_ids[: record.position]
         conditional, unconditional = full_recompute(tiny_pair, context), full_recompute(tiny_pair, context + negative)
-        guided = acc.guided_logits(conditional, unconditional, omega)
+        guided = guided_logits(conditional, unconditional, omega)
         probs, ids = acc.raw_probs(guided).topk(5)
-        assert [c[0] for c in record.guided_top] == ids[0].tolist()
+        assert [c[0] for c in record.own.guided_top] == ids[0].tolist()
         expected = probs[0].tolist()
         if tiny_pair.backend == "llama.cpp":  # exact kernels: a row's logits do not depend on the pass's shape
-            assert [c[2] for c in record.guided_top] == expected
+            assert [c[2] for c in record.own.guided_top] == expected
         else:  # float32: a cache's sums and a full recompute's are grouped differently (tests/bounds.py)
             delta = max(logit_rounding(conditional), logit_rounding(unconditional))
             moved = (abs(1 - omega) + omega) * 2 * delta  # the guided logits: two log-softmaxes, weighted
-            assert [c[2] for c in record.guided_top] == pytest.approx(expected, rel=probability_rounding(moved))
+            assert [c[2] for c in record.own.guided_top] == pytest.approx(expected, rel=probability_rounding(moved))
 
 
 def test_an_mti_row_in_a_batch_equals_its_solo_run(tiny_pair):

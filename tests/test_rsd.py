@@ -36,7 +36,7 @@ def run(pair, **settings):
 
 
 def steps_of(trace):
-    return sorted({r.rsd_step for r in trace.records})
+    return sorted({r.own.rsd_step for r in trace.records})
 
 
 def test_delta_zero_keeps_every_draft_step_and_is_draft_only(rsd_pair):
@@ -54,11 +54,11 @@ def test_delta_above_one_keeps_no_draft_step_and_is_target_only(rsd_pair):
 
 
 def test_a_step_below_delta_is_written_again_by_the_target_and_one_above_is_kept(rsd_pair):
-    rewards = [r.rsd_reward for r in run(rsd_pair, **RSD, rsd_delta=0.0).records]
+    rewards = [r.own.rsd_reward for r in run(rsd_pair, **RSD, rsd_delta=0.0).records]
     delta = (min(rewards) + max(rewards)) / 2
     rsd = run(rsd_pair, **RSD, rsd_delta=delta)
     for record in rsd.records:  # every token says whose step it is, and the reward that decided it
-        assert (record.origin == "draft") == (record.rsd_reward >= delta)
+        assert (record.origin == "draft") == (record.own.rsd_reward >= delta)
     assert {r.origin for r in rsd.records} == {"draft", "target"}  # this δ splits the steps, so the test can fail
 
 
@@ -66,9 +66,9 @@ def test_each_reward_is_the_prms_for_the_question_and_every_step_so_far(rsd_pair
     rsd = run(rsd_pair, **RSD, rsd_delta=0.0)
     tokenizer, steps = rsd_pair.tokenizer, []
     for step in steps_of(rsd):
-        records = [r for r in rsd.records if r.rsd_step == step]
+        records = [r for r in rsd.records if r.own.rsd_step == step]
         steps.append(tokenizer.decode([r.token_id for r in records]).strip())
-        assert records[0].rsd_reward == pytest.approx(rsd_pair.prm.reward(PROMPTS[0], steps), abs=1e-6)
+        assert records[0].own.rsd_reward == pytest.approx(rsd_pair.prm.reward(PROMPTS[0], steps), abs=1e-6)
 
 
 def test_the_prms_input_for_a_two_step_answer(prm_folder):
@@ -95,10 +95,10 @@ def test_the_prm_reads_the_bare_question_not_our_instruction(rsd_pair, tmp_path)
     assert (problem.question, problem.prompt) == ("Tom has 3 apples. How many?", f"{problem.question}\n\n{INSTRUCTION}")
     settings = make_settings(**RSD, rsd_delta=0.0)
     rsd = Generation(rsd_pair, problem.prompt, settings, question=problem.question).run()
-    first = [r for r in rsd.records if r.rsd_step == steps_of(rsd)[0]]
+    first = [r for r in rsd.records if r.own.rsd_step == steps_of(rsd)[0]]
     step = rsd_pair.tokenizer.decode([r.token_id for r in first]).strip()
-    assert first[0].rsd_reward == pytest.approx(rsd_pair.prm.reward(problem.question, [step]), abs=1e-6)
-    assert first[0].rsd_reward != pytest.approx(rsd_pair.prm.reward(problem.prompt, [step]), abs=1e-6)
+    assert first[0].own.rsd_reward == pytest.approx(rsd_pair.prm.reward(problem.question, [step]), abs=1e-6)
+    assert first[0].own.rsd_reward != pytest.approx(rsd_pair.prm.reward(problem.prompt, [step]), abs=1e-6)
 
 
 def test_a_prm_that_keeps_everything_and_one_that_keeps_nothing(tiny_pair, tmp_path):
@@ -114,7 +114,7 @@ def test_rsd_stops_after_its_segment_cap(rsd_pair, monkeypatch):
 
 
 def test_an_rsd_run_round_trips_through_csv_and_json(rsd_pair, tmp_path):
-    rewards = [r.rsd_reward for r in run(rsd_pair, **RSD, rsd_delta=0.0).records]
+    rewards = [r.own.rsd_reward for r in run(rsd_pair, **RSD, rsd_delta=0.0).records]
     trace = run(rsd_pair, **RSD, rsd_delta=(min(rewards) + max(rewards)) / 2)
     for name in ("t.csv", "t.json"):
         trace_io.save([trace], tmp_path / name)
@@ -171,7 +171,7 @@ def test_rsd_decoded_in_chunks_equals_its_continuous_run(rsd_pair):
     """ZeroGPU decodes in chunks, each a fresh start from a snapshot: the steps so far travel with it."""
     from easd.serving.chunks import GenerationSnapshot, decode_chunk
 
-    rewards = [r.rsd_reward for r in run(rsd_pair, **RSD, rsd_delta=0.0).records]
+    rewards = [r.own.rsd_reward for r in run(rsd_pair, **RSD, rsd_delta=0.0).records]
     settings = make_settings(**RSD, rsd_delta=(min(rewards) + max(rewards)) / 2)
     snapshot, records = GenerationSnapshot.of(Generation(rsd_pair, PROMPTS[0], settings)), []
     while snapshot is not None:
@@ -179,8 +179,8 @@ def test_rsd_decoded_in_chunks_equals_its_continuous_run(rsd_pair):
         records += [r for block in progress.blocks for r in block.records]
         snapshot = None if progress.stop_reason else progress.snapshot
     continuous = run(rsd_pair, **settings_values(settings))
-    assert [(r.token_id, r.origin, r.rsd_step) for r in records] == [
-        (r.token_id, r.origin, r.rsd_step) for r in continuous.records
+    assert [(r.token_id, r.origin, r.own.rsd_step) for r in records] == [
+        (r.token_id, r.origin, r.own.rsd_step) for r in continuous.records
     ]
 
 

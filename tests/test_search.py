@@ -54,9 +54,9 @@ def test_each_condition_matches_what_the_trace_says(text, expected):
     [
         ("h_draft>high", "h_draft> needs a number, as in h_draft>1.5"),
         ("overlap<nan", "overlap< needs a number"),
-        ("origin=penalty", "origin=NAME takes one of draft_accepted, target_resample, easd_penalty"),
+        ("origin=penalty", "origin=NAME takes one of draft_accepted, target_resample, bonus, easd_penalty"),
         ("origin>bonus", "origin=NAME takes one of"),
-        ("entropy>1", "entropy is not something to compare: use h_draft, h_target or overlap"),
+        ("entropy>1", "entropy is not something to compare: use h_draft, h_target, overlap"),
         ('"apples', "a quoted text needs its closing quote"),
     ],
 )

@@ -24,17 +24,18 @@ from components.gallery import Gallery
 from components.page import build_page
 from components.session import Session
 from easd.method.compare import LANES
+from easd.method.methods import origins
 from easd.method.whatif import RuleView
 from easd.render.html import Html
 from easd.render.inspector import inspector_html
-from easd.render.lanes import ORIGIN_CLASSES
+from easd.render.lanes import origin_class
 from easd.render.stepper import block_views, stepper_html
 from easd.serving.host import ModelHost
 
 TAGS = {"span", "div", "p", "h3", "h4", "code", "b", "table", "tr", "td", "th", "pre", "button"}
-CLASSES = set(ORIGIN_CLASSES.values()) | {"o-unknown", "tok", "sel", "fork", "whatif", "empty", "inspector", "stepper"}
+CLASSES = {origin_class(name) for name in origins()} | {"o-unknown", "tok", "sel", "fork", "whatif", "empty", "inspector", "stepper"}
 CLASSES |= {"conditions", "candidates", "used", "unused", "shared", "hint", "draft", "drafts", "kept", "rejected", "refused"}
-CLASSES |= {"unseen", "unknown", "stats", "comparison", "margins", "fragile", "close"}
+CLASSES |= {"unseen", "unknown", "stats", "comparison", "margins", "fragile", "close", "own"}
 # attributes the helpers write, each with the only values they may take
 FIXED = {"role": {"button"}, "tabindex": {"0", "-1"}, "aria-pressed": {"true", "false"}, "type": {"button"}}
 FIXED |= {"aria-label": {"Close the token details"}}

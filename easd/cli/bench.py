@@ -7,13 +7,13 @@ import argparse
 from pathlib import Path
 
 from ..errors import SettingsError
-from ..method.methods import make_settings
+from ..method.methods import METHODS, knobs, settings_values, with_values
 from ..method.settings import DecodeSettings
 from .flags import add_model_flags, load_models, numbers, runtime_of, whole_numbers
 
 TIMED_TOKENS = 64  # new tokens per prompt, by default, in the timed comparison
 LONG_TOKENS = 128  # … and per row with --batch-sizes, per question with --suite (as before the comparison was repeated)
-HELP = "tokens/s of target-only, SD, EASD, MTI and RSD on the same prompts, against each backend's own generation"
+HELP = "tokens/s of target-only and every method of the table on the same prompts, against each backend's own generation"
 
 
 def add(parser: argparse.ArgumentParser) -> None:
@@ -27,12 +27,19 @@ def add(parser: argparse.ArgumentParser) -> None:
         type=int,
         help=f"new tokens per prompt (≥ 1; default {TIMED_TOKENS}, and {LONG_TOKENS} with --batch-sizes or --suite)",
     )
-    parser.add_argument("--k", default="4", help="draft tokens per block; several (comma-separated) give an SD row each")
-    parser.add_argument("--tau-h", default="1.0", help="EASD's τ_H; several (comma-separated) give an EASD row each")
-    parser.add_argument("--mti-tau", default="1.0", help="MTI's τ; several (comma-separated) give an MTI row each")
+    benched = [m for m in METHODS.values() if m.bench]
     parser.add_argument(
-        "--rsd-delta", help="with --prm: RSD's δ; several (comma-separated) give an RSD row each, and a draft-only row"
+        "--methods",
+        default=",".join(m.name for m in benched),
+        help="the methods that get rows, comma-separated (those needing a PRM only with --prm); target-only always runs",
     )
+    for setting in dict.fromkeys(m.bench for m in benched):  # each method's bench setting, its values a row each
+        owners = ", ".join(m.title for m in benched if m.bench == setting)
+        parser.add_argument(
+            "--" + setting.replace("_", "-"),
+            default=_default(setting),
+            help=f"{knobs()[setting].help}; several (comma-separated) give a {owners} row each",
+        )
     parser.add_argument(
         "--repeats",
         type=int,
@@ -59,18 +66,7 @@ def run(args: argparse.Namespace) -> int:
         raise SettingsError("--prompts", f"must be from 1 to 10 (got {args.prompts})")
     if args.repeats < 1:
         raise SettingsError("--repeats", f"must be ≥ 1 (got {args.repeats})")
-    tau_hs, ks = numbers("--tau-h", args.tau_h), whole_numbers("--k", args.k)
-    mti_taus = numbers("--mti-tau", args.mti_tau)
-    if args.rsd_delta is not None and args.prm is None:
-        raise SettingsError("--rsd-delta", "RSD's rows need a process reward model: give --prm too")
-    rsd_deltas = numbers("--rsd-delta", args.rsd_delta) if args.rsd_delta is not None else []
-    for settings in (
-        [DecodeSettings(k=k) for k in ks]
-        + [DecodeSettings(tau_h=t, max_new_tokens=args.max_new_tokens) for t in tau_hs]
-        + [make_settings(method="mti", mti_tau=t) for t in mti_taus]
-        + [make_settings(method="rsd", rsd_delta=d) for d in rsd_deltas]
-    ):
-        settings.validate()
+    values = bench_values(args)
     backends = [b.strip() for b in args.backend.split(",") if b.strip()]
     transformers_only = {"dtype": "auto", "int8": "none"}  # --dtype and --int8 are transformers' own
     each_backend = [
@@ -81,12 +77,42 @@ def run(args: argparse.Namespace) -> int:
         runtime_of(each).checked()  # every backend's flags are checked before any model loads
     if args.batch_sizes is not None:
         sizes = whole_numbers("--batch-sizes", args.batch_sizes)
-        return max(
-            run_batched_benchmark(load_models(each), sizes, args.max_new_tokens, ks[0], tau_hs[0]) for each in each_backend
-        )
+        k, tau_h = values["sd"][0], numbers("--tau-h", args.tau_h)[0]
+        return max(run_batched_benchmark(load_models(each), sizes, args.max_new_tokens, k, tau_h) for each in each_backend)
     pairs = [load_models(each) for each in each_backend]
-    plan = BenchPlan(PROMPTS[: args.prompts], args.max_new_tokens, ks, tau_hs, args.repeats, tuple(mti_taus), tuple(rsd_deltas))
-    return run_benchmark(pairs, plan)
+    return run_benchmark(pairs, BenchPlan(PROMPTS[: args.prompts], args.max_new_tokens, values, args.repeats))
+
+
+def bench_values(args: argparse.Namespace) -> dict[str, list]:
+    """For each method that gets rows, the values of its bench setting, each checked (SettingsError naming its flag);
+    SD always, whose first k every other row takes. A method that needs a process reward model gets rows with --prm,
+    and its flag given without one is refused."""
+    names = [name.strip() for name in args.methods.split(",") if name.strip()]
+    for name in names:
+        if name not in METHODS or not METHODS[name].bench:
+            rowed = ", ".join(m.name for m in METHODS.values() if m.bench)
+            raise SettingsError("--methods", f"{name!r} has no bench rows; give some of {rowed}")
+    values = {}
+    for name in dict.fromkeys(["sd", *names]):
+        method, flag = METHODS[name], "--" + METHODS[name].bench.replace("_", "-")
+        text = getattr(args, method.bench)
+        if method.needs_prm and args.prm is None:
+            if text != _default(method.bench):
+                raise SettingsError(flag, f"{method.title}'s rows need a process reward model: give --prm too")
+            continue
+        parsed = whole_numbers(flag, text) if knobs()[method.bench].kind == "int" else numbers(flag, text)
+        for value in parsed:
+            try:
+                with_values(DecodeSettings(max_new_tokens=args.max_new_tokens), method=name, **{method.bench: value}).validate()
+            except SettingsError as err:
+                raise SettingsError(flag, err.message) from None
+        values[name] = parsed
+    return values
+
+
+def _default(setting: str) -> str:
+    """A bench setting's flag's default: the setting's own default, one value."""
+    return f"{settings_values(DecodeSettings())[setting]:g}"
 
 
 def run_suite(args: argparse.Namespace) -> int:

@@ -122,10 +122,38 @@ def add_decode_flags(
             group.add_argument(flag, type=kind, default=default, help=f"{knob.help} ({knob.describe()})")
 
 
+def add_grid_flags(parser, methods) -> None:
+    """A list flag for every setting the grids of `methods` sweep (--tau-hs, --tau-os, --mti-taus, …), each made from
+    its setting's declaration: its values, comma-separated, by default the setting's own grid (its one value where it
+    declares none)."""
+    known = knobs()
+    for setting in dict.fromkeys(name for method in methods for name in method.grid):
+        knob, whose = known[setting], ", ".join(f"--grid {m.name}" for m in methods if setting in m.grid)
+        default = ",".join(f"{value:g}" for value in knob.sweep) or None
+        help = f"{knob.label or setting} values of the grid ({whose}), comma-separated"
+        help += "" if default else f"; default: --{setting.replace('_', '-')}'s one value"
+        parser.add_argument(grid_flag(setting), default=default, help=help)
+
+
+def grid_flag(setting: str) -> str:
+    """The flag of a grid's values of a setting: --tau-hs for tau_h."""
+    return "--" + setting.replace("_", "-") + "s"
+
+
+def grid_of(args: argparse.Namespace, method, base: DecodeSettings) -> dict[str, list[float]]:
+    """The values of each setting `method`'s grid sweeps, as its flags give them (SettingsError naming the flag)."""
+    grid = {}
+    for setting in method.grid:
+        text = getattr(args, grid_flag(setting)[2:].replace("-", "_"))
+        grid[setting] = numbers(grid_flag(setting), text) if text is not None else [settings_values(base)[setting]]
+    return grid
+
+
 def add_tau_h_flags(parser: argparse.ArgumentParser) -> None:
     """--tau-h or --calibration: EASD's entropy threshold, given or calibrated, so that a folder records which."""
     group = parser.add_argument_group("τ_H")
-    group.add_argument("--tau-h", type=float, help="EASD's entropy threshold τ_H, nats (default: --calibration's, else 1.0)")
+    default = DecodeSettings().tau_h
+    group.add_argument("--tau-h", type=float, help=f"{knobs()['tau_h'].help} (default: --calibration's, else {default:g})")
     group.add_argument(
         "--calibration", type=Path, help="a calibration.json from `python -m easd calibrate`: τ_H is its target's value"
     )
@@ -137,7 +165,8 @@ def tau_h_of(args: argparse.Namespace) -> tuple[float, str]:
 
     if args.calibration is None:
         if args.tau_h is None:
-            return 1.0, "not calibrated: the default 1.0"
+            default = DecodeSettings().tau_h
+            return default, f"not calibrated: the default {default:g}"
         return args.tau_h, f"not calibrated: --tau-h {args.tau_h:g}"
     if args.tau_h is not None:
         raise SettingsError("--tau-h", "and --calibration both set τ_H: give one")

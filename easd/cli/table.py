@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
             n
             for folder, name in names.items()
             if _pair_of(folder) == pair
-            for n in _easd_notes(folder, name, summaries) + _beam_notes(folder, name, summaries)
+            for n in _easd_notes(folder, name, summaries) + _variant_notes(folder, name, summaries)
         ]
         if notes:
             print("\n" + "\n".join(notes))
@@ -82,18 +82,20 @@ def _easd_notes(folder: Path, name: str, summaries: dict) -> list[str]:
     return [f"{row} on {name}: {where}" for row in rows if "@" not in str(row)]
 
 
-def _beam_notes(folder: Path, name: str, summaries: dict) -> list[str]:
-    """How each beam row of an eval folder (its summary in `summaries[name]`) searched, from its run.json."""
+def _variant_notes(folder: Path, name: str, summaries: dict) -> list[str]:
+    """How each NAME:SPEC row of an eval folder (its summary in `summaries[name]`) ran, where its method describes its
+    settings in words (beam search: its beams and their ranking), from its run.json."""
     from ..lab.evaluate import parse_methods
     from ..method.methods import METHODS, knobs, make_settings
 
-    beams = [m for m in summaries[name]["method"] if str(m).startswith("beam:")]
+    labelled = [str(m) for m in summaries[name]["method"] if ":" in str(m) and str(m).split(":")[0] in METHODS]
     config = folder / "run.json"
-    if not beams or not config.is_file():
+    if not labelled or not config.is_file():
         return []
     saved = json.loads(config.read_text(encoding="utf-8")).get("settings", {})
     base = make_settings({name: value for name, value in saved.items() if name in knobs()})  # another version may hold others
-    return [f"{v.label} on {name}: {METHODS['beam'].describe(v.settings)}" for v in parse_methods(",".join(beams), base)]
+    notes = [(v.label, METHODS[v.settings.method].describe(v.settings)) for v in parse_methods(",".join(labelled), base)]
+    return [f"{label} on {name}: {described}" for label, described in notes if described]
 
 
 def _add_best_on_test(sweep: Path, names: dict[Path, str], blocks: dict) -> None:

@@ -1,8 +1,9 @@
 """`python -m easd bench`: tokens/s of every way to decode greedily, in one process, on the same prompts.
 
 Rows, for each backend asked for (`--backend llama.cpp,transformers` loads the pair on both): our
-target-only loop, our SD at each k asked for (`--k 1,2,3,4`), our EASD (one row per τ_H), and
-the backend's own peers. On transformers: its assisted generation (its defaults, and a constant
+target-only loop; every method of the table that names a `bench` setting, a row per value of it (SD at each k asked
+for, `--k 1,2,3,4`; EASD at each τ_H; MTI at each τ; RSD at each δ, with --prm), each read against the method its
+table entry names (`bench_against`: EASD against SD); and the backend's own peers. On transformers: its assisted generation (its defaults, and a constant
 k with its confidence cut-off disabled). On llama.cpp: llama-cpp-python's own greedy generation
 of the target, and a minimal SD loop written directly against llama-cpp-python
 (easd.lab.llama_reference), so that what our loop's bookkeeping costs shows as a ratio.
@@ -34,7 +35,7 @@ import torch
 
 from ..backends.transformers import float32_head
 from ..method.generation import Generation
-from ..method.methods import lookup, with_values
+from ..method.methods import knobs, lookup, with_values
 from ..method.pair import ModelPair
 from ..method.prompts import encode_prompt
 from ..method.settings import DecodeSettings
@@ -98,15 +99,26 @@ def rates(traces: list[Trace]) -> str:
 
 @dataclass(frozen=True)
 class BenchPlan:
-    """What `bench` times: the prompts, the new tokens, SD's k values (the first is EASD's and the peers'), τ_H values."""
+    """What `bench` times: the prompts, the new tokens, the repetitions, and for each method with rows the values of
+    its `bench` setting (SD's k values: the first is every other method's k, and the peers')."""
 
     prompts: list[str]
     max_new_tokens: int
-    ks: list[int]
-    tau_hs: list[float]
+    values: dict[str, list]  # method name -> the values of its bench setting, a row each
     repeats: int = 1
-    mti_taus: tuple[float, ...] = ()  # MTI's τ values: an MTI row each, timed against target-only
-    rsd_deltas: tuple[float, ...] = ()  # RSD's δ values (the pair has a PRM): an RSD row each, and a draft-only row
+
+    @property
+    def ks(self) -> list[int]:
+        return self.values["sd"]
+
+
+def row_name(backend: str, method: str, value=None) -> str:
+    """A row's name: "llama.cpp SD (k=4)", "llama.cpp EASD (τ_H=1)", "llama.cpp MTI (τ=1)", "llama.cpp target-only"."""
+    chosen = lookup(method)
+    if value is None:
+        return f"{backend} {chosen.title.replace(' ', '-')}"
+    label = knobs()[chosen.bench].label or chosen.bench
+    return f"{backend} {chosen.title} ({label.removeprefix(chosen.title + ' ')}={value:g})"
 
 
 def run_benchmark(pairs: list[ModelPair], plan: BenchPlan) -> int:
@@ -147,7 +159,7 @@ def run_benchmark(pairs: list[ModelPair], plan: BenchPlan) -> int:
         _print_speed(pair.backend, plan, rows)
         _print_page_speed(pair, plan, rows)
     for pair in pairs:
-        _print_equality(pair.backend, rows[f"{pair.backend} SD (k={plan.ks[0]})"], rows[f"{pair.backend} target-only"])
+        _print_equality(pair.backend, rows[row_name(pair.backend, "sd", plan.ks[0])], rows[row_name(pair.backend, "target")])
     print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GB")
     return 0
 
@@ -155,45 +167,42 @@ def run_benchmark(pairs: list[ModelPair], plan: BenchPlan) -> int:
 def methods_of(pair: ModelPair, plan: BenchPlan) -> dict:
     """Name -> prompt -> tokens (or a Trace): our runs, and the backend's own peers."""
     b, k = pair.backend, plan.ks[0]
-    sd = DecodeSettings(method="sd", k=k, max_new_tokens=plan.max_new_tokens)
-    methods = {f"{b} target-only": lambda p: _ours(pair, p, replace(sd, method="target"))}
+    base = DecodeSettings(method="sd", k=k, max_new_tokens=plan.max_new_tokens)
+    methods = {row_name(b, "target"): lambda p: _ours(pair, p, replace(base, method="target"))}
     if b == "transformers":
         methods["transformers assisted (defaults)"] = lambda p: _assisted(pair, p, plan.max_new_tokens, constant_k=None)
         methods[f"transformers assisted (k={k})"] = lambda p: _assisted(pair, p, plan.max_new_tokens, constant_k=k)
     else:
         methods["llama-cpp-python generate (target)"] = lambda p: _llama_generate(pair, p, plan.max_new_tokens)
         methods[f"llama.cpp reference SD loop (k={k})"] = lambda p: _llama_reference_sd(pair, p, k, plan.max_new_tokens)
-    for each_k in plan.ks:
-        methods[f"{b} SD (k={each_k})"] = lambda p, each_k=each_k: _ours(pair, p, replace(sd, k=each_k))
-    for tau_h in plan.tau_hs:
-        methods[f"{b} EASD (k={k}, τ_H={tau_h:g})"] = lambda p, tau_h=tau_h: _ours(
-            pair, p, replace(sd, method="easd", tau_h=tau_h)
-        )
-    for tau in plan.mti_taus:
-        methods[f"{b} MTI (τ={tau:g})"] = lambda p, tau=tau: _ours(pair, p, with_values(sd, method="mti", mti_tau=tau))
-    if plan.rsd_deltas:  # δ = 0 keeps every step: RSD ÷ draft-only is then the PRM's cost
-        methods[f"{b} draft-only"] = lambda p: _ours(pair, p, replace(sd, method="draft"))
-    for delta in plan.rsd_deltas:
-        methods[f"{b} RSD (δ={delta:g})"] = lambda p, delta=delta: _ours(pair, p, with_values(sd, method="rsd", rsd_delta=delta))
+    for name, values in plan.values.items():
+        against = lookup(name).bench_against
+        if against not in plan.values and row_name(b, against) not in methods:  # its reference, at the run's settings
+            methods[row_name(b, against)] = lambda p, against=against: _ours(pair, p, replace(base, method=against))
+        for value in values:
+            settings = with_values(base, method=name, **{lookup(name).bench: value})
+            methods[row_name(b, name, value)] = lambda p, settings=settings: _ours(pair, p, settings)
     if b == "transformers" and head_copy_bytes(pair) > 0:  # what float32 signals cost: the same runs with the model's logits
-        model_sd = replace(sd, signals="model")
+        model_sd = replace(base, signals="model")
         methods[f"transformers SD (k={k}, {MODEL_LOGITS})"] = lambda p: _ours(pair, p, model_sd)
     return methods
 
 
 def ratios_of(pairs: list[ModelPair], plan: BenchPlan, rows: dict) -> list[tuple[str, Row, Row]]:
+    """Each method's rows against its reference (`bench_against`: target-only, EASD's SD at the first k, RSD's draft
+    alone) and against target-only; and the peers' ratios."""
     k, ratios = plan.ks[0], []
     backends = [pair.backend for pair in pairs]
     for b in backends:
-        target, sd = rows[f"{b} target-only"], rows[f"{b} SD (k={k})"]
-        ratios += [(f"{b} SD (k={each_k}) ÷ target-only", rows[f"{b} SD (k={each_k})"], target) for each_k in plan.ks]
-        ratios += [(f"{name} ÷ SD", rows[name], sd) for name in rows if name.startswith(f"{b} EASD")]
-        ratios += [(f"{name} ÷ target-only", rows[name], target) for name in rows if name.startswith(f"{b} MTI")]
-        for name in [name for name in rows if name.startswith(f"{b} RSD")]:
-            ratios += [
-                (f"{name} ÷ draft-only", rows[name], rows[f"{b} draft-only"]),
-                (f"{name} ÷ target-only", rows[name], target),
-            ]
+        target, sd = rows[row_name(b, "target")], rows[row_name(b, "sd", k)]
+        for name, values in plan.values.items():
+            against = lookup(name).bench_against
+            reference = rows[row_name(b, against, plan.values[against][0]) if against in plan.values else row_name(b, against)]
+            for value in values:
+                row = rows[row_name(b, name, value)]
+                ratios.append((f"{row.name} ÷ {reference.name.removeprefix(b + ' ')}", row, reference))
+                if against != "target" and lookup(against).bench == "":  # against a plain run: also its cost over the target
+                    ratios.append((f"{row.name} ÷ target-only", row, target))
         if b == "transformers":
             ratios.append((f"transformers SD ÷ assisted (k={k})", sd, rows[f"transformers assisted (k={k})"]))
             if f"transformers SD (k={k}, {MODEL_LOGITS})" in rows:
@@ -310,7 +319,7 @@ def _print_ratios(pairs: list[tuple[str, Row, Row]]) -> None:
 
 def _print_speed(backend: str, plan: BenchPlan, rows: dict) -> None:
     """SD's speed taken apart at each k (easd.method.speed): measured costs, acceptance, predicted against measured."""
-    target = rows[f"{backend} target-only"].traces
+    target = rows[row_name(backend, "target")].traces
     one_pass = sum(t.stats.target_seconds for t in target) / sum(t.stats.target_calls for t in target)
     target_rate = sum(len(t.records) for t in target) / sum(t.stats.seconds for t in target)
     print(f"{backend}: SD's speed, explained (a 1-token target pass: {1000 * one_pass:.1f} ms; costs in such passes)")
@@ -318,7 +327,7 @@ def _print_speed(backend: str, plan: BenchPlan, rows: dict) -> None:
         f"  {'k':>2} {'c':>5} {'r':>5} {'α by draft position':<32} {'tokens/pass':>11} {'predicted':>9} {'measured':>8} {'GPU-like':>8}"
     )
     for k in plan.ks:
-        speed = Speed.of(rows[f"{backend} SD (k={k})"].traces, PassCost(one_pass), target_rate)
+        speed = Speed.of(rows[row_name(backend, "sd", k)].traces, PassCost(one_pass), target_rate)
         positions = " ".join(f"{a:.2f}" for a in speed.alpha_by_position)
         print(
             f"  {k:>2} {speed.c:>5.2f} {speed.r:>5.2f} {positions:<32} {speed.tokens_per_pass:>11.2f} "
@@ -336,7 +345,7 @@ def _print_page_speed(pair: ModelPair, plan: BenchPlan, rows: dict) -> None:
         Batch(pair, [Generation(pair, p, sd), Generation(pair, p, replace(sd, method="easd"))]).run()[0] for p in plan.prompts
     ]
     shared, one_row = Speed.of(lanes, cost), Speed.of(lanes, PassCost(cost.one_row))
-    alone = Speed.of(rows[f"{pair.backend} SD (k={k})"].traces, PassCost(cost.one_row))
+    alone = Speed.of(rows[row_name(pair.backend, "sd", k)].traces, PassCost(cost.one_row))
     print(
         f"{pair.backend}: the page's SD lane at k={k}, sharing its passes with the EASD lane ({shared.rows:.2f} rows a pass;"
         f" a 1-token target pass: {1000 * cost.one_row:.1f} ms for one row, +{1000 * cost.per_extra_row:.1f} ms a row more)"

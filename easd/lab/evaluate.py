@@ -25,7 +25,7 @@ from ..method.pair import ModelPair
 from ..method.prefix import easd_start
 from ..method.prompts import encode_prompt
 from ..method.seam import free_memory, row_bytes
-from ..method.settings import RULES, DecodeSettings
+from ..method.settings import DecodeSettings
 from ..method.step import Batch
 from ..method.summary import summarize
 from ..method.trace import Trace
@@ -43,67 +43,42 @@ class Variant:
 def parse_methods(text: str, base: DecodeSettings) -> list[Variant]:
     """`target,draft,sd,easd,mti,easd:no_overlap,beam:4,beam:4/0` → variants; SD first, so EASD variants can reuse it.
 
-    A method's name alone runs it at `base`'s settings; easd:RULE at one of the paper's ablations (any method whose
-    rule refuses takes a rule so); beam:N searches with N beams ranked by mean log-probability per token (α = 1,
-    transformers' default), beam:N/α with another length penalty (beam:4/0 ranks by the sum), sampled at the run's
-    --temperature and --top-p (the paper's beams: 0.7 and 0.8), greedy at temperature 0."""
+    A method's name alone runs it at `base`'s settings; NAME:SPEC as its table entry reads SPEC (`Method.variant`:
+    easd:RULE at one of the paper's ablations, beam:N or beam:N/α with N beams and a length penalty α)."""
     variants = []
     for label in [part.strip() for part in text.split(",") if part.strip()]:
         name, _, spec = label.partition(":")
         if name not in METHODS:
-            raise EasdError(
-                f"--methods: {label!r} is not one of {', '.join(METHODS)}, easd:RULE (RULE: {', '.join(RULES)}), beam:N or beam:N/α"
-            )
-        variants.append(Variant(label, _variant_settings(label, METHODS[name], spec, base)))
+            forms = ", ".join(m.variant_form for m in METHODS.values() if m.variant_form)
+            raise EasdError(f"--methods: {label!r} is not one of {', '.join(METHODS)}" + (f", {forms}" if forms else ""))
+        method = METHODS[name]
+        try:
+            settings = method.variant(spec, base) if spec else replace(base, method=name)
+        except (ValueError, SettingsError) as err:
+            raise EasdError(f"--methods: {label!r}: {err}") from None
+        variants.append(Variant(label, settings))
     if not variants:
         raise EasdError("--methods: give at least one method, e.g. sd,easd")
     leaders = {method.follows for method in METHODS.values()}  # SD: EASD resumes its run, so it decodes first
     return sorted(variants, key=lambda v: v.settings.method not in leaders)
 
 
-def _variant_settings(label: str, method, spec: str, base: DecodeSettings) -> DecodeSettings:
-    """The settings of `method` with the part of its label after the colon: a rule, or beam search's N[/α]."""
-    if not spec:
-        return replace(base, method=method.name)
-    if method.refuses:
-        if spec not in RULES:
-            raise EasdError(f"--methods: {label!r}: the rule must be one of {', '.join(RULES)}")
-        return replace(base, method=method.name, rule=spec)
-    if method.name == "beam":
-        width, _, alpha = spec.partition("/")
-        try:
-            settings = with_values(base, method="beam", beam_width=int(width), beam_length_penalty=float(alpha or 1.0))
-            return settings.validate()
-        except ValueError:
-            raise EasdError(
-                f"--methods: {label!r} must be beam:N or beam:N/α, N beams, α the length penalty (e.g. beam:4, beam:4/0)"
-            ) from None
-        except SettingsError as err:
-            raise EasdError(f"--methods: {label}: {err}") from None
-    raise EasdError(f"--methods: {label!r}: {method.name} takes nothing after a colon")
-
-
-def grid_variants(base: DecodeSettings, tau_hs: list[float], tau_os: list[float]) -> list[Variant]:
-    """SD plus EASD at every (τ_H, τ_O), for `sweep`."""
-    grid = [Variant(f"easd@{h:g}/{o:g}", replace(base, method="easd", tau_h=h, tau_o=o)) for h in tau_hs for o in tau_os]
-    return [Variant("sd", replace(base, method="sd")), *grid]
-
-
-# The baseline methods `sweep --grid` runs, and the settings each sweeps (the methods' table says which): MTI's
-# threshold τ and guidance strength ω, RSD's δ. A variant is labelled by its values, in this order: mti@1/1.5, rsd@0.7.
-GRIDS = {method.name: method.grid for method in METHODS.values() if method.grid}
-
-
-def baseline_variants(base: DecodeSettings, method: str, grid: dict[str, list[float]]) -> list[Variant]:
-    """Target-only plus `method` (mti or rsd) at every point of its grid (each setting of GRIDS[method] by its
-    values), for `sweep --grid METHOD`."""
-    names = GRIDS[method]
-    points = itertools.product(*(grid[name] for name in names))
+def grid_variants(base: DecodeSettings, method: str, grid: dict[str, list[float]]) -> list[Variant]:
+    """The method's reference run (the method it follows, EASD's SD; else target-only), then the method at every point
+    of its grid (each setting it sweeps by its values, in the order its table entry names them), for `sweep`. A point
+    is labelled by its values: easd@1.5/0.8, mti@1/1.5, rsd@0.7."""
+    names = lookup(method).grid
+    reference = lookup(method).follows or "target"
     variants = [
         Variant(f"{method}@{'/'.join(f'{v:g}' for v in point)}", with_values(base, method=method, **dict(zip(names, point))))
-        for point in points
+        for point in itertools.product(*(grid[name] for name in names))
     ]
-    return [Variant("target", replace(base, method="target")), *variants]
+    return [Variant(reference, replace(base, method=reference)), *variants]
+
+
+# The methods `sweep --grid` runs, and the settings each sweeps (the methods' table says which): EASD's τ_H and τ_O,
+# MTI's threshold τ and guidance strength ω, RSD's δ.
+GRIDS = {method.name: method.grid for method in METHODS.values() if method.grid}
 
 
 # --- the work -----------------------------------------------------------------------------------

@@ -151,7 +151,7 @@ def settings_from_model_args(values: dict) -> DecodeSettings:
         known = ", ".join(("pair", "dtype", "int8", *setting_args()))
         raise EasdError(f"--model_args: unknown {', '.join(unknown)}; the easd model takes {known}")
     try:
-        settings = make_settings({"method": "easd", **values}).validate()
+        settings = make_settings(values).validate()  # method: the settings' default (EASD) unless given
         if settings.method not in in_batch():  # lm-eval's requests are decoded as the rows of one batch
             raise SettingsError("method", f"must be one of {', '.join(in_batch())} (got {settings.method!r})")
         return settings

@@ -382,76 +382,67 @@ def paired_figure(paired: pd.DataFrame) -> go.Figure:
 
 
 def write_sweep(out: Path, format: str) -> pd.DataFrame:
-    """sweep.csv (one row per τ_H × τ_O cell) and sweep.html: two heatmaps, SD and target-only as references.
-    For MTI's grid (methods mti@τ), one row per τ and a line of accuracy over τ instead."""
+    """sweep.csv (one row per point of the grid: its settings' values, accuracy, interventions, speed) and sweep.html:
+    accuracy over the grid's first setting, a line per value of its second, with the reference runs (SD,
+    target-only) as lines; over a grid of two settings (EASD's τ_H × τ_O) also heatmaps of accuracy and interventions.
+    A point's values are those its rows ran with where results.csv holds them (τ_H, τ_O), else its label's."""
     results = load_results(out / "results.csv")
     summary = summary_table(results, format, grader_of(out))
-    for method, columns in GRIDS.items():
-        if summary["method"].str.startswith(f"{method}@").any():
-            return _write_baseline_sweep(out, summary, method, columns)
-    taus = results.groupby("method", sort=False)[["tau_h", "tau_o"]].first()  # each variant ran at one (τ_H, τ_O)
-    cells = summary[summary["method"].str.startswith("easd@")].merge(taus, left_on="method", right_index=True)
-    cells = cells[["tau_h", "tau_o", "runs", "accuracy", "ci95_low", "ci95_high", "penalized_token_rate", "tokens_per_s"]]
+    method, columns = next(
+        ((m, c) for m, c in GRIDS.items() if summary["method"].str.startswith(f"{m}@").any()), ("easd", GRIDS["easd"])
+    )
+    cells = summary[summary["method"].str.startswith(f"{method}@")].copy()
+    labelled = cells["method"].str.removeprefix(f"{method}@").str.split("/", expand=True)
+    ran = results.groupby("method", sort=False).first()  # each point ran at one value of each setting
+    for i, column in enumerate(columns):  # results.csv holds τ_H and τ_O as they ran; the others, the point's label
+        cells[column] = cells["method"].map(ran[column]) if column in ran else labelled[i].astype(float)
+    kept = [*columns, "runs", "accuracy", "ci95_low", "ci95_high", "penalized_token_rate", "interventions_per_1k", "tokens_per_s"]
+    cells = cells[kept].sort_values(list(columns[::-1]))
     cells.to_csv(out / "sweep.csv", index=False, float_format="%.4f")
     references = {
         m: summary.loc[summary["method"] == m, "accuracy"].iloc[0] for m in ("sd", "target") if m in set(summary["method"])
     }
-    write_html(out / "sweep.html", "EASD threshold sweep", _sweep_figures(cells, references))
+    title = METHODS[method].title
+    figures = _heatmaps(cells, columns, references) if len(columns) == 2 else []
+    write_html(out / "sweep.html", f"{title} threshold sweep", [*figures, _sweep_lines(cells, title, columns, references)])
     return cells
 
 
-def _write_baseline_sweep(out: Path, summary: pd.DataFrame, method: str, columns: tuple[str, ...]) -> pd.DataFrame:
-    """MTI's or RSD's grid (methods mti@τ/ω, rsd@δ): one row per point, and accuracy over the first setting, a line
-    per value of the second (MTI's ω), with target-only's line."""
-    cells = summary[summary["method"].str.startswith(f"{method}@")].copy()
-    values = cells["method"].str.removeprefix(f"{method}@").str.split("/", expand=True).astype(float)
-    for i, column in reversed(list(enumerate(columns))):
-        cells.insert(0, column, values[i])
-    cells = cells[[*columns, "runs", "accuracy", "ci95_low", "ci95_high", "interventions_per_1k", "tokens_per_s"]]
-    cells = cells.sort_values(list(columns[::-1]))
-    cells.to_csv(out / "sweep.csv", index=False, float_format="%.4f")
-    name, column, lines = method.upper(), columns[0], columns[1:]
-    groups = cells.groupby(list(lines)) if lines else [((), cells)]
+def _sweep_lines(cells: pd.DataFrame, title: str, columns: tuple[str, ...], references: dict) -> go.Figure:
+    """Accuracy over the grid's first setting, a line per value of the others, the references as dashed lines."""
+    column, lines = columns[0], list(columns[1:])
+    groups = cells.groupby(lines) if lines else [((), cells)]
     figure = go.Figure(
         [
             go.Scatter(
                 x=group[column],
                 y=group["accuracy"],
                 mode="lines+markers",
-                name=", ".join([name, *(f"{n} = {v:g}" for n, v in zip(lines, key if isinstance(key, tuple) else (key,)))]),
+                name=", ".join([title, *(f"{n} = {v:g}" for n, v in zip(lines, key if isinstance(key, tuple) else (key,)))]),
             )
             for key, group in groups
         ]
     )
-    target = summary.loc[summary["method"] == "target", "accuracy"]
-    if len(target):
-        figure.add_hline(y=target.iloc[0], line_dash="dash", annotation_text=f"target {target.iloc[0]:.1%}")
-    figure.update_layout(
-        title=f"{name}'s accuracy by {column}, target-only as the reference line", xaxis_title=column, yaxis_tickformat=".0%"
-    )
-    write_html(out / "sweep.html", f"{name} threshold sweep", [figure])
-    return cells
+    for name, value in references.items():
+        figure.add_hline(y=value, line_dash="dash", annotation_text=f"{name} {value:.1%}")
+    figure.update_layout(title=f"{title}'s accuracy by {column}, with the references", xaxis_title=column, yaxis_tickformat=".0%")
+    return figure
 
 
-def _sweep_figures(cells: pd.DataFrame, references: dict) -> list[go.Figure]:
+def _heatmaps(cells: pd.DataFrame, columns: tuple[str, ...], references: dict) -> list[go.Figure]:
+    """Accuracy and interventions over a grid of two settings (rows: the first, columns: the second)."""
     figures = []
-    for column, title, scale in (
-        ("accuracy", "Accuracy", "Greens"),
-        ("penalized_token_rate", "Penalized-token frequency", "Oranges"),
+    for value, title, scale, form in (
+        ("accuracy", "Accuracy", "Greens", "%{z:.1%}"),
+        ("interventions_per_1k", "Interventions per 1,000 tokens", "Oranges", "%{z:.1f}"),
     ):
-        grid = cells.pivot(index="tau_h", columns="tau_o", values=column)
-        figure = go.Figure(go.Heatmap(z=grid.values, x=grid.columns, y=grid.index, colorscale=scale, texttemplate="%{z:.1%}"))
-        note = ", ".join(f"{name} {value:.1%}" for name, value in references.items())
+        grid = cells.pivot(index=columns[0], columns=columns[1], values=value)
+        figure = go.Figure(go.Heatmap(z=grid.values, x=grid.columns, y=grid.index, colorscale=scale, texttemplate=form))
+        note = ", ".join(f"{name} {v:.1%}" for name, v in references.items())
         figure.update_layout(
-            title=f"{title} over τ_H × τ_O" + (f" (references: {note})" if note else ""), xaxis_title="τ_O", yaxis_title="τ_H"
+            title=f"{title} over {columns[0]} × {columns[1]}" + (f" (references: {note})" if note else ""),
+            xaxis_title=columns[1],
+            yaxis_title=columns[0],
         )
         figures.append(figure)
-    lines = go.Figure(
-        [go.Scatter(x=g["tau_o"], y=g["accuracy"], mode="lines+markers", name=f"τ_H = {h:g}") for h, g in cells.groupby("tau_h")]
-    )
-    for name, value in references.items():
-        lines.add_hline(y=value, line_dash="dash", annotation_text=f"{name} {value:.1%}")
-    lines.update_layout(
-        title="Accuracy by τ_O, with SD and target-only as reference lines", xaxis_title="τ_O", yaxis_tickformat=".0%"
-    )
-    return [*figures, lines]
+    return figures

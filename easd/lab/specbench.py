@@ -28,6 +28,7 @@ from ..errors import EasdError, SettingsError
 from ..method.generation import Generation
 from ..method.pair import ModelPair
 from ..method.settings import DecodeSettings
+from ..method.spec_metrics import refused
 from ..method.trace import Trace
 from .evaluate import Variant  # label: vanilla, sd-k4, easd-k4-tau1.5: the row name and the answer file's model_id suffix
 
@@ -130,7 +131,7 @@ def answer_question(pair: ModelPair, question: Question, settings: DecodeSetting
         answer.new_tokens.append(len(trace.records))
         answer.wall_time.append(trace.stats.seconds)
         answer.accept_lengths.extend(_tokens_per_block(trace))
-        answer.penalized += sum(r.origin == "easd_penalty" for r in trace.records)
+        answer.penalized += sum(refused(r) for r in trace.records)
     return answer
 
 

@@ -38,6 +38,7 @@ from .._version import __version__
 from ..method.compare import first_difference
 from ..method.pair import ModelPair
 from ..method.settings import DecodeSettings
+from ..method.spec_metrics import refused
 from ..traces import files as trace_io
 from .calibrate import nearest_candidate, top_share_mean
 from .evaluate import LocalRunner, Variant, run_evaluation, trace_name
@@ -296,7 +297,7 @@ def where_it_fires(traces: dict) -> dict:
     for trace in traces.values():
         length = len(trace.records)
         for record in trace.records:
-            if record.origin != "easd_penalty":
+            if not refused(record):
                 continue
             total += 1
             positions[min(POSITION_BINS - 1, POSITION_BINS * record.position // max(1, length))] += 1

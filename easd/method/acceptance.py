@@ -245,12 +245,29 @@ def _entropy_tolerance(logits: torch.Tensor, eps: float, shift: float) -> torch.
 # --- sampling distributions -------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """How one model's tokens are drawn: at a temperature (0: greedy, its argmax) within a top-p nucleus. A method
+    says one for each model it runs (easd.method.methods.sd: SD's draft and target share the run's)."""
+
+    temperature: float
+    top_p: float = 1.0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """The distribution tokens are drawn from.  [B, V] -> [B, V]"""
+        return sampling_probs(logits, self.temperature, self.top_p)
+
+
 def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
     """The distribution tokens are actually drawn from: one-hot at temperature 0, else
     softmax(logits / T) restricted to the top-p nucleus and renormalized.  [B, V] -> [B, V]"""
     logits = logits.float()
     if temperature == 0:
-        return _one_hot(logits.argmax(dim=-1), logits.shape[-1])
+        return one_hot(logits.argmax(dim=-1), logits.shape[-1])
     probs = torch.softmax(logits / temperature, dim=-1)
     return probs if top_p >= 1 else _nucleus(probs, top_p)
 
@@ -264,19 +281,23 @@ def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return kept / kept.sum(dim=-1, keepdim=True)
 
 
-def _one_hot(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
+def one_hot(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """[B] -> [B, V]: each token with probability 1 (a greedy model's distribution, a deterministic draft's)."""
     return torch.nn.functional.one_hot(tokens, vocab_size).float()
 
 
 # --- the standard speculative test --------------------------------------------------------------
 
 
-def accept_probability(p_tilde: torch.Tensor, q_tilde: torch.Tensor, drafted: torch.Tensor) -> torch.Tensor:
-    """min(1, p̃(c) / q̃(c)) for each drafted token c.  [B, V], [B, V], [B] -> [B]
+def accept_probability(p_tilde: torch.Tensor, q_tilde: torch.Tensor | None, drafted: torch.Tensor) -> torch.Tensor:
+    """min(1, p̃(c) / q̃(c)) for each drafted token c.  [B, V], [B, V] or None, [B] -> [B]
 
-    q̃(c) > 0 because c was drawn from q̃. Greedy: 1 if c is the target's argmax, else 0.
+    q̃(c) > 0 because c was drawn from q̃; None is a deterministic draft, q̃(c) = 1, so the probability is p̃(c).
+    Greedy: 1 if c is the target's argmax, else 0.
     """
     p_c = p_tilde.gather(-1, drafted[:, None]).squeeze(-1)
+    if q_tilde is None:
+        return p_c.clamp(max=1.0)
     q_c = q_tilde.gather(-1, drafted[:, None]).squeeze(-1)
     return (p_c / q_c).clamp(max=1.0)
 
@@ -312,7 +333,7 @@ def penalty_probs(target_logits: torch.Tensor, refused: torch.Tensor, temperatur
     """
     logits = target_logits.float().scatter(-1, refused[:, None], float("-inf"))
     if temperature == 0:
-        return _one_hot(logits.argmax(dim=-1), logits.shape[-1])
+        return one_hot(logits.argmax(dim=-1), logits.shape[-1])
     masked = sampling_probs(target_logits, temperature, top_p).scatter(-1, refused[:, None], 0.0)
     mass = masked.sum(dim=-1, keepdim=True)
     fallback = torch.softmax(logits / temperature, dim=-1)
@@ -336,25 +357,3 @@ def draw(probs: torch.Tensor, generator: torch.Generator | None, greedy: bool = 
     if greedy:
         return probs.argmax(dim=-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-
-
-# --- MTI: guidance away from a negative prompt at uncertain positions -----------------------------
-
-
-def mti_intervenes(h_target: torch.Tensor, tau: float) -> torch.Tensor:
-    """Where MTI guides a token: the target's entropy (nats, temperature 1) exceeds τ.  [B] -> [B] bool"""
-    return h_target > tau
-
-
-def guided_logits(conditional: torch.Tensor, negative: torch.Tensor, omega: float) -> torch.Tensor:
-    """MTI's guided distribution, as logits: log p̃ = log p_u + ω (log p_c − log p_u), up to a constant.  [B, V] -> [B, V]
-
-    p_c is the target's distribution after the context (`conditional`), p_u after the context and the
-    negative prompt (`negative`). Written as log p_c + (ω − 1)(log p_c − log p_u) and shifted by
-    log-sum-exp (softmax ignores a constant), so that ω = 1 gives back `conditional` bit for bit. A token
-    that either model rules out (−inf) gets no push either way.
-    """
-    conditional = conditional.float()
-    push = torch.log_softmax(conditional, dim=-1) - torch.log_softmax(negative.float(), dim=-1)
-    push = torch.where(torch.isfinite(push), push, torch.zeros_like(push))
-    return conditional + (omega - 1) * push

@@ -88,9 +88,15 @@ def verifying(traces: dict[str, Trace | None]) -> Trace | None:
     )
 
 
-def lane_running(traces: dict[str, Trace | None], method: str) -> str | None:
-    """The first lane whose run is one of `method` (the what-if reads the SD lane, wherever it is)."""
-    return next((lane for lane, t in traces.items() if t is not None and t.settings.method == method), None)
+def whatif_lane(traces: dict[str, Trace | None]) -> str | None:
+    """The lane whose run the what-if re-reads: the first of a method that records EASD's signals and refuses nothing
+    (SD's, wherever it is), where EASD's rule can be asked what it would have refused."""
+    return next((lane for lane, t in traces.items() if t is not None and _shows_rule(t.settings.method)), None)
+
+
+def _shows_rule(name: str) -> bool:
+    method = METHODS.get(name)
+    return method is not None and method.signals and not method.refuses
 
 
 def brief(traces: dict[str, Trace]) -> dict:

@@ -45,6 +45,7 @@ class Knob:
     short: str = ""  # what it is, in the page's few words ("entropy threshold (nats)")
     control: Control | None = None  # on the page and the API; None: the command line, files and model_args only
     per_request: bool = False  # lm-eval sets it per request (max_gen_toks, temperature, top_p): no model_arg
+    sweep: tuple[float, ...] = ()  # the values a grid over it takes unless told (the paper's grid); (): its one value
 
     def describe(self) -> str:
         """What a value must be: "an integer from 1 to 64", "a number of nats ≥ 0", "one of full, no_overlap, …"."""

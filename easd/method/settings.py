@@ -10,7 +10,7 @@ everywhere outside it. Whether `method` names a method is the methods' table's t
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..errors import SettingsError
@@ -42,6 +42,7 @@ class DecodeSettings:
         label="τ_H",
         short="entropy threshold (nats)",
         control=Control("slider", 0, 4, 0.05),
+        sweep=(1.0, 1.5, 2.0),
     )  # the paper's grid is {1, 1.5, 2}; `calibrate` gives the embedded pair's target 1.5 on GSM8K (docs/evaluation.md)
     tau_o: float = knob(
         0.8,
@@ -52,6 +53,7 @@ class DecodeSettings:
         label="τ_O",
         short="overlap threshold",
         control=Control("slider", 0, 1, 0.05),
+        sweep=(0.2, 0.4, 0.6, 0.8, 1.0),  # the paper's grid
     )  # 0.8 with n = 5 means at least 4 of 5 shared
     top_n: int = knob(
         5,
@@ -148,6 +150,11 @@ class DecodeSettings:
     def trace_top(self) -> int:
         """How many top candidates each trace row keeps (README, "The trace": at least max(n, 5))."""
         return max(self.record_top, self.top_n, 5)
+
+    def with_own(self, method: str, settings: Any) -> DecodeSettings:
+        """These settings with method `method`'s own settings replaced by `settings` (its dataclass)."""
+        kept = tuple((name, value) for name, value in self.own if name != method)
+        return replace(self, own=(*kept, (method, settings)))
 
     def own_settings(self, method: str, defaults: Any) -> Any:
         """Method `method`'s own settings: those held here, else `defaults` (its dataclass as declared)."""

@@ -18,7 +18,7 @@ accepted tokens". Words:
                      the draft loses the target without the earlier positions' losses in it.
   acceptance-length histogram   drafts by the tokens their verification emitted, 1..k+1 (in a summary, a list:
                      the drafts that emitted 1 token, 2 tokens, …).
-EASD: a penalty ends a verification as a rejection does: the penalized token counts as drafted and not accepted, and
+EASD: a penalty (any method's refusal, `refused`) ends a verification as a rejection does: the penalized token counts as drafted and not accepted, and
 the target's token that replaces it is the verification's last. `penalties` are counted beside the rest.
 A draft whose accepted tokens end with an end token emits no token of the target's: the histogram counts what it
 emitted, the mean acceptance length (vLLM's formula) one more.
@@ -31,6 +31,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .origins import DRAFT_ACCEPTED, TARGET_RESAMPLE
+
 
 class Counted(Protocol):
     """What is counted of a trace (easd.method.trace.Trace, which summarizes itself with this module)."""
@@ -38,6 +40,12 @@ class Counted(Protocol):
     settings: Any  # its DecodeSettings: k, for a CSV trace that lacks its blocks
     records: list  # its TokenRecords: block, origin, draft_token_id
     blocks: list  # its BlockInfos: the tokens each draft proposed
+
+
+def refused(record) -> bool:
+    """A token a method's rule put in place of a draft the standard test kept (EASD's penalty): at a drafted position,
+    neither the draft kept nor the target's token after a rejection."""
+    return record.draft_token_id is not None and record.origin not in (DRAFT_ACCEPTED.name, TARGET_RESAMPLE.name)
 
 
 @dataclass
@@ -70,16 +78,16 @@ class SpecMetrics:
             judged = [r for r in records if r.draft_token_id is not None]
             if not judged:  # a one-model token, or a block with no room to draft
                 continue
-            accepted = [r for r in judged if r.origin == "draft_accepted"]
+            accepted = [r for r in judged if r.origin == DRAFT_ACCEPTED.name]
             k = proposed.get(index) or max(trace.settings.k, len(judged))
             self.num_drafts += 1
             self.num_draft_tokens += k
             self.num_accepted_tokens += len(accepted)
-            self.penalties += sum(r.origin == "easd_penalty" for r in judged)
+            self.penalties += sum(refused(r) for r in judged)
             for position in range(len(judged)):
                 self._grow(position + 1)
                 self.reached_per_position[position] += 1
-                self.accepted_per_position[position] += judged[position].origin == "draft_accepted"
+                self.accepted_per_position[position] += judged[position].origin == DRAFT_ACCEPTED.name
             self.lengths[len(records)] += 1
 
     def _grow(self, positions: int) -> None:

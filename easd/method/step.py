@@ -174,7 +174,7 @@ class Batch:
 
     def _draft(self, plans: list[RowPlan], precise: set[int]) -> None:
         """Every drafting row's draft passes: one pass per drafted position, all drafting rows in it; after each,
-        the row's method makes of its logits what it proposes (SD's c_i, draft-only's token)."""
+        the row keeps the draft's logits and its method says what it proposes (SD's c_i and q̃_i, draft-only's token)."""
         for i in range(max((plan.draft_passes for plan in plans), default=0)):
             asking = [plan for plan in plans if plan.draft_passes > i and not plan.generation.done and not plan.drafting_done]
             if not asking:
@@ -183,7 +183,12 @@ class Batch:
             out = self._pass(self.draft, "draft", asking, sequences, dict.fromkeys(sequences, 1), precise)  # {row: [1, V]}
             for plan in asking:
                 with self._alone(plan):
-                    plan.generation.method.propose(plan, _finite(out[plan.row], "draft", plan))
+                    logits = _finite(out[plan.row], "draft", plan)  # [1, V]
+                    plan.q_logits.append(logits)
+                    proposal = plan.generation.method.propose(plan, logits)
+                    if proposal is not None:
+                        plan.drafted.append(proposal.token)
+                        plan.q_tilde.append(proposal.q_tilde)
 
     def _verify(self, plans: list[RowPlan], precise: set[int]) -> None:
         """ONE target pass for every row that takes it: p_1..p_{k+1} after each row's drafts."""
@@ -298,6 +303,7 @@ class RowPlan:
     block: int  # the block's index in the row's trace
     position: int  # tokens the row generated before this block
     drafted: list[int] = field(default_factory=list)  # c_1..c_k, the draft's proposals
+    q_tilde: list[torch.Tensor | None] = field(default_factory=list)  # [1, V] per proposal: the q̃_i c_i was drawn from, or None
     q_logits: list[torch.Tensor] = field(default_factory=list)  # [1, V] per draft pass: q_1..q_k (draft-only: its step)
     p_logits: torch.Tensor | None = None  # [k+1, V] p_1..p_{k+1} from the one target pass
     second_logits: torch.Tensor | None = None  # [1, V] the target's logits on its second look (MTI's p_u), where it asked

@@ -5,7 +5,7 @@ names; interventions are what the run's method (its table entry) says are its ow
 from __future__ import annotations
 
 from .methods import METHODS
-from .spec_metrics import SpecMetrics
+from .spec_metrics import SpecMetrics, refused
 from .trace import Trace
 
 
@@ -25,11 +25,11 @@ def summarize(trace: Trace) -> dict:
     records, stats = trace.records, trace.stats
     spec = SpecMetrics.of([trace])  # counts the drafts once: what the standard test examined and what it kept
     examined, accepted = sum(spec.reached_per_position), spec.num_accepted_tokens
-    penalized = [r.position for r in records if r.origin == "easd_penalty"]
+    penalized = [r.position for r in records if refused(r)]  # EASD's penalties, or any method's refusals
     interventions = sum(intervened(r.origin, trace.settings.method) for r in records)
     fired = sum(bool(r.triggered) for r in records if r.draft_token_id is not None)
     fragile = sum(bool(r.fragile) for r in records if r.draft_token_id is not None)
-    fragile_penalties = sum(bool(r.fragile) for r in records if r.origin == "easd_penalty")
+    fragile_penalties = sum(bool(r.fragile) for r in records if refused(r))
     blocks = len({r.block for r in records})
     seconds = stats.seconds
     return {

@@ -7,20 +7,44 @@ token, every draft field of a target-only run) are None.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 from .acceptance import Margins
 from .settings import DecodeSettings
 
-# Where a token came from: each method's table entry says which of these its rows may say (easd.method.methods)
-ORIGINS = ("draft_accepted", "target_resample", "easd_penalty", "bonus", "target", "draft", "mti_guided")
-BLOCK_ENDS = ("target_resample", "easd_penalty", "bonus")  # a speculative block's end: the origin of its last token
 # stopped: its user asked (Stop, Clear); left: its client went away (the tab closed, the call's connection ended);
 # unread: its client took nothing of what it was sent for a while; quota: the user's ZeroGPU time ran out
 STOP_REASONS = ("eos", "max_new_tokens", "context", "stopped", "left", "unread", "quota", "error", "max_steps")
 MARGIN_COLUMNS = [f.name for f in fields(Margins)]  # a record's margin fields are the fields of acceptance.Margins
+SIGNAL_FIELDS = ("h_draft", "h_target", "overlap", "triggered")  # EASD's rule at a drafted position (methods that show it)
 
 Candidate = tuple[int, str, float]  # (token id, token text, probability at temperature 1)
+
+
+@dataclass(frozen=True)
+class Column:
+    """A trace column of a method's own record (`recorded`): its kind and range, which the trace's schema checks, and
+    its label and help, which the inspector, Find tokens and the docs show."""
+
+    help: str
+    kind: str  # int | float | bool | text | candidates (a list of (id, text, probability), one column triple each)
+    low: float | None = None
+    high: float | None = None
+    label: str = ""  # the inspector's name for it; the field's name where empty
+
+
+def recorded(help: str, kind: str, **declared):  # noqa: A002 (a column's help is its help)
+    """A field of a method's own record dataclass (`Method.record`), declared as a trace column. Its default is None
+    (a list for candidates): a row where the method has nothing to say leaves it empty."""
+    default = {"default_factory": list} if kind == "candidates" else {"default": None}
+    return dataclasses.field(**default, metadata={"column": Column(help, kind, **declared)})
+
+
+def columns_of(record_class) -> dict[str, Column]:
+    """The columns a method's own record declares, by field name (its trace column's name), in order."""
+    return {f.name: f.metadata["column"] for f in dataclasses.fields(record_class)} if record_class else {}
 
 
 @dataclass
@@ -29,7 +53,7 @@ class TokenRecord:
     block: int  # the SD round (or single-model step) the token came from
     token_id: int
     token_text: str
-    origin: str  # one of ORIGINS
+    origin: str  # one of its method's origins (easd.method.origins)
     draft_token_id: int | None = None  # c_i, the drafted token examined at this position
     draft_token_text: str | None = None
     p_draft: float | None = None  # q(c_i) at temperature 1
@@ -53,9 +77,16 @@ class TokenRecord:
     overlap_low: float | None = None  # the lowest overlap (/ n) swaps within rounding can reach
     overlap_high: float | None = None  # the highest
     fragile: bool | None = None  # a perturbation at the models' precision could flip the decision
-    guided_top: list[Candidate] = field(default_factory=list)  # MTI's guided p̃ where it guided (target_top: without)
-    rsd_step: int | None = None  # RSD: the step the token belongs to (0, 1, …)
-    rsd_reward: float | None = None  # RSD: the PRM's reward for the draft's version of that step (kept if ≥ δ)
+    own: Any = None  # what its method records of its own (its `record` dataclass: MTI's guided candidates, RSD's step)
+
+    def value(self, name: str):
+        """A field of the record, or of its method's own record, by its column's name; None where it has none."""
+        if name in _FIELDS:
+            return getattr(self, name)
+        return getattr(self.own, name, None)
+
+
+_FIELDS = {f.name for f in fields(TokenRecord)} - {"own"}
 
 
 @dataclass
@@ -64,7 +95,7 @@ class BlockInfo:
 
     index: int
     drafted: list[tuple[int, str]]  # (id, text) of c_1..c_k
-    end: str  # one of easd.method.trace.BLOCK_ENDS: the origin of the token that ended the block
+    end: str  # the origin of the token that ended the block (a rejection's, a refusal's or the bonus token's)
 
 
 @dataclass

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from .acceptance import fragile_decisions, rule_fires
+from .origins import DRAFT_ACCEPTED
 from .settings import DecodeSettings, overlap_needed
 from .trace import TokenRecord, Trace
 
@@ -111,7 +112,7 @@ def would_penalize(trace: Trace, rule: str, tau_h: float, tau_o: float, top_n: i
     Exact for the first one; after it the EASD text diverges, so later marks say "here too,
     had the text stayed the same".
     """
-    kept = np.array([r.origin == "draft_accepted" for r in trace.records], dtype=bool)
+    kept = np.array([r.origin == DRAFT_ACCEPTED.name for r in trace.records], dtype=bool)
     return kept & would_fire(trace, rule, tau_h, tau_o, top_n)
 
 

@@ -21,13 +21,13 @@ from pathlib import Path
 from plotly.offline import get_plotlyjs
 
 from ..errors import EasdError
-from ..method.compare import LANES, first_difference, lane_running, verifying
+from ..method.compare import LANES, first_difference, verifying, whatif_lane
 from ..method.trace import Trace
 from ..method.whatif import RuleView
 from . import figures
 from .html import Html, join, tag
 from .inspector import inspector_html
-from .lanes import lane_html, lane_title, legend_html
+from .lanes import lane_html, lane_title, legend_html, origin_css
 from .stats import comparison_html, speed_html, stats_html
 
 STYLE = Path(__file__).resolve().parents[2] / "assets" / "style.css"  # the page's own style sheet
@@ -127,6 +127,11 @@ def comparison_body(
     return f"EASD Lab: {' '.join(shown.prompt.split())[:80]}", body
 
 
+def style_sheet() -> str:
+    """The page's own style sheet and the lanes' colours of every origin (easd.render.lanes.origin_css)."""
+    return STYLE.read_text(encoding="utf-8") + "\n" + origin_css() + "\n"
+
+
 def standalone_page(title: str, body: Html, script: str, css: str) -> str:
     """A whole HTML file that needs nothing but itself: the page's style sheet and `css`, Plotly inlined, and a
     Content-Security-Policy under which only Plotly and `script` (by their hashes) run and nothing is fetched."""
@@ -138,7 +143,7 @@ def standalone_page(title: str, body: Html, script: str, css: str) -> str:
             tag("meta", http_equiv="Content-Security-Policy", content=policy),
             Html('<meta name="viewport" content="width=device-width, initial-scale=1">'),
             tag("title", title),
-            tag("style", Html(STYLE.read_text(encoding="utf-8") + css)),
+            tag("style", Html(style_sheet() + css)),
             tag("script", Html(plotly)),
         ]
     )
@@ -186,7 +191,7 @@ def _inspectors(traces: dict[str, Trace | None], drawn: Callable[[], object]) ->
 def _figures(traces: dict[str, Trace | None]) -> Html:
     """The page's figures for the whole runs (none selected), each as a box and its JSON, which the script draws."""
     trace = traces["right"] or traces["left"]
-    sd_lane = lane_running(traces, "sd")
+    sd_lane = whatif_lane(traces)
     focus = figures.Focus(
         trace=trace,
         sd=traces[sd_lane] if sd_lane else None,

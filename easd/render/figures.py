@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..method import whatif
+from ..method.spec_metrics import refused
 from ..method.speed import Speed, predicted_speedup
 from ..method.trace import Trace
 from ..method.whatif import RuleView
@@ -65,7 +66,7 @@ def signal_timeline(trace: Trace | None, view: RuleView, selected: int | None = 
         ),
         secondary_y=True,
     )
-    penalized = [i for i in window if trace.records[i].origin == "easd_penalty"]
+    penalized = [i for i in window if refused(trace.records[i])]
     if penalized:
         figure.add_trace(
             go.Scatter(
@@ -128,7 +129,7 @@ def topk_heatmap(trace: Trace | None, selected: int | None = None, ranks: int = 
         figure.update_yaxes(autorange="reversed", title_text="rank", row=row, col=1)
     for position, record in zip(positions, window):
         outline = dict(line_color="#000", line_width=2) if position == selected else None
-        if record.origin == "easd_penalty":
+        if refused(record):
             outline = dict(line_color=PENALTY_COLOUR, line_width=3)
         if outline:
             for row in (1, 2):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 from ..method.acceptance import RULE_CONDITIONS, rule_conditions
-from ..method.methods import METHODS
+from ..method.methods import METHODS, columns_of, origins
 from ..method.settings import overlap_needed
 from ..method.trace import TokenRecord, Trace
 from ..method.whatif import RuleView, record_overlap
@@ -27,11 +29,13 @@ def inspector_html(lane: str, trace: Trace | None, record: TokenRecord | None, v
     explained = method.explains(record, trace.settings) if method is not None else ""
     if explained:  # what the run's own method did here (MTI's guidance, RSD's step), in its words
         parts.append(tag("p", explained))
+    if method is not None and record.own is not None:
+        parts.append(_own(record, method.record))
     if record.draft_token_id is not None:
         parts.append(_signals(record, view))
     if record.h_draft_margin is not None:
         parts.append(_margins(record))
-    parts.append(_candidates(record, view.top_n))
+    parts.append(_candidates(record, view.top_n, method.record if method is not None else None))
     return tag("div", *parts, class_="inspector")
 
 
@@ -53,36 +57,24 @@ def _header(title: str, record: TokenRecord) -> Html:
 
 
 def _decision(record: TokenRecord) -> Html:
-    drafted, chosen = _code(record.draft_token_text), _code(record.token_text)
+    """The origin's sentence (easd.method.origins), its tokens and odds filled in."""
+    origin = origins().get(record.origin) if isinstance(record.origin, str) else None
+    if origin is None:
+        return tag("p")
     odds = f"(q = {number(record.p_draft)}, p = {number(record.p_target)}, acceptance probability {number(record.accept_prob)})"
-    explanations = {
-        "draft_accepted": ("The draft proposed ", drafted, f" {odds}; the target's test kept it."),
-        "target_resample": (
-            "The draft proposed ",
-            drafted,
-            f" {odds}; the target's test rejected it, so ",
-            chosen,
-            " was drawn from the residual max(0, p − q).",
-        ),
-        "easd_penalty": (
-            "The draft proposed ",
-            drafted,
-            f" {odds} and the target's test accepted it, but both models were uncertain and agreed, so EASD ",
-            tag("b", "refused"),
-            " it and the target chose ",
-            chosen,
-            " instead.",
-        ),
-        "bonus": ("All drafts of the block were kept, so the target added ", chosen, " from its own next-token distribution."),
-        "target": ("The target alone chose ", chosen, "."),
-        "mti_guided": (
-            "The target was unsure here, so MTI also read it after the negative prompt and pushed away from that: ",
-            chosen,
-            " came from the guided distribution.",
-        ),
-        "draft": ("The draft alone chose ", chosen, "."),
-    }
-    return tag("p", *explanations.get(record.origin, ()) if isinstance(record.origin, str) else ())
+    fills = {"drafted": _code(record.draft_token_text), "chosen": _code(record.token_text), "odds": odds}
+    return tag("p", *(fills.get(part, part) for part in re.split(r"\{(drafted|chosen|odds)\}", origin.says)))
+
+
+def _own(record: TokenRecord, declared) -> Html:
+    """The method's own record (its `record` dataclass), one line a column: its label and value."""
+    lines = []
+    for name, column in columns_of(declared).items():
+        value = record.value(name)
+        if column.kind == "candidates" or value is None:
+            continue  # candidate lists are shown beside the target's (`_candidates`)
+        lines.append(tag("tr", tag("td", column.label or name), tag("td", number(value) if _is_real(value) else str(value))))
+    return tag("table", *lines, class_="own") if lines else join([])
 
 
 def _signals(record: TokenRecord, view: RuleView) -> Html:
@@ -154,12 +146,14 @@ def _is_real(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _candidates(record: TokenRecord, top_n: int) -> Html:
-    """The top candidates side by side: the draft's and the target's, or (where MTI guided) the target's without and
-    with the guidance."""
+def _candidates(record: TokenRecord, top_n: int, declared) -> Html:
+    """The top candidates side by side: the draft's and the target's, or, where the method recorded a list of its own
+    (MTI's guided distribution), the target's beside that one."""
     n = max(top_n, 5)
-    if record.guided_top:
-        lists = [("target token, unguided", "p", record.target_top[:n]), ("guided token", "p̃", record.guided_top[:n])]
+    own = _own_candidates(record, declared)
+    if own is not None:
+        label, candidates = own
+        lists = [("target token, unguided", "p", record.target_top[:n]), (label, "p̃", candidates[:n])]
     else:
         lists = [("draft token", "q", record.draft_top[:n]), ("target token", "p", record.target_top[:n])]
     shared = {t for t, _, _ in lists[0][2]} & {t for t, _, _ in lists[1][2]}
@@ -172,6 +166,16 @@ def _candidates(record: TokenRecord, top_n: int) -> Html:
         rows.append(tag("tr", *cells))
     hint = tag("p", "bold: in both top lists · ▸ drafted · ★ emitted", class_="hint")
     return join([tag("table", *rows, class_="candidates"), hint])
+
+
+def _own_candidates(record: TokenRecord, declared) -> tuple[str, list] | None:
+    """(its label, the list) of a candidate list the record's method (its record dataclass `declared`) recorded of its
+    own, where the record holds one."""
+    for name, column in columns_of(declared).items():
+        value = record.value(name)
+        if column.kind == "candidates" and value:
+            return column.label or name, value
+    return None
 
 
 def _candidate_cells(candidate, record: TokenRecord, shared: set) -> list[Html]:

@@ -10,21 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..method.methods import METHODS
+from ..method.methods import METHODS, origins
 from ..method.trace import TokenRecord, Trace
 from .html import Html, join, number, tag
 
-# Okabe–Ito colours, safe for the common forms of colour blindness; CSS classes in assets/style.css.
-ORIGIN_LABELS = {
-    "draft_accepted": "draft accepted",
-    "target_resample": "target resampled",
-    "bonus": "bonus (target)",
-    "easd_penalty": "EASD penalty",
-    "target": "target only",
-    "draft": "draft only",
-    "mti_guided": "MTI guided",
-}
-ORIGIN_CLASSES = {origin: f"o-{origin}" for origin in ORIGIN_LABELS}  # an origin not listed gets "o-unknown"
+# Each origin's colour and words are its method's declaration (easd.method.origins: Okabe–Ito colours, safe for the
+# common forms of colour blindness); `origin_css` makes the lanes' style sheet of them, an origin no method here has
+# gets "o-unknown" (assets/style.css).
 _VISIBLE = {"\n": "↵\n", "\t": "⇥", "\r": "␍"}
 MAX_LANE_TOKENS = 2000  # spans drawn per lane: a huge loaded trace is shown as a window around the selection
 MAX_KEPT_SPANS = 50_000  # spans a page keeps rendered (about 20 MB): 16 users' two lanes of 1,000 tokens, and more
@@ -39,25 +31,34 @@ def visible_text(text) -> str:
 
 
 def origin_class(origin) -> str:
-    return ORIGIN_CLASSES.get(origin, "o-unknown") if isinstance(origin, str) else "o-unknown"
+    return f"o-{origin}" if isinstance(origin, str) and origin in origins() else "o-unknown"
 
 
 def origin_label(origin) -> str:
-    return ORIGIN_LABELS.get(origin, str(origin)) if isinstance(origin, str) else str(origin)
+    known = origins().get(origin) if isinstance(origin, str) else None
+    return known.label if known is not None else str(origin)
+
+
+def origin_css() -> str:
+    """The lanes' colours: a rule for each origin of the methods' table, from its declaration."""
+    return "\n".join(origin.css() for origin in origins().values())
 
 
 def legend_html() -> Html:
+    """Every origin a lane may show (a model alone's are plain grey, and left out), then the marks."""
     items = [
-        tag("span", label, class_=["tok", ORIGIN_CLASSES[origin]])
-        for origin, label in ORIGIN_LABELS.items()
-        if origin not in ("target", "draft")
+        tag("span", origin.label, class_=["tok", origin_class(name)])
+        for name, origin in origins().items()
+        if name not in ("target", "draft")
     ]
+    refusal = next((name for name, origin in origins().items() if origin.role == "refused"), None)
     items += [
         tag("span", "fork› first difference", class_="tok fork-mark"),
         tag("span", "would be penalized (what-if)", class_="tok whatif"),
         tag("span", "found by the search", class_="tok found"),
-        tag("span", "penalty rounding could flip", class_="tok o-easd_penalty fragile"),
     ]
+    if refusal is not None:
+        items.append(tag("span", "refusal rounding could flip", class_=["tok", origin_class(refusal), "fragile"]))
     return tag("div", *items, class_="legend")
 
 
@@ -150,7 +151,7 @@ def lane_html(
 def _span(
     lane: str, index: int, record: TokenRecord, selected: bool, fork: bool, whatif: bool, entry: bool, found: bool = False
 ) -> Html:
-    fragile = record.origin == "easd_penalty" and record.fragile is True  # marked by "≈" and a dashed frame, not colour alone
+    fragile = record.fragile is True and _refused(record.origin)  # marked by "≈" and a dashed frame, not colour alone
     classes = [
         "tok",
         origin_class(record.origin),
@@ -171,6 +172,12 @@ def _span(
         tabindex=0 if entry else -1,
         aria_pressed="true" if selected else "false",
     )
+
+
+def _refused(origin) -> bool:
+    """A token that a method's rule put in place of a draft the test kept (EASD's penalty)."""
+    known = origins().get(origin) if isinstance(origin, str) else None
+    return known is not None and known.role == "refused"
 
 
 def tooltip(record: TokenRecord) -> str:

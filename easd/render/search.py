@@ -4,10 +4,11 @@
     fragile                                           decisions a rounding step could flip
     "apples" overlap<0.6                              tokens holding "apples" where the top-n sets shared little
 
-Conditions are separated by spaces and all must hold: a comparison of h_draft, h_target or overlap with a number
-(>, >=, <, <=, =), origin=ORIGIN (a name from the legend's trace names: draft_accepted, target_resample, bonus,
-easd_penalty, mti_guided, target, draft), fragile, or any other word (in double quotes for one with spaces): text the
-token holds, in any case. Only what the trace says is read; nothing is recomputed.
+Conditions are separated by spaces and all must hold: a comparison of h_draft, h_target or overlap (or a number a
+method records of its own, such as RSD's rsd_reward) with a number (>, >=, <, <=, =), origin=ORIGIN (an origin of a
+method of the table: draft_accepted, target_resample, bonus, easd_penalty, mti_guided, target, draft, …), fragile, or
+any other word (in double quotes for one with spaces): text the token holds, in any case. Only what the trace says is
+read; nothing is recomputed.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ import shlex
 from dataclasses import dataclass
 
 from ..errors import SettingsError
-from ..method.trace import ORIGINS, TokenRecord, Trace
+from ..method.methods import origins, record_columns
+from ..method.trace import TokenRecord, Trace
 
-SIGNALS = ("h_draft", "h_target", "overlap")
+SIGNALS = ("h_draft", "h_target", "overlap")  # and each method's own numbers (`numbers`)
 OPERATORS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "=": operator.eq}
 _COMPARISON = re.compile(r"(?P<name>[a-z_]+)(?P<op>>=|<=|>|<|=)(?P<value>.*)", re.IGNORECASE)
 MAX_QUERY = 500  # characters read of a filter
@@ -64,12 +66,12 @@ def _condition(word: str):
         return lambda r: isinstance(r.token_text, str) and wanted in r.token_text.lower()
     name, op, value = found["name"].lower(), found["op"], found["value"]
     if name == "origin":
-        if op != "=" or value not in ORIGINS:
-            raise SettingsError("search", f"origin=NAME takes one of {', '.join(ORIGINS)} (got {word[:40]!r})")
+        if op != "=" or value not in origins():
+            raise SettingsError("search", f"origin=NAME takes one of {', '.join(origins())} (got {word[:40]!r})")
         return lambda r: r.origin == value
-    if name not in SIGNALS:
+    if name not in numbers():
         raise SettingsError(
-            "search", f"{name} is not something to compare: use h_draft, h_target or overlap, origin=…, fragile or a text"
+            "search", f"{name} is not something to compare: use {', '.join(numbers())}, origin=…, fragile or a text"
         )
     try:
         number = float(value)
@@ -78,4 +80,14 @@ def _condition(word: str):
     if not math.isfinite(number):
         raise SettingsError("search", f"{name}{op} needs a number, as in {name}{op}1.5 (got {word[:40]!r})")
     compare = OPERATORS[op]
-    return lambda r: isinstance(getattr(r, name), (int, float)) and compare(getattr(r, name), number)
+    return lambda r: _is_number(r.value(name)) and compare(r.value(name), number)
+
+
+def numbers() -> tuple[str, ...]:
+    """The fields a filter compares with a number: EASD's signals, then each method's own numeric columns."""
+    own = (name for name, column in record_columns().items() if column.kind in ("int", "float"))
+    return (*SIGNALS, *own)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

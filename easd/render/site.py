@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from plotly.offline import get_plotlyjs
 
-from .export import LAYOUT_CSS, SCRIPT, STYLE, comparison_body
+from .export import LAYOUT_CSS, SCRIPT, comparison_body, style_sheet
 from .html import Html, join, tag
 from .study import CSS as STUDY_CSS
 from .study import study_body
@@ -52,7 +52,7 @@ def page(title: str, body: Html, depth: int, css: str = "") -> str:
             tag("meta", http_equiv="Content-Security-Policy", content=POLICY),
             Html('<meta name="viewport" content="width=device-width, initial-scale=1">'),
             tag("title", title),
-            tag("style", Html(STYLE.read_text(encoding="utf-8") + LAYOUT_CSS + SITE_CSS + css)),
+            tag("style", Html(style_sheet() + LAYOUT_CSS + SITE_CSS + css)),
             # deferred, in this order: the lanes paint while Plotly's 4.8 MB is parsed, then the page script runs
             tag("script", src=f"{up}assets/plotly.min.js", defer=True),
             tag("script", src=f"{up}assets/site.js", defer=True),

@@ -9,18 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..method.methods import origins
 from ..method.trace import TokenRecord, Trace
 from .html import Html, join, number, tag
 from .lanes import visible_text
 
-END_REASONS = {  # by the origin of the block's last token
-    "target_resample": "the target's standard test rejected a draft",
-    "easd_penalty": "EASD refused a draft the standard test had accepted",
-    "bonus": "every draft was accepted, so the target added a bonus token",
-    "draft_accepted": "the run ended inside the block (an end token, or the token limit)",
-    "target": "one model, one token per step",
-    "draft": "one model, one token per step",
-}
+ALONE = "one model, one token per step"  # why a block of a model alone ended (its origin says no more)
+STATUSES = {"accepted": ("kept", "✓ kept"), "rejected": ("rejected", "✗ rejected"), "refused": ("refused", "⚠ refused")}
 
 
 @dataclass
@@ -83,22 +78,24 @@ def _drafts(view: BlockView) -> Html:
 def _draft_status(record: TokenRecord | None) -> tuple[str, str]:
     if record is None:
         return "unseen", "· never examined"
-    statuses = {
-        "draft_accepted": ("kept", "✓ kept"),
-        "target_resample": ("rejected", "✗ rejected"),
-        "easd_penalty": ("refused", "⚠ refused by EASD"),
-    }
-    return statuses.get(record.origin, ("unseen", "·")) if isinstance(record.origin, str) else ("unseen", "·")
+    origin = _origin(record.origin)
+    status, mark = STATUSES.get(origin.role, ("unseen", "·")) if origin is not None else ("unseen", "·")
+    return (status, f"{mark}: {origin.label}") if origin is not None and origin.role == "refused" else (status, mark)
+
+
+def _origin(name):
+    return origins().get(name) if isinstance(name, str) else None
 
 
 def _ending(view: BlockView) -> Html:
-    last = view.records[-1]
-    reason = END_REASONS.get(view.end, view.end) if isinstance(view.end, str) else str(view.end)
+    last, end = view.records[-1], _origin(view.end)
+    reason = (end.ended or ALONE) if end is not None else str(view.end)
+    role = getattr(_origin(last.origin), "role", None)
     detail: list = []
-    if last.origin == "easd_penalty":
+    if role == "refused":
         signals = f" H_draft = {number(last.h_draft, '.2f')}, H_target = {number(last.h_target, '.2f')}, overlap = {number(last.overlap, '.2f')}; "
         detail = [signals, "instead of ", _code(last.draft_token_text or ""), " the target chose ", _code(last.token_text), "."]
-    elif last.origin == "target_resample":
+    elif role == "rejected":
         detail = [" The target resampled ", _code(last.token_text), " from max(0, p − q)."]
     why = tag("p", tag("b", "Why it ended:"), f" {reason}.", *detail)
     return join([why, tag("p", "Emitted: ", *(_code(r.token_text) for r in view.records))])

@@ -11,14 +11,14 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Iterator
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from ..errors import EasdError, SettingsError
 from ..method import methods
 from ..method.settings import DecodeSettings
 from ..method.summary import summarize
-from ..method.trace import BLOCK_ENDS, MARGIN_COLUMNS, BlockInfo, Candidate, RunStats, TokenRecord, Trace
+from ..method.trace import MARGIN_COLUMNS, BlockInfo, Candidate, RunStats, TokenRecord, Trace
 from . import schema
 from .schema import MAX_CELLS, MAX_ROWS, MAX_RUNS, MAX_TRACE_BYTES, SchemaError
 
@@ -32,12 +32,11 @@ VERSION_1_ENDS = {"rejected": "target_resample", "penalty": "easd_penalty", "bon
 # --- flat rows (CSV columns) --------------------------------------------------------------------
 
 _TOP_LISTS = [f"{side}_top" for side in schema.SIDES]
-_RECORD_SCALARS = [f.name for f in fields(TokenRecord) if f.name not in _TOP_LISTS]
+_RECORD_SCALARS = [f.name for f in fields(TokenRecord) if f.name not in (*_TOP_LISTS, "own")]
 # The settings in every file since the first; the others were added later (a method's own among them), so a file
-# may lack their columns: they read as their defaults. So may it lack a column added to the rows later.
+# may lack their columns: they read as their defaults. So may it lack a column added to the rows later, and the
+# columns of the methods' own records (a file has those of its own methods).
 _FIRST_SETTINGS = ("method", "rule", "tau_h", "tau_o", "top_n", "k", "temperature", "top_p", "seed")
-OPTIONAL_COLUMNS = (*MARGIN_COLUMNS, "rsd_step", "rsd_reward")
-OPTIONAL_SIDES = ("guided",)  # candidate lists added later: a file may lack their columns
 _MODEL_COLUMNS = ["draft_model", "target_model"]
 
 
@@ -47,10 +46,15 @@ def setting_columns() -> list[str]:
     return ["method", "rule", *(name for name in names if name not in ("method", "rule"))]
 
 
-def columns(top: int) -> list[str]:
-    """CSV column names for traces keeping `top` candidates per token, in the README's order."""
-    tops = [f"{side}_top{j}_{part}" for j in range(1, top + 1) for side in schema.SIDES for part in ("id", "text", "prob")]
+def columns(top: int, held: list[str] = ()) -> list[str]:
+    """CSV column names for traces of the methods `held` keeping `top` candidates per token, in the README's order:
+    the run's method and rule, each token's fields, its candidates, the rule's margins, the settings and the models.
+    Each method's own record adds its columns (a candidate list as a side of the candidates)."""
+    own = {name: column for m in held for name, column in methods.columns_of(methods.lookup(m).record).items()}
+    sides = [*schema.SIDES, *(name.removesuffix("_top") for name, c in own.items() if c.kind == "candidates")]
+    tops = [f"{side}_top{j}_{part}" for j in range(1, top + 1) for side in sides for part in ("id", "text", "prob")]
     decisions = [name for name in _RECORD_SCALARS if name not in MARGIN_COLUMNS]
+    decisions += [name for name, column in own.items() if column.kind != "candidates"]
     run, *rest = [setting_columns()[:2], setting_columns()[2:]]
     return [*run, *decisions, *tops, *MARGIN_COLUMNS, *rest[0], *_MODEL_COLUMNS]
 
@@ -61,23 +65,41 @@ def to_rows(trace: Trace) -> list[dict]:
     return [{**_flatten(record), **run} for record in trace.records]
 
 
-def _flatten(record: TokenRecord) -> dict:
+def _scalars(record: TokenRecord) -> dict:
+    """A record's one-value fields, its method's own included: a row without its candidate lists."""
     row = {name: getattr(record, name) for name in _RECORD_SCALARS}
-    for side in schema.SIDES:
-        for j, (token_id, text, prob) in enumerate(getattr(record, f"{side}_top"), start=1):
+    if record.own is not None:
+        row |= {name: value for name, value in asdict(record.own).items() if not isinstance(value, list)}
+    return row
+
+
+def _flatten(record: TokenRecord) -> dict:
+    row = _scalars(record)
+    lists = {f"{side}_top": getattr(record, f"{side}_top") for side in schema.SIDES}
+    if record.own is not None:
+        lists |= {name: value for name, value in asdict(record.own).items() if isinstance(value, list)}
+    for name, candidates in lists.items():
+        side = name.removesuffix("_top")
+        for j, (token_id, text, prob) in enumerate(candidates, start=1):
             row.update({f"{side}_top{j}_id": token_id, f"{side}_top{j}_text": text, f"{side}_top{j}_prob": prob})
     return row
 
 
-def _record_from_row(row: dict) -> TokenRecord:
+def _record_from_row(row: dict, record_class) -> TokenRecord:
+    """A record from a checked row; its method's own record where the row fills any of its columns."""
     scalars = {name: row.get(name) for name in _RECORD_SCALARS}
     tops = {f"{side}_top": _candidates(row, side) for side in schema.SIDES}
-    return TokenRecord(**scalars, **tops)
+    own = {
+        name: _candidates(row, name.removesuffix("_top")) if column.kind == "candidates" else row.get(name)
+        for name, column in methods.columns_of(record_class).items()
+    }
+    filled = any(value not in (None, []) for value in own.values())
+    return TokenRecord(**scalars, **tops, own=record_class(**own) if filled else None)
 
 
 def _candidates(row: dict, side: str) -> list[Candidate]:
     found = []
-    for id_name, text_name, prob_name in schema.CANDIDATE_NAMES[side]:
+    for id_name, text_name, prob_name in schema.candidate_names(side):
         if row.get(id_name) is None:
             return found
         found.append((row[id_name], row[text_name], row[prob_name]))
@@ -108,18 +130,28 @@ def _append_record(trace: Trace, row: dict, top: int) -> None:
         )
     if trace.records and row["block"] < trace.records[-1].block:
         raise SchemaError("block", f"is {row['block']}, but the token before is in block {trace.records[-1].block}")
-    record = _record_from_row(row)
+    record = _record_from_row(row, methods.lookup(trace.settings.method).record)
     trace.records.append(record)
-    kept = max(len(getattr(record, name)) for name in _TOP_LISTS)
+    kept = max(len(candidates) for candidates in _flatten_lists(record))
     if kept > trace.settings.trace_top:  # the run kept more candidates than its settings say: remember how many
         trace.settings = replace(trace.settings, record_top=kept)
 
 
+def _flatten_lists(record: TokenRecord) -> list[list]:
+    """Every candidate list of a record, its method's own included."""
+    lists = [getattr(record, name) for name in _TOP_LISTS]
+    return lists + [v for v in asdict(record.own).values() if isinstance(v, list)] if record.own is not None else lists
+
+
 # --- CSV ------------------------------------------------------------------------------------------
 
-# (id, text) columns whose text is None, not "", when the id is empty
-_OPTIONAL_TEXTS = [("draft_token_id", "draft_token_text")]
-_OPTIONAL_TEXTS += [(i, t) for side in schema.CANDIDATE_NAMES.values() for i, t, _ in side]
+
+def _optional_texts() -> list[tuple[str, str]]:
+    """(id, text) columns whose text is None, not "", when the id is empty."""
+    return [("draft_token_id", "draft_token_text")] + [
+        (i, t) for side in schema.sides() for i, t, _ in schema.candidate_names(side)
+    ]
+
 
 # OWASP, "CSV Injection": a spreadsheet runs a cell that starts with one of these as a formula.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -139,9 +171,10 @@ def write_csv(traces: list[Trace], path: str | Path) -> None:
 
     Text cells are protected against formula injection (see `_protect`); numbers are written as they are.
     """
-    names = columns(max((t.settings.trace_top for t in traces), default=5))
-    settings = schema.settings_fields()
-    is_text = [_csv_field(name, settings).kind == "text" for name in names]
+    held = list(dict.fromkeys(t.settings.method for t in traces))
+    names = columns(max((t.settings.trace_top for t in traces), default=5), held)
+    known = _Known.now()
+    is_text = [known.field(name).kind == "text" for name in names]
     with Path(path).open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, lineterminator="\r\n")
         writer.writerow(names)
@@ -156,9 +189,26 @@ def _cell(value, text: bool):
     return _protect(value) if text else value
 
 
-def _csv_field(name: str, settings: dict[str, schema.Field]) -> schema.Field | None:
-    """The Field of a column (`settings`: schema.settings_fields(), read once per file)."""
-    return schema.ROW_FIELDS.get(name) or settings.get(name) or schema.MODEL_FIELDS.get(name) or schema.candidate_field(name)
+@dataclass(frozen=True)
+class _Known:
+    """What a file's columns may be, read once per file from the methods' table (a method added to it brings its own
+    settings and record columns)."""
+
+    settings: dict  # every setting's Field, by flat name
+    records: dict  # every method's own scalar record columns' Fields
+    sides: tuple[str, ...]  # every candidate list's side
+
+    @classmethod
+    def now(cls) -> _Known:
+        return cls(schema.settings_fields(), schema.record_fields(), schema.sides())
+
+    def field(self, name: str) -> schema.Field | None:
+        """The Field of a CSV column; None if no method here has it."""
+        return self.row_field(name) or self.settings.get(name) or schema.MODEL_FIELDS.get(name)
+
+    def row_field(self, name: str) -> schema.Field | None:
+        """The Field of a token's field (a JSON row's key): its record's, its method's own, or a candidate's."""
+        return schema.ROW_FIELDS.get(name) or self.records.get(name) or schema.candidate_field(name, self.sides)
 
 
 def read_csv(path: str | Path) -> list[Trace]:
@@ -185,9 +235,11 @@ def _csv_problem(err: csv.Error) -> str:
 
 def _runs_from_csv(lines: Iterator[list[str]]) -> list[Trace]:
     names = next(lines, [])
-    header = _check_header(names, schema.settings_fields())
+    known = _Known.now()
+    header = _check_header(names, known)
     top = schema.candidate_count(names)
     run_columns = [name for name in (*setting_columns(), *_MODEL_COLUMNS) if name in names]  # the same on every row of a run
+    texts = _optional_texts()
     traces: list[Trace] = []
     first: dict = {}  # the run columns of the current run's first row
     for number, line in enumerate(lines, start=2):  # numbered as a spreadsheet does: the header is row 1
@@ -196,7 +248,7 @@ def _runs_from_csv(lines: Iterator[list[str]]) -> list[Trace]:
         if (number - 1) * len(header) > MAX_CELLS:
             raise SchemaError(f"row {number}", f"the file holds more than the {MAX_CELLS:,} cells a trace may have")
         try:
-            row = _csv_row(header, line)
+            row = _csv_row(header, line, texts)
             if row["position"] == 0:  # a new run starts here
                 if len(traces) == MAX_RUNS:
                     raise SchemaError("", f"a file may hold at most {MAX_RUNS} runs")
@@ -211,28 +263,24 @@ def _runs_from_csv(lines: Iterator[list[str]]) -> list[Trace]:
     return traces
 
 
-def _check_header(header: list[str], settings: dict[str, schema.Field]) -> list[tuple[str, schema.Field]]:
+def _check_header(header: list[str], known: _Known) -> list[tuple[str, schema.Field]]:
     top = schema.candidate_count(header)
     if top > schema.MAX_CANDIDATES:
-        raise SchemaError("header", f"{top} candidates per token is more than the {schema.MAX_CANDIDATES} a trace may hold")
-    optional = (*OPTIONAL_COLUMNS, *(name for name in settings if name not in _FIRST_SETTINGS))
-    missing = [
-        name
-        for name in columns(top)
-        if name not in header and name not in optional and not name.startswith(tuple(f"{s}_top" for s in OPTIONAL_SIDES))
-    ]
+        raise SchemaError("header", f"{top} candidates per token is more than the {schema.MAX_CANDIDATES} a trace may have")
+    optional = (*MARGIN_COLUMNS, *(name for name in known.settings if name not in _FIRST_SETTINGS))
+    missing = [name for name in columns(top) if name not in header and name not in optional]
     if missing:
         raise SchemaError("header", f"not an EASD trace; missing columns: {', '.join(missing[:6])}")
     if len(header) != len(set(header)):
         raise SchemaError("header", f"column {next(n for n in header if header.count(n) > 1)!r} appears twice")
-    unknown = [name for name in header if _csv_field(name, settings) is None]
+    unknown = [name for name in header if known.field(name) is None]
     if unknown:
         raise SchemaError("header", f"{unknown[0]!r} is not a column of the trace format")
-    return [(name, _csv_field(name, settings)) for name in header]
+    return [(name, known.field(name)) for name in header]
 
 
-def _csv_row(header: list[tuple[str, schema.Field]], line: list[str]) -> dict:
-    """A line's cells as typed values, each checked against its column's Field."""
+def _csv_row(header: list[tuple[str, schema.Field]], line: list[str], texts: list[tuple[str, str]]) -> dict:
+    """A line's cells as typed values, each checked against its column's Field (`texts`: `_optional_texts()`)."""
     if len(line) != len(header):
         raise SchemaError("", f"has {len(line)} cells, but the header has {len(header)} columns")
     row = {}
@@ -241,7 +289,7 @@ def _csv_row(header: list[tuple[str, schema.Field]], line: list[str]) -> dict:
             row[name] = spec.from_cell(_unprotect(cell) if spec.kind == "text" else cell)
         except ValueError as err:
             raise SchemaError(name, str(err)) from None
-    for id_name, text_name in _OPTIONAL_TEXTS:  # text exists exactly when its id does: "" with an id is an empty token
+    for id_name, text_name in texts:  # text exists exactly when its id does: "" with an id is an empty token
         if row.get(text_name) == "" and row.get(id_name) is None:
             row[text_name] = None
     return row
@@ -282,7 +330,7 @@ def to_json_delta(traces: list[Trace], sent: list[tuple[int, int]]) -> dict:
             {
                 "method": trace.settings.method,
                 "first_row": rows,
-                "rows": [{name: getattr(r, name) for name in _RECORD_SCALARS} for r in trace.records[rows:]],
+                "rows": [_scalars(r) for r in trace.records[rows:]],
                 "first_block": blocks,
                 "blocks": [_block_to_json(b) for b in trace.blocks[blocks:]],
                 "stats": asdict(trace.stats),
@@ -339,10 +387,6 @@ def read_json(path: str | Path, capped: bool = True) -> list[Trace]:
 
 
 _RUN_KEYS = {"settings", "draft_model", "target_model", "prompt", "system", "info", "stats", "summary", "blocks", "rows"}
-_JSON_ROW_FIELDS = {name: schema.ROW_FIELDS[name] for name in _RECORD_SCALARS}
-_JSON_ROW_FIELDS |= {
-    name: schema.candidate_field(name) for side in schema.CANDIDATE_NAMES.values() for names in side for name in names
-}
 
 
 def _runs_from_json(data: dict, capped: bool) -> list[Trace]:
@@ -355,16 +399,16 @@ def _runs_from_json(data: dict, capped: bool) -> list[Trace]:
     cells = sum(len(row) for run_rows in rows for row in run_rows if isinstance(row, dict))
     if capped and cells > MAX_CELLS:
         raise SchemaError("runs", f"the rows hold {cells:,} fields, more than the {MAX_CELLS:,} a trace may have")
-    traces = []
+    traces, known = [], _Known.now()
     for i, run in enumerate(runs):
         try:
-            traces.append(_run_from_json(run, version))
+            traces.append(_run_from_json(run, version, known))
         except SchemaError as err:
             raise SchemaError(f"runs[{i}].{err.where}" if err.where else f"runs[{i}]", err.message) from None
     return traces
 
 
-def _run_from_json(run, version: int) -> Trace:
+def _run_from_json(run, version: int, known: _Known) -> Trace:
     if not isinstance(run, dict):
         raise SchemaError("", "must be an object")
     _check_keys(run, _RUN_KEYS)
@@ -386,9 +430,9 @@ def _run_from_json(run, version: int) -> Trace:
     trace.stats = RunStats(**stats)
     _object(run, "summary")  # recomputed from the rows, so only its type matters
     for j, block in enumerate(_list(run, "blocks", MAX_ROWS)):
-        trace.blocks.append(_nested(_block, block, f"blocks[{j}]", trace.settings.k, version))
+        trace.blocks.append(_nested(_block, block, f"blocks[{j}]", trace.settings, version))
     for j, row in enumerate(_list(run, "rows", MAX_ROWS)):
-        _nested(_json_row, row, f"rows[{j}]", trace)
+        _nested(_json_row, row, f"rows[{j}]", trace, known)
     return trace
 
 
@@ -400,11 +444,11 @@ def _nested(check, value, where: str, *args):
         raise SchemaError(f"{where}.{err.where}" if err.where else where, err.message) from None
 
 
-def _json_row(row, trace: Trace) -> None:
+def _json_row(row, trace: Trace, known: _Known) -> None:
     if not isinstance(row, dict):
         raise SchemaError("", "must be an object")
     for name, value in row.items():
-        spec = _JSON_ROW_FIELDS.get(name)
+        spec = known.row_field(name)
         if spec is None:
             raise SchemaError(name, "not a field of the trace format")
         if value is not None:
@@ -412,13 +456,14 @@ def _json_row(row, trace: Trace) -> None:
     _append_record(trace, row, schema.candidate_count(row))
 
 
-def _block(block, k: int, version: int) -> BlockInfo:
+def _block(block, settings: DecodeSettings, version: int) -> BlockInfo:
     if not isinstance(block, dict) or set(block) != {"index", "drafted", "end"}:
         raise SchemaError("", "must be an object with index, drafted and end")
     schema.check_value("index", block["index"], schema.INDEX)
-    schema.check_block_drafts(block["drafted"], k)
+    schema.check_block_drafts(block["drafted"], settings.k)
     end = VERSION_1_ENDS.get(block["end"], block["end"]) if version == 1 and isinstance(block["end"], str) else block["end"]
-    schema.check_value("end", end, schema.Field("text", choices=BLOCK_ENDS))
+    ends = tuple(o.name for o in methods.lookup(settings.method).origins if o.ends_block)  # a block ends with one of these
+    schema.check_value("end", end, schema.Field("text", choices=ends))
     return BlockInfo(block["index"], [tuple(d) for d in block["drafted"]], end)
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ..method import methods
 from ..method.settings import MAX_TOP_N, RULES
-from ..method.trace import ORIGINS, STOP_REASONS
+from ..method.trace import SIGNAL_FIELDS, STOP_REASONS, Column
 
 # --- limits: the most work one file can cause --------------------------------------------------
 # A 4,000-token run with 20 candidates per token is about 5 MB of CSV; the app exports two runs.
@@ -34,19 +34,9 @@ MAX_NAME_CHARS = 1_024  # model names, info values and keys
 MAX_PROMPT_CHARS = 131_072  # the prompt
 MAX_COUNT = 2**64 - 1  # the largest seed torch accepts; bounds every other count in a header too
 
-# Which fields each origin must carry: the inspector and the stepper show them.
-DRAFT_FIELDS = ("draft_token_id", "draft_token_text", "p_draft", "p_target", "accept_prob", "h_draft", "overlap", "triggered")
-ORIGIN_NEEDS = {
-    "draft_accepted": (*DRAFT_FIELDS, "h_target"),
-    "target_resample": (*DRAFT_FIELDS, "h_target"),
-    "easd_penalty": (*DRAFT_FIELDS, "h_target"),
-    "bonus": ("h_target",),
-    "target": ("h_target",),
-    "draft": ("h_draft",),
-    "mti_guided": ("h_target",),
-}
-# Each token's top candidates, per distribution: the draft's q, the target's p, and MTI's guided p̃ where it guided
-SIDES = ("draft", "target", "guided")
+# Each token's top candidates, per distribution: the draft's q and the target's p; a method's own record may add one
+# (MTI's guided p̃: its column guided_top gives the side "guided")
+SIDES = ("draft", "target")
 
 
 class SchemaError(Exception):
@@ -160,7 +150,7 @@ ROW_FIELDS = {
     "block": INDEX,
     "token_id": TOKEN_ID,
     "token_text": TEXT,
-    "origin": Field("text", choices=ORIGINS),
+    "origin": Field("text", high=MAX_NAME_CHARS),  # one of its method's origins: `check_row` asks the table
     "draft_token_id": TOKEN_ID,
     "draft_token_text": TEXT,
     "p_draft": PROBABILITY,
@@ -180,8 +170,6 @@ ROW_FIELDS = {
     "overlap_low": PROBABILITY,
     "overlap_high": PROBABILITY,
     "fragile": BOOL,
-    "rsd_step": INDEX,
-    "rsd_reward": Field("float", 0.0, 1.0),
 }
 REQUIRED = ("position", "block", "token_id", "token_text", "origin")
 
@@ -193,6 +181,25 @@ def settings_fields() -> dict[str, Field]:
     return {
         name: Field("text", choices=knob.choices) if knob.choices else kinds[knob.kind] for name, knob in methods.knobs().items()
     }
+
+
+def record_fields() -> dict[str, Field]:
+    """The scalar columns of the methods' own records, by name (RSD's rsd_step, rsd_reward), from their declarations."""
+    return {name: _field(column) for name, column in methods.record_columns().items() if column.kind != "candidates"}
+
+
+def sides() -> tuple[str, ...]:
+    """Every candidate list's side: the draft's and the target's, then the methods' own (guided_top -> "guided")."""
+    own = (name.removesuffix("_top") for name, column in methods.record_columns().items() if column.kind == "candidates")
+    return (*SIDES, *own)
+
+
+def _field(column: Column) -> Field:
+    if column.kind == "text":
+        return Field("text", high=MAX_NAME_CHARS)
+    if column.kind == "int":
+        return Field("int", 0 if column.low is None else column.low, MAX_COUNT if column.high is None else column.high)
+    return Field(column.kind, column.low, column.high)
 
 
 MODEL_FIELDS = {"draft_model": NAME, "target_model": NAME}
@@ -208,18 +215,20 @@ STATS_FIELDS = {
     "stop_reason": Field("text", choices=STOP_REASONS),
 }
 CANDIDATE_PARTS = {"id": TOKEN_ID, "text": TEXT, "prob": PROBABILITY}
-# (id, text, prob) column names of candidates 1..MAX_CANDIDATES, per side, built once
-CANDIDATE_NAMES = {
-    side: [(f"{side}_top{j}_id", f"{side}_top{j}_text", f"{side}_top{j}_prob") for j in range(1, MAX_CANDIDATES + 1)]
-    for side in SIDES
-}
-_CANDIDATE = re.compile(rf"({'|'.join(SIDES)})_top([1-9][0-9]{{0,5}})_(id|text|prob)")
+_CANDIDATE = re.compile(r"([a-z][a-z0-9_]*)_top([1-9][0-9]{0,5})_(id|text|prob)")
 
 
-def candidate_field(name: str) -> Field | None:
-    """The Field of a candidate column such as draft_top3_prob; None if `name` is not one."""
+def candidate_names(side: str) -> list[tuple[str, str, str]]:
+    """The (id, text, prob) column names of a side's candidates 1..MAX_CANDIDATES."""
+    return [(f"{side}_top{j}_id", f"{side}_top{j}_text", f"{side}_top{j}_prob") for j in range(1, MAX_CANDIDATES + 1)]
+
+
+def candidate_field(name: str, known: tuple[str, ...] | None = None) -> Field | None:
+    """The Field of a candidate column such as draft_top3_prob; None if `name` is not one (`known`: the sides, as
+    `sides()` gives them)."""
     match = _CANDIDATE.fullmatch(name)
-    return CANDIDATE_PARTS[match[3]] if match and int(match[2]) <= MAX_CANDIDATES else None
+    ok = match and match[1] in (known or sides()) and int(match[2]) <= MAX_CANDIDATES
+    return CANDIDATE_PARTS[match[3]] if ok else None
 
 
 def candidate_count(names) -> int:
@@ -245,22 +254,37 @@ def check_fields(values: dict, fields: dict[str, Field]) -> None:
 
 
 def check_row(row: dict, method: str, top: int) -> None:
-    """The rules that tie a row's fields together, on a row whose values each passed `check_value`.
+    """The rules that tie a row's fields together, on a row whose values each passed `check_value`: its origin is one
+    of its method's, it carries what that origin needs (and EASD's signals where its method shows them), and it fills
+    no other method's own columns.
 
     `top` bounds the candidates to look at: the CSV header's count, or the JSON row's largest.
     """
     for name in REQUIRED:
         if row.get(name) is None:
             raise SchemaError(name, "is empty, but every row needs it")
-    origin, origins = row["origin"], methods.lookup(method).origins
-    if origin not in origins:
-        raise SchemaError("origin", f"{origin!r} does not occur in {method} runs (only {', '.join(origins)})")
-    for name in ORIGIN_NEEDS[origin]:
+    runs = methods.lookup(method)
+    origin = {o.name: o for o in runs.origins}.get(row["origin"])
+    if origin is None:
+        raise SchemaError("origin", f"{row['origin']!r} does not occur in {method} runs (only {', '.join(runs.origin_names)})")
+    needs = origin.needs
+    if runs.signals:  # the rule's signals at every drafted position, and the target's entropy after the drafts
+        needs += SIGNAL_FIELDS if "draft_token_id" in needs else ("h_target",) if origin.role == "bonus" else ()
+    for name in needs:
         if row.get(name) is None:
-            raise SchemaError(name, f"is empty, but a {origin} row needs it")
+            raise SchemaError(name, f"is empty, but a {origin.name} row needs it ({method} runs)")
+    mine = methods.columns_of(runs.record)
+    for name in methods.record_columns():
+        if name not in mine and _given(row, name):
+            raise SchemaError(name, f"is not recorded by {method} runs: leave it empty")
     _check_paired(row, "draft_token_id", "draft_token_text")
-    for side in SIDES:
+    for side in sides():
         check_candidates(row, side, top)
+
+
+def _given(row: dict, name: str) -> bool:
+    """Whether a row holds a value in a column of a method's own record (a candidate list's first id for one)."""
+    return row.get(f"{name}1_id" if name.endswith("_top") else name) is not None
 
 
 def _check_paired(row: dict, id_name: str, text_name: str) -> None:
@@ -273,7 +297,7 @@ def _check_paired(row: dict, id_name: str, text_name: str) -> None:
 def check_candidates(row: dict, side: str, top: int) -> None:
     """Candidates 1..j of a side are given whole (id, text, prob) and without gaps."""
     gap = None
-    for id_name, text_name, prob_name in CANDIDATE_NAMES[side][:top]:
+    for id_name, text_name, prob_name in candidate_names(side)[:top]:
         _check_paired(row, id_name, text_name)
         if (row.get(id_name) is None) != (row.get(prob_name) is None):
             raise SchemaError(prob_name, f"must be given exactly when {id_name} is")

@@ -11,10 +11,13 @@ them all, `make_settings` builds DecodeSettings from flat values (a command line
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from ...errors import SettingsError, shown
 from ..knobs import Knob, coerce, declared
+from ..origins import Origin
 from ..settings import DecodeSettings
+from ..trace import Column, TokenRecord, columns_of
 from .base import Method
 from .beam import BEAM
 from .draft import DRAFT
@@ -28,15 +31,44 @@ from .target import TARGET
 METHODS: dict[str, Method] = {method.name: method for method in (SD, EASD, MTI, RSD, TARGET, DRAFT, BEAM)}
 
 
+_NAME = re.compile(r"[a-z][a-z0-9_]*")  # a method's name is part of flags, API parameters and trace columns
+
+
 def register(method: Method) -> Method:
-    """Add a method to the table (its module's own line: `METHOD = register(Method(...))`); -> the method."""
-    if method.name in METHODS:
-        raise ValueError(f"a method named {method.name!r} is in the table already")
-    clash = set(own_knobs(method)) & set(knobs())
-    if clash or method.name in declared(DecodeSettings):
-        raise ValueError(f"{method.name}'s settings {sorted(clash)} clash with settings already declared")
+    """Add a method to the table (its module's own line: `METHOD = register(Method(...))`); -> the method.
+    ValueError, in one line, for a name that is not a lowercase identifier or that clashes with what is there."""
+    problem = _clash(method)
+    if problem:
+        raise ValueError(f"cannot register method {method.name!r}: {problem}")
     METHODS[method.name] = method
     return method
+
+
+def _clash(method: Method) -> str | None:
+    """What keeps `method` out of the table, or None."""
+    if not isinstance(method.name, str) or not _NAME.fullmatch(method.name):
+        return "a method's name must be a lowercase identifier (letters, digits, _), as it names flags and trace columns"
+    if method.name in METHODS:
+        return "a method of that name is in the table already"
+    settings = knobs()
+    if method.name in settings:
+        return f"it is the name of a setting (--{method.name.replace('_', '-')})"
+    clash = sorted(set(own_knobs(method)) & set(settings))
+    if clash:
+        return f"its settings {', '.join(clash)} clash with settings already declared"
+    mine = columns_of(method.record)
+    taken = {f.name for f in dataclasses.fields(TokenRecord)} | set(record_columns())
+    clash = sorted(name for name in mine if name in taken and record_columns().get(name) != mine[name])
+    if clash:
+        return f"its record's columns {', '.join(clash)} are columns of the trace already"
+    known = origins()
+    clash = sorted(o.name for o in method.origins if o.name in known and known[o.name] != o)
+    if clash:
+        return f"its origins {', '.join(clash)} are declared differently by another method"
+    unknown = [name for name in (*method.grid, method.bench) if name and name not in settings | own_knobs(method)]
+    if unknown:
+        return f"its grid or bench names {', '.join(unknown)}, which is not a setting"
+    return None
 
 
 def lookup(name) -> Method:
@@ -49,6 +81,22 @@ def lookup(name) -> Method:
 def in_batch() -> dict[str, Method]:
     """The methods a lane of the page, the API or lm-eval can run: those decoded as rows of the shared batch."""
     return {name: method for name, method in METHODS.items() if method.in_batch}
+
+
+def origins() -> dict[str, Origin]:
+    """Every origin of the table's methods, by name, in the table's order (the legend's)."""
+    found: dict[str, Origin] = {}
+    for method in METHODS.values():
+        found |= {origin.name: origin for origin in method.origins if origin.name not in found}
+    return found
+
+
+def record_columns() -> dict[str, Column]:
+    """Every method's own trace columns, by name (MTI's guided_top, RSD's rsd_step and rsd_reward)."""
+    found: dict[str, Column] = {}
+    for method in METHODS.values():
+        found |= columns_of(method.record)
+    return found
 
 
 # --- settings by their flat names -------------------------------------------------------------------------------

@@ -9,12 +9,19 @@ one DecodeSettings, a *plan* its part in one step (step.RowPlan), a *block* what
 The hooks a method may fill, in the order the step calls them:
   start(generation)        its own state for a generation (MTI's negative prompt, RSD's segments), once
   plan(generation)         how many draft passes the row takes part in this step, and whether it takes the target's
-  propose(plan, logits)    after each draft pass: what it makes of the draft's logits (draw c_i, keep q)
+  propose(plan, logits)    after each draft pass: the token it proposes and the distribution it drew it from
+                           (a Proposal; None proposes nothing: the step keeps the logits in plan.q_logits either way)
   second_look(plan)        after the target's pass: tokens after which the target should look again (MTI), or None
   after_passes(plan)       after the passes: work outside the batch's models (RSD's reward model)
   judge(plan)              the row's block: the tokens emitted and their trace records
   ended(generation)        a reason of its own to end the generation (RSD's step cap), or None
 and, to read its traces: explains(record, settings), a sentence on its own rule at that token for the inspector.
+
+What a method declares besides its hooks, which everything outside the methods reads instead of its name: its
+origins (easd.method.origins: the legend, the lanes' colours, the inspector's sentence), its own record (`record`, a
+dataclass of `recorded` fields: trace columns, the inspector's lines, Find tokens' fields), its own settings
+(`settings`, a dataclass of knobs: flags, sliders, the API), the settings a sweep varies (`grid`) and those bench's
+rows vary (`bench`).
 """
 
 from __future__ import annotations
@@ -26,7 +33,8 @@ from typing import Any
 import torch
 
 from .. import acceptance as acc
-from ..judging import Block
+from ..judging import Block, Proposal
+from ..origins import Origin
 from ..spec_metrics import SpecMetrics
 
 
@@ -39,15 +47,20 @@ class Method:
     name: str  # as settings, traces, files and the API name it
     title: str  # as a lane, a table and a legend show it
     models: str  # the models it runs, as the paper's Table 1 marks them: TM, DM, PRM ("TM + DM")
-    origins: tuple[str, ...]  # what a trace row of this method may say about where its token came from
+    origins: tuple[Origin, ...]  # what a trace row of this method may say about where its token came from
     intervention_origins: tuple[str, ...] = ()  # the origins that are the method acting against its plain model's choice
     intervention: tuple[str, str] = ("", "")  # one and several in words ("penalty", "penalties"); none if it never intervenes
     grid: tuple[str, ...] = ()  # the settings `sweep --grid NAME` sweeps for it, in the order a variant's label lists them
+    bench: str = ""  # the setting `bench` gives a row of this method each value of (its flag takes a list); "": no rows
+    bench_against: str = "target"  # the method whose row `bench` reads its rows against (EASD: SD's)
     verifies: bool = False  # SD's block: the draft's k tokens checked in one target pass (the speed model's subject)
+    signals: bool = False  # its records carry EASD's signals (entropies, overlap, the rule, margins) at drafted positions
     refuses: bool = False  # EASD's rule: a draft the standard test kept is refused where the rule fires
     follows: str = ""  # the method whose run it equals until its first intervention (EASD: SD's), which it may resume
     in_batch: bool = True  # decoded as a row of the shared batch (beam search holds rows of its own: it decodes alone)
     settings: type | None = None  # its own settings: a frozen dataclass of knobs (easd.method.knobs), or None
+    record: type | None = None  # its own trace columns: a dataclass of `recorded` fields (easd.method.trace), or None
+    variant_form: str = ""  # what an --methods label may add after its name (`variant`), in words; "": nothing
 
     def own(self, settings) -> Any:
         """Its own settings in a run's `settings` (DecodeSettings): set there, else as declared."""
@@ -72,6 +85,10 @@ class Method:
         if self.uses_draft and self.uses_target:
             return None
         return "draft" if self.uses_draft else "target"
+
+    @property
+    def origin_names(self) -> tuple[str, ...]:
+        return tuple(origin.name for origin in self.origins)
 
     @property
     def intervenes(self) -> bool:
@@ -100,9 +117,9 @@ class Method:
         alone = self.one_model == "draft"
         return int(alone), not alone
 
-    def propose(self, plan, logits: torch.Tensor) -> None:
-        """After a draft pass: keep the draft's logits.  logits: [1, V]"""
-        plan.q_logits.append(logits)
+    def propose(self, plan, logits: torch.Tensor) -> Proposal | None:
+        """After a draft pass: the token the draft alone chooses (its logits are kept in plan.q_logits).  logits: [1, V]"""
+        return Proposal(draw_one(plan.generation, logits), None)
 
     def second_look(self, plan) -> list[int] | None:
         """Tokens after which the target should read the row once more in this step, or None."""
@@ -112,12 +129,13 @@ class Method:
         """Work after the batch's passes, outside its models."""
 
     def judge(self, plan) -> Block:
-        """One token drawn from the one model's logits: the row's block."""
+        """One token of the one model: the draft's proposal, or drawn from the target's logits: the row's block."""
         generation = plan.generation
-        logits = plan.p_logits if self.one_model == "target" else plan.q_logits[0]  # [1, V]
-        record = generation.recorder.single_record(
-            plan.block, plan.position, draw_one(generation, logits), logits, self.one_model
-        )
+        if self.one_model == "target":
+            logits, token = plan.p_logits, draw_one(generation, plan.p_logits)  # [1, V]
+        else:
+            logits, token = plan.q_logits[0], plan.drafted[0]
+        record = generation.recorder.single_record(plan.block, plan.position, token, logits, self.one_model)
         return Block(plan.block, [], [record], record.origin, generation)
 
     def ended(self, generation) -> str | None:
@@ -128,14 +146,23 @@ class Method:
         """What its rule did at this token, in a sentence (the inspector shows it); "" when it has nothing to add."""
         return ""
 
+    def variant(self, spec: str, settings):
+        """Its settings for an --methods label NAME:SPEC, from `settings` (DecodeSettings) and the SPEC after the colon;
+        ValueError saying what SPEC may be."""
+        raise ValueError(f"{self.name} takes nothing after a colon")
+
+    def describe(self, settings) -> str:
+        """How it ran under `settings`, in words, where a table's row should say so (beam search's beams); "" if not."""
+        return ""
+
     def bench_line(self, traces: list) -> str:
         """Its runs' own figures in a line (`bench`): speculative decoding's, under vLLM's names."""
         return SpecMetrics.of(traces).line()
 
 
-def draw_one(generation, logits: torch.Tensor) -> int:
-    """A token drawn from `logits` under the generation's sampling (greedy: the argmax), with its own random numbers.
-    logits: [1, V]"""
+def draw_one(generation, logits: torch.Tensor, sampling: acc.Sampling | None = None) -> int:
+    """A token drawn from `logits` under `sampling` (the generation's temperature and top-p where not given; greedy:
+    the argmax), with the generation's own random numbers.  logits: [1, V]"""
     settings = generation.settings
-    probs = acc.sampling_probs(logits, settings.temperature, settings.top_p)
-    return int(acc.draw(probs, generation.generator, settings.greedy))
+    sampling = sampling or acc.Sampling(settings.temperature, settings.top_p)
+    return int(acc.draw(sampling.probs(logits), generation.generator, sampling.greedy))

@@ -19,7 +19,7 @@ max_new_tokens or the context. With N = 1, greedy and α = 0 it is greedy draft-
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -27,6 +27,7 @@ from ...errors import EasdError
 from .. import acceptance as acc
 from ..judging import Recorder
 from ..knobs import knob
+from ..origins import DRAFT
 from ..pair import ModelPair
 from ..prompts import encode_prompt
 from ..settings import DecodeSettings
@@ -62,6 +63,16 @@ class Searched(Method):
     def judge(self, plan):
         raise EasdError("beam search decodes alone, not as a row of a batch: decode it with its method's decode()")
 
+    def variant(self, spec: str, settings: DecodeSettings) -> DecodeSettings:
+        """beam:N, N beams ranked by mean log-probability per token (α = 1, transformers' default), or beam:N/α with
+        another length penalty (beam:4/0 ranks by the sum)."""
+        width, _, alpha = spec.partition("/")
+        try:
+            own = BeamSettings(width=int(width), length_penalty=float(alpha or 1.0))
+        except ValueError:
+            raise ValueError("must be beam:N or beam:N/α, N beams, α the length penalty (e.g. beam:4, beam:4/0)") from None
+        return replace(settings, method=self.name).with_own(self.name, own).validate()
+
     def describe(self, settings: DecodeSettings) -> str:
         """What a table says about the row: "4 beams on the draft, sampled at temperature 0.7, top-p 0.8, ranked by …"."""
         own = self.own(settings)
@@ -70,7 +81,9 @@ class Searched(Method):
         return f"{own.width} beams on the draft, {drawn}, ranked by {ranked}"
 
 
-BEAM = Searched(name="beam", title="beam search", models="DM", origins=("draft",), settings=BeamSettings)
+BEAM = Searched(
+    name="beam", title="beam search", models="DM", origins=(DRAFT,), settings=BeamSettings, variant_form="beam:N or beam:N/α"
+)
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Where the target's entropy exceeds τ, the target reads the row once more with a negative prompt after the context
 (the step's second look), and the token is drawn from log p_u + ω (log p_c − log p_u) (classifier-free guidance:
-acceptance.guided_logits), p_u being the target's distribution after the negative prompt; ω = 1 is plain
+`guided_logits`), p_u being the target's distribution after the negative prompt; ω = 1 is plain
 target-only. MTI's reference code sets neither default; the EASD paper searches an "intervention scale β" in
 {0.5, 1.0, 1.5, 2.0}, which may be τ or ω − 1: `sweep --grid mti` sweeps both (docs/method.md).
 """
@@ -17,7 +17,28 @@ from ...errors import SettingsError
 from .. import acceptance as acc
 from ..judging import Block
 from ..knobs import Control, knob
+from ..origins import TARGET, Origin
+from ..trace import Candidate, recorded
 from .base import Method, draw_one
+
+MTI_GUIDED = Origin(
+    "mti_guided",
+    "MTI guided",
+    "background: #f6eea0; font-weight: bold; border-bottom: 3px dotted #0072B2;",  # yellow, blue dots
+    "chosen",
+    "The target was unsure here, so MTI also read it after the negative prompt and pushed away from that: {chosen} "
+    "came from the guided distribution.",
+    needs=("h_target",),
+)
+
+
+@dataclass
+class MtiRecord:
+    guided_top: list[Candidate] = recorded(
+        "MTI's guided distribution's top candidates where it guided (target_top holds the target's without guidance)",
+        "candidates",
+        label="guided token",
+    )
 
 
 @dataclass(frozen=True)
@@ -30,6 +51,7 @@ class MtiSettings:
         label="MTI τ",
         short="guide where the target's entropy exceeds (nats)",
         control=Control("slider", 0, 4, 0.05),
+        sweep=(0.1, 0.5, 1.0, 1.5, 2.0),
     )
     # ω < 1 would pull towards the negative prompt; past 10 the guidance swamps the model's own distribution
     omega: float = knob(
@@ -40,7 +62,7 @@ class MtiSettings:
         label="MTI ω",
         short="guidance strength (1 = none)",
         control=Control("slider", 1, 10, 0.1),
-    )
+    )  # swept at its one value unless told: the paper's β grid {0.5, 1, 1.5, 2} read as ω − 1 is 1.5,2,2.5,3
     # a short instruction: its tokens take cache room at every guided position
     negative: str = knob(
         "OUTPUT ERROR",
@@ -81,16 +103,19 @@ class Guided(Method):
         """The token from the guided logits where the target looked again, else from its own."""
         generation = plan.generation
         omega = self.own(generation.settings).omega
-        guided = None if plan.second_logits is None else acc.guided_logits(plan.p_logits, plan.second_logits, omega)
+        guided = None if plan.second_logits is None else guided_logits(plan.p_logits, plan.second_logits, omega)
         token = draw_one(generation, plan.p_logits if guided is None else guided)
-        record = generation.recorder.single_record(plan.block, plan.position, token, plan.p_logits, "target", guided)
+        record = generation.recorder.single_record(plan.block, plan.position, token, plan.p_logits, "target")
+        if guided is not None:
+            record.origin = MTI_GUIDED.name
+            record.own = MtiRecord(generation.recorder.top(acc.raw_probs(guided))[0])
         return Block(plan.block, [], [record], record.origin, generation)
 
     def explains(self, record, settings) -> str:
         own = self.own(settings)
         if not isinstance(record.h_target, (int, float)) or isinstance(record.h_target, bool):
             return "This row does not record the target's entropy."
-        if record.origin != "mti_guided":
+        if record.origin != MTI_GUIDED.name:
             return f"H_target = {record.h_target:.3f} nats ≤ τ = {own.tau:g}: MTI did not intervene, so this is the target's own choice."
         return (
             f"H_target = {record.h_target:.3f} nats > τ = {own.tau:g}: one more target pass read the context followed by "
@@ -108,16 +133,32 @@ class Guided(Method):
 
 def unsure(p_logits: torch.Tensor, tau: float) -> bool:
     """Whether MTI guides this token: the target's entropy (nats, temperature 1) exceeds τ.  p_logits: [1, V]"""
-    return bool(acc.mti_intervenes(acc.entropy_of_probs(acc.raw_probs(p_logits)), tau))
+    return bool(acc.entropy(p_logits)[0] > tau)
+
+
+def guided_logits(conditional: torch.Tensor, negative: torch.Tensor, omega: float) -> torch.Tensor:
+    """MTI's guided distribution, as logits: log p̃ = log p_u + ω (log p_c − log p_u), up to a constant.  [B, V] -> [B, V]
+
+    p_c is the target's distribution after the context (`conditional`), p_u after the context and the
+    negative prompt (`negative`). Written as log p_c + (ω − 1)(log p_c − log p_u) and shifted by
+    log-sum-exp (softmax ignores a constant), so that ω = 1 gives back `conditional` bit for bit. A token
+    that either model rules out (−inf) gets no push either way.
+    """
+    conditional = conditional.float()
+    push = torch.log_softmax(conditional, dim=-1) - torch.log_softmax(negative.float(), dim=-1)
+    push = torch.where(torch.isfinite(push), push, torch.zeros_like(push))
+    return conditional + (omega - 1) * push
 
 
 MTI = Guided(
     name="mti",
     title="MTI",
     models="TM",
-    origins=("target", "mti_guided"),
-    intervention_origins=("mti_guided",),
+    origins=(TARGET, MTI_GUIDED),
+    intervention_origins=(MTI_GUIDED.name,),
     intervention=("guided token", "guided tokens"),
     grid=("mti_tau", "mti_omega"),  # the paper's "intervention scale β" may be either ω or τ: docs/method.md
+    bench="mti_tau",
     settings=MtiSettings,
+    record=MtiRecord,
 )

@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 import torch
 
 from ...errors import SettingsError
-from ..judging import Block
+from ..judging import Block, Proposal
 from ..knobs import Control, knob
+from ..origins import DRAFT, TARGET
+from ..trace import recorded
 from .base import Method, draw_one
 
 
@@ -31,8 +33,17 @@ class RsdSettings:
         label="RSD δ",
         short="keep a draft step scored at least",
         control=Control("slider", 0, 1.5, 0.05),
+        sweep=(0.5, 0.6, 0.7, 0.8, 0.9),
     )
     delimiter: str = knob("\n\n", "the text that ends a reasoning step (write \\n for a line break)", low=1, high=16)
+
+
+@dataclass
+class RsdRecord:
+    rsd_step: int = recorded("the reasoning step the token belongs to (0, 1, …)", "int", low=0, label="reasoning step")
+    rsd_reward: float = recorded(
+        "the PRM's reward for the draft's version of that step (kept if ≥ δ)", "float", low=0, high=1, label="PRM reward"
+    )
 
 
 MAX_SEGMENTS = 100  # RSD's cap on reasoning steps, as in its authors' code (stop reason "max_steps")
@@ -75,7 +86,7 @@ class Segments:
         """The draft's segment is kept whole if its reward reaches δ (True); else the target writes it again. Marks
         the records with the segment and its reward."""
         for record in records:
-            record.rsd_step, record.rsd_reward = len(self.texts), reward
+            record.own = RsdRecord(len(self.texts), reward)
         if reward >= self.settings.delta:
             self._finish(self.text(generation, drafted), len(generation.tokens) + len(drafted))
             return True
@@ -84,7 +95,7 @@ class Segments:
 
     def take_target(self, generation, record) -> None:
         """One token of the target's version of the segment; the segment ends with the delimiter or an end token."""
-        record.rsd_step, record.rsd_reward = len(self.texts), self.reward
+        record.own = RsdRecord(len(self.texts), self.reward)
         if self.ends(generation, [record.token_id]):
             self._finish(self.text(generation, [record.token_id]), len(generation.tokens) + 1)
 
@@ -113,11 +124,12 @@ class Rewarded(Method):
         a token a block of a segment it writes again."""
         return (generation.room(), False) if generation.state.writer == "draft" else (0, True)
 
-    def propose(self, plan, logits: torch.Tensor) -> None:
-        """The draft's next token of the segment; the segment ends with the delimiter or an end token.  logits: [1, V]"""
-        plan.q_logits.append(logits)
-        plan.drafted.append(draw_one(plan.generation, logits))
-        plan.drafting_done = plan.generation.state.ends(plan.generation, plan.drafted)
+    def propose(self, plan, logits: torch.Tensor) -> Proposal:
+        """The draft's next token of the segment; the segment ends with the delimiter or an end token. Its q̃ is not
+        kept: no test reads it (the reward model judges the segment).  logits: [1, V]"""
+        token = draw_one(plan.generation, logits)
+        plan.drafting_done = plan.generation.state.ends(plan.generation, [*plan.drafted, token])
+        return Proposal(token, None)
 
     def after_passes(self, plan) -> None:
         """The reward model's reward for the segment the draft wrote."""
@@ -146,7 +158,7 @@ class Rewarded(Method):
         return "max_steps" if generation.state.full else None
 
     def explains(self, record, settings) -> str:
-        own, reward, step = self.own(settings), record.rsd_reward, record.rsd_step
+        own, reward, step = self.own(settings), record.value("rsd_reward"), record.value("rsd_step")
         if not (isinstance(reward, (int, float)) and not isinstance(reward, bool) and isinstance(step, int)):
             return "This row does not record its reasoning step's reward."
         given = f"Reasoning step {step} (text up to {own.delimiter!r}): the process reward model gave the draft's version {reward:.3f}"
@@ -156,7 +168,9 @@ class Rewarded(Method):
 
     def bench_line(self, traces: list) -> str:
         """Its steps over runs: how many, the share the PRM kept, and the seconds and passes each step cost."""
-        steps = {(i, r.rsd_step): r.origin for i, t in enumerate(traces) for r in t.records}  # a step's tokens share an origin
+        steps = {
+            (i, r.value("rsd_step")): r.origin for i, t in enumerate(traces) for r in t.records
+        }  # a step's tokens share an origin
         kept = sum(origin == "draft" for origin in steps.values())
         seconds = sum(t.stats.seconds for t in traces)
         draft, target = (sum(getattr(t.stats, f"{side}_calls") for t in traces) for side in ("draft", "target"))
@@ -170,9 +184,12 @@ RSD = Rewarded(
     name="rsd",
     title="RSD",
     models="TM + DM + PRM",
-    origins=("draft", "target"),
-    intervention_origins=("target",),
+    origins=(DRAFT, TARGET),
+    intervention_origins=(TARGET.name,),
     intervention=("rewritten token", "rewritten tokens"),
     grid=("rsd_delta",),
+    bench="rsd_delta",
+    bench_against="draft",  # δ = 0 keeps every step: RSD ÷ draft-only is then the PRM's cost
     settings=RsdSettings,
+    record=RsdRecord,
 )
