@@ -1,5 +1,6 @@
 """`python -m easd`: the command line, one module per command (generate, bench, pairs, methods, eval, study,
-calibrate, sweep, table, lm-eval), each with its flags and its runner side by side; the flags several share are in `flags`.
+acceptance, calibrate, sweep, table, export-html, site, lm-eval), each with its flags and its runner side by side;
+the flags several share are in `flags`.
 
 Errors a user can fix print one line naming the flag and exit with status 2, before any model loads
 where possible, so a typo never costs a model load.
@@ -11,7 +12,7 @@ import argparse
 import sys
 
 from ..errors import EasdError
-from . import bench, calibrate, evaluate, export_html, generate, lm_eval, methods, pairs, site, study, sweep, table
+from . import bench, calibrate, dynamics, evaluate, export_html, generate, lm_eval, methods, pairs, site, study, sweep, table
 from .flags import add_weight_flags, check_model_flags, runtime_of
 
 COMMANDS = (
@@ -21,6 +22,7 @@ COMMANDS = (
     methods,
     evaluate,
     study,
+    dynamics,
     table,
     calibrate,
     sweep,

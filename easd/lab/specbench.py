@@ -21,6 +21,7 @@ import re
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -43,6 +44,7 @@ class Question:
     question_id: int | str
     category: str  # any category is read as it is; Spec-Bench's 13 are not hard-coded
     turns: tuple[str, ...]
+    line: int = 0  # its line in the file, from 1: the file's order, wherever questions are kept apart
 
 
 @dataclass
@@ -66,16 +68,17 @@ class Answer:
 # --- the question file ----------------------------------------------------------------------------
 
 
-def load_questions(path: Path, per_category: int | None) -> list[Question]:
-    """The first `per_category` questions of each category, in file order; every line is checked first."""
+def load_questions(path: Path, per_category: int | None, flag: str = "--suite") -> list[Question]:
+    """The first `per_category` questions of each category, in file order; every line is checked first (an error
+    names `flag`, the option that gave the file)."""
     if not path.is_file():
-        raise EasdError(f"--suite: no such file: {path}")
+        raise EasdError(f"{flag}: no such file: {path}")
     questions = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
         if line.strip():
-            questions.append(_question(number, line, path))
+            questions.append(_question(number, line, path, flag))
     if not questions:
-        raise EasdError(f"--suite: {path} holds no questions")
+        raise EasdError(f"{flag}: {path} holds no questions")
     taken: dict[str, int] = defaultdict(int)
     chosen = []
     for question in questions:
@@ -85,16 +88,16 @@ def load_questions(path: Path, per_category: int | None) -> list[Question]:
     return chosen
 
 
-def _question(number: int, line: str, path: Path) -> Question:
+def _question(number: int, line: str, path: Path, flag: str) -> Question:
     try:
         row = json.loads(line)
         turns = row["turns"]
         if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t.strip() for t in turns):
             raise ValueError("turns must be a list of non-empty strings")
-        return Question(row["question_id"], str(row["category"]), tuple(turns))
+        return Question(row["question_id"], str(row["category"]), tuple(turns), number + 1)
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
         problem = f"missing field {err}" if isinstance(err, KeyError) else str(err)
-        raise EasdError(f"--suite: line {number + 1} of {path} is not a Spec-Bench question ({problem})") from None
+        raise EasdError(f"{flag}: line {number + 1} of {path} is not a Spec-Bench question ({problem})") from None
 
 
 # --- decoding -------------------------------------------------------------------------------------
@@ -112,20 +115,28 @@ def decode_turn(pair: ModelPair, prompt: str, settings: DecodeSettings) -> Trace
     return Generation(pair, prompt, settings, chat=False).run()
 
 
-def answer_question(pair: ModelPair, question: Question, settings: DecodeSettings) -> Answer:
-    """Every turn of one question; each turn's prompt holds the earlier turns and this method's answers."""
-    answer, messages = Answer(question), []
+def decode_turns(
+    pair: ModelPair, question: Question, settings: DecodeSettings, flag: str = "--suite"
+) -> Iterator[tuple[str, Trace]]:
+    """Every turn of one question, decoded in order: (the answer's text, its trace). Each turn's prompt holds the
+    earlier turns and this method's answers to them."""
+    messages = []
     for number, turn in enumerate(question.turns, 1):
         messages.append({"role": "user", "content": turn})
         try:
             trace = decode_turn(pair, chat_text(pair, messages), settings)
         except SettingsError as err:  # a prompt longer than the pair's context: name the question, not --prompt
             problem = str(err).removeprefix(f"{err.flag}: ")
-            raise EasdError(
-                f"--suite: question {question.question_id}, turn {number} does not fit the pair ({problem})"
-            ) from None
+            raise EasdError(f"{flag}: question {question.question_id}, turn {number} does not fit the pair ({problem})") from None
         text = pair.tokenizer.decode(trace.token_ids).strip()
         messages.append({"role": "assistant", "content": text})
+        yield text, trace
+
+
+def answer_question(pair: ModelPair, question: Question, settings: DecodeSettings) -> Answer:
+    """Every turn of one question, counted as Spec-Bench counts them."""
+    answer = Answer(question)
+    for text, trace in decode_turns(pair, question, settings):
         answer.turns.append(text)
         answer.decoding_steps.append(trace.stats.target_calls)
         answer.new_tokens.append(len(trace.records))
@@ -186,6 +197,25 @@ def too_long(pair: ModelPair, questions: list[Question], max_new_tokens: int) ->
     return [(q, size) for q, size in sizes if size > pair.context_length]
 
 
+def fitting(
+    pair: ModelPair, questions: list[Question], max_new_tokens: int, skip_long: bool, flag: str = "--suite"
+) -> tuple[list[Question], list[Question]]:
+    """(the questions that fit the pair's context, those left out): those that may not fit are refused, naming them
+    and `flag`, the option that gave them, unless `skip_long` leaves them out."""
+    long = too_long(pair, questions, max_new_tokens)
+    if long and not skip_long:
+        named = ", ".join(f"{q.question_id} ({size:,} tokens)" for q, size in long[:5]) + (" …" if len(long) > 5 else "")
+        raise EasdError(
+            f"{flag}: {len(long)} question(s) may not fit the pair's context of {pair.context_length:,} tokens with "
+            f"{max_new_tokens} new tokens per turn: {named}; ask for fewer --max-new-tokens, or --skip-long to leave them out"
+        )
+    skipped = {id(q) for q, _ in long}
+    kept = [q for q in questions if id(q) not in skipped]
+    if not kept:
+        raise EasdError("--skip-long: every question was too long for the pair's context; ask for fewer --max-new-tokens")
+    return kept, [q for q, _ in long]
+
+
 def run_spec_bench(
     pair: ModelPair, questions: list[Question], methods: list[Variant], answers_dir: Path | None, skip_long: bool = False
 ) -> int:
@@ -193,17 +223,7 @@ def run_spec_bench(
     import torch
 
     settings = methods[0].settings
-    long = too_long(pair, questions, settings.max_new_tokens)
-    if long and not skip_long:
-        named = ", ".join(f"{q.question_id} ({size:,} tokens)" for q, size in long[:5]) + (" …" if len(long) > 5 else "")
-        raise EasdError(
-            f"--suite: {len(long)} question(s) may not fit the pair's context of {pair.context_length:,} tokens with "
-            f"{settings.max_new_tokens} new tokens per turn: {named}; ask for fewer --max-new-tokens, or --skip-long to leave them out"
-        )
-    skipped = {id(q) for q, _ in long}
-    questions = [q for q in questions if id(q) not in skipped]
-    if not questions:
-        raise EasdError("--skip-long: every question was too long for the pair's context; ask for fewer --max-new-tokens")
+    questions, long = fitting(pair, questions, settings.max_new_tokens, skip_long)
     categories = len({q.category for q in questions})
     print(
         f"spec-bench: {pair.describe()}, {len(questions)} questions in {categories} categories, "
@@ -211,7 +231,7 @@ def run_spec_bench(
     )
     if long:
         print(
-            f"skipped (--skip-long): {len(long)} question(s) too long for the context: {', '.join(str(q.question_id) for q, _ in long)}"
+            f"skipped (--skip-long): {len(long)} question(s) too long for the context: {', '.join(str(q.question_id) for q in long)}"
         )
     answers = run_suite(pair, questions, methods)
     print(format_table(table(answers)))

@@ -1,5 +1,6 @@
 """The statistics of the evaluation: Wilson intervals, the exact McNemar test, a paired bootstrap, majority votes;
-and of `bench`: a figure's spread over repetitions."""
+of `acceptance`: Spearman's ρ and a bootstrap that resamples whole questions; and of `bench`: a figure's spread over
+repetitions."""
 
 from __future__ import annotations
 
@@ -41,6 +42,48 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, samples: int = 10_000, seed: 
     picks = rng.integers(0, len(a), size=(samples, len(a)))
     differences = a[picks].mean(axis=1) - b[picks].mean(axis=1)
     low, high = np.percentile(differences, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def average_ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks 1..n of `values`, tied values sharing the mean of their ranks (as scipy.stats.rankdata's default)."""
+    _, tie_group, sizes = np.unique(values, return_inverse=True, return_counts=True)
+    last = np.cumsum(sizes)  # the rank of the last value of each tie group, groups in ascending order
+    return (last - (sizes - 1) / 2)[tie_group]
+
+
+def spearman(x, y) -> float:
+    """Spearman's ρ: Pearson's correlation of the two variables' average ranks (scipy.stats.spearmanr's ρ); NaN with
+    fewer than two pairs or where either variable is constant, which no correlation describes."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(x) < 2:
+        return math.nan
+    rx, ry = average_ranks(x), average_ranks(y)
+    if rx.std() == 0 or ry.std() == 0:
+        return math.nan
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def cluster_bootstrap(
+    statistic: Callable[..., float], clusters: list[tuple[np.ndarray, ...]], samples: int = 2_000, seed: int = 0
+) -> tuple[float, float]:
+    """95% percentile interval of `statistic` over resamples of whole clusters (questions) with replacement: each
+    cluster holds its observations' columns, and a resample joins the chosen clusters' columns. Observations within a
+    cluster are dependent (tokens of one answer), so they are drawn together, never one by one. Resamples where the
+    statistic is NaN (a constant variable) are left out; NaN for both ends where fewer than half remain."""
+    if not clusters:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    found = []
+    for _ in range(samples):
+        picks = rng.integers(0, len(clusters), size=len(clusters))
+        columns = (np.concatenate([clusters[i][c] for i in picks]) for c in range(len(clusters[0])))
+        found.append(statistic(*columns))
+    values = np.asarray(found)
+    values = values[~np.isnan(values)]
+    if len(values) < samples / 2:
+        return math.nan, math.nan
+    low, high = np.percentile(values, [2.5, 97.5])
     return float(low), float(high)
 
 

@@ -27,7 +27,7 @@ emitted, the mean acceptance length (vLLM's formula) one more.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -46,6 +46,19 @@ def refused(record) -> bool:
     """A token a method's rule put in place of a draft the standard test kept (EASD's penalty): at a drafted position,
     neither the draft kept nor the target's token after a rejection."""
     return record.draft_token_id is not None and record.origin not in (DRAFT_ACCEPTED.name, TARGET_RESAMPLE.name)
+
+
+def verified_drafts(trace: Counted) -> Iterator[tuple[int, list, list]]:
+    """Each draft the target verified, in order: (its block, the block's records, the records of the positions the
+    standard test judged, position 1 first). A position after a rejection or a penalty was never judged, so it has
+    no record; a one-model token, or a block with no room to draft, is no draft."""
+    by_block: dict[int, list] = {}
+    for record in trace.records:
+        by_block.setdefault(record.block, []).append(record)
+    for index, records in by_block.items():
+        judged = [r for r in records if r.draft_token_id is not None]
+        if judged:
+            yield index, records, judged
 
 
 @dataclass
@@ -71,13 +84,7 @@ class SpecMetrics:
         """Count one trace's drafts. Proposed tokens come from its blocks (a JSON trace, a live run); a CSV trace has
         none, and each draft counts the k it was run with, or fewer where its tokens say so."""
         proposed = {block.index: len(block.drafted) for block in trace.blocks}
-        by_block: dict[int, list] = {}
-        for record in trace.records:
-            by_block.setdefault(record.block, []).append(record)
-        for index, records in by_block.items():
-            judged = [r for r in records if r.draft_token_id is not None]
-            if not judged:  # a one-model token, or a block with no room to draft
-                continue
+        for index, records, judged in verified_drafts(trace):
             accepted = [r for r in judged if r.origin == DRAFT_ACCEPTED.name]
             k = proposed.get(index) or max(trace.settings.k, len(judged))
             self.num_drafts += 1
@@ -108,6 +115,11 @@ class SpecMetrics:
     def conditional_acceptance(self) -> list[float]:
         """Per draft position 1..: of the drafts that reached it, the share accepted there."""
         return [a / r for a, r in zip(self.accepted_per_position, self.reached_per_position)]
+
+    @property
+    def acceptance_per_position(self) -> list[float]:
+        """Per draft position 1..: accepted there ÷ every draft (vLLM's `acceptance_rate_per_pos`)."""
+        return [a / self.num_drafts for a in self.accepted_per_position] if self.num_drafts else []
 
     @property
     def histogram(self) -> dict[int, int]:

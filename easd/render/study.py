@@ -52,7 +52,8 @@ def study_body(study: dict, above: Html | None = None) -> tuple[str, Html]:
     return title, body
 
 
-def _table(header: list[str], rows: list[list], numeric: set[int] = frozenset()) -> Html:
+def table(header: list[str], rows: list[list], numeric: set[int] = frozenset()) -> Html:
+    """A report's table: every cell escaped (unless built as Html), the columns in `numeric` right-aligned."""
     head = tag("tr", *[tag("th", cell) for cell in header])
     lines = [tag("tr", *[tag("td", cell, class_="n" if i in numeric else None) for i, cell in enumerate(row)]) for row in rows]
     return tag("table", tag("thead", head), tag("tbody", *lines))
@@ -80,7 +81,7 @@ def _accuracy(study: dict) -> Html:
             ]
         )
     p, target = study["paired"], study["target"]
-    paired = _table(
+    paired = table(
         [
             "EASD against SD",
             "pairs",
@@ -112,13 +113,13 @@ def _accuracy(study: dict) -> Html:
         f"Target-only: {target['why']}."
     )
     header = ["method", "problems", "correct", "accuracy (95% Wilson)", "from"]
-    return join([tag("h2", "Accuracy"), _table(header, rows, numeric={1, 2}), paired, tag("p", note)])
+    return join([tag("h2", "Accuracy"), table(header, rows, numeric={1, 2}), paired, tag("p", note)])
 
 
 def _graders(study: dict) -> Html:
     compared = study["graders"]
     grader, other, parted = compared["grader"], compared["other"], compared["disagree"]
-    accuracy = _table(
+    accuracy = table(
         ["method", f"{grader} (the study's)", other],
         [[m, _percent(a), _percent(b)] for m, (a, b) in compared["accuracy"].items()],
         numeric={1, 2},
@@ -134,7 +135,7 @@ def _graders(study: dict) -> Html:
         ]
         for r in parted
     ]
-    listed = _table(["problem", "method", "answer", "gold", grader, other], rows) if rows else ""
+    listed = table(["problem", "method", "answer", "gold", grader, other], rows) if rows else ""
     return join([tag("h2", "Graders"), accuracy, said, listed])
 
 
@@ -166,7 +167,7 @@ def _speed(study: dict) -> Html:
         "same signals); a run where EASD never fires times as SD's. The acceptance figures (vLLM's definitions) "
         "count every problem's drafts."
     )
-    return join([tag("h2", "Speed"), tag("p", note), _table(header, rows, numeric={1, 2, 3, 4, 5, 6})])
+    return join([tag("h2", "Speed"), tag("p", note), table(header, rows, numeric={1, 2, 3, 4, 5, 6})])
 
 
 def _grid(study: dict) -> Html:
@@ -209,7 +210,7 @@ def _fires(study: dict) -> Html:
         *figure_box("fires_position", "penalties by position", tenths),
         *figure_box("fires_kind", "penalties by kind", kinds),
     ]
-    pairs = _table(
+    pairs = table(
         ["refused", "chosen instead", "times"],
         [[tag("code", p["refused"]), tag("code", p["chosen"]), p["count"]] for p in fires["pairs"]],
         numeric={2},
@@ -251,4 +252,4 @@ def _differences(study: dict) -> Html:
         "one-file export in differences/ beside this report."
     )
     header = ["problem", "gold", "SD", "EASD", "parts at token", "open"]
-    return join([tag("h2", "Where SD and EASD answer differently"), tag("p", note), _table(header, rows, numeric={4})])
+    return join([tag("h2", "Where SD and EASD answer differently"), tag("p", note), table(header, rows, numeric={4})])

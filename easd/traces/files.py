@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from ..errors import EasdError, SettingsError
+from ..files import write_text_whole
 from ..method import methods
 from ..method.settings import DecodeSettings
 from ..method.summary import summarize
@@ -361,7 +362,8 @@ def _run_to_json(trace: Trace) -> dict:
 
 
 def write_json(traces: list[Trace], path: str | Path) -> None:
-    Path(path).write_text(json.dumps(to_json_dict(traces), ensure_ascii=False, indent=1), encoding="utf-8")
+    """The traces as one JSON file, written aside and renamed into place: a kill leaves the whole file or none."""
+    write_text_whole(Path(path), json.dumps(to_json_dict(traces), ensure_ascii=False, indent=1))
 
 
 def read_json(path: str | Path, capped: bool = True) -> list[Trace]:
