@@ -66,9 +66,9 @@ BAD_INPUTS = [  # each wrong type or value, and the one line the API answers, in
     ({"prompt": "x", "chat": "yes"}, "chat: must be true or false"),
     ({"prompt": "x", "pair": "qwen-coder"}, "pair: must be one of tiny-random"),
     ({"prompt": "x", "pair": 7}, "pair: must be one of tiny-random"),
-    ({"prompt": "x", "left": "beam"}, "left: must be one of sd, easd, mti, rsd, target, draft"),
+    ({"prompt": "x", "left": "beam"}, "left: must be one of sd, easd, mti, rsd, specguard, smc, target, draft"),
     ({"prompt": "x", "left": "rsd"}, "the left lane's RSD asks a process reward model"),
-    ({"prompt": "x", "right": None}, "right: must be one of sd, easd, mti, rsd, target, draft"),
+    ({"prompt": "x", "right": None}, "right: must be one of sd, easd, mti, rsd, specguard, smc, target, draft"),
 ]
 
 

@@ -119,7 +119,7 @@ def test_the_cli_registers_the_model_and_hands_over_to_lm_eval(task_folder, tmp_
     "model_args, message",
     [
         ("pair=tiny-random,tau_h=-1", "--model_args tau_h: must be a number of nats ≥ 0"),
-        ("pair=tiny-random,method=beam", "--model_args method: must be one of sd, easd, mti, rsd, target, draft"),
+        ("pair=tiny-random,method=beam", "--model_args method: must be one of sd, easd, mti, rsd, specguard, smc, target, draft"),
         ("pair=tiny-random,temprature=1", "--model_args: unknown temprature; the easd model takes pair, dtype"),
         ("pair=no-such-pair", "--model_args pair: unknown pair 'no-such-pair'"),
     ],

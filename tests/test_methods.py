@@ -27,8 +27,10 @@ from easd.render.lanes import lane_html, lane_title
 from easd.traces import files as trace_io
 
 # thresholds at which every method that can intervene does: EASD's rule fires at any entropy, MTI guides every
-# token, RSD's reward model (rewards near 0.5) refuses every step of the draft at δ = 0.7
+# token, RSD's reward model (rewards near 0.5) refuses every step of the draft at δ = 0.7, SpecGuard recomputes every
+# step (by the draft's confidence alone, which llama.cpp allows too; its attention is tested in test_specguard.py)
 EAGER = dict(max_new_tokens=16, tau_h=0.0, tau_o=0.0, mti_tau=0.0, rsd_delimiter=" ")
+EAGER |= dict(specguard_delimiter=" ", specguard_threshold=1.0, specguard_grounding="none")
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +63,8 @@ def test_eval_runs_every_method_of_the_table_and_the_papers_table_names_its_mode
     data = tmp_path / "problems.jsonl"
     data.write_text("\n".join(json.dumps({"question": f"{i} + 2?", "answer": f"#### {i + 2}"}) for i in range(2)))
     arguments = ["eval", "--pair", "tiny-random", "--data", str(data), "--methods", ",".join(METHODS), "--prm", str(prm_folder)]
-    assert main([*arguments, "--max-new-tokens", "8", "--rsd-delimiter", " ", "--out", str(tmp_path / "out")]) == 0
+    arguments += ["--rsd-delimiter", " ", "--specguard-grounding", "none"]
+    assert main([*arguments, "--max-new-tokens", "8", "--out", str(tmp_path / "out")]) == 0
     summary = pd.read_csv(tmp_path / "out" / "summary.csv")
     assert sorted(summary["method"]) == sorted(METHODS)
     table = (tmp_path / "out" / "paper.md").read_text(encoding="utf-8")

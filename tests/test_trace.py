@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from easd.errors import EasdError
+from easd.method.methods import knobs
 from easd.method.settings import DecodeSettings
 from easd.method.summary import summarize
 from easd.method.trace import BlockInfo, RunStats, TokenRecord, Trace
@@ -145,20 +146,15 @@ def test_csv_column_order_follows_the_design():
     assert names[24:27] == ["guided_top1_id", "guided_top1_text", "guided_top1_prob"]
     # every setting is a column: those every method reads as declared, then each method's own, then the models
     settings = ["tau_h", "tau_o", "top_n", "k", "temperature", "top_p", "max_new_tokens", "seed", "record_top", "signals"]
-    settings += [
-        "entropy",
-        "mti_tau",
-        "mti_omega",
-        "mti_negative",
-        "rsd_delta",
-        "rsd_delimiter",
-        "beam_width",
-        "beam_length_penalty",
-    ]
-    assert names[:2] == ["method", "rule"] and names[-20:] == [*settings, "draft_model", "target_model"]
+    settings += ["entropy", "mti_tau", "mti_omega", "mti_negative", "rsd_delta", "rsd_delimiter"]
+    own = [name for name in knobs() if name not in settings and name not in ("method", "rule")]  # the methods added since
+    assert own[-2:] == ["beam_width", "beam_length_penalty"]
+    settings += own
+    end = len(settings) + 2
+    assert names[:2] == ["method", "rule"] and names[-end:] == [*settings, "draft_model", "target_model"]
     margins = ["h_draft_margin", "h_target_margin", "draft_gap", "target_gap", "overlap_swap"]
     margins += ["h_draft_tol", "h_target_tol", "overlap_low", "overlap_high", "fragile"]
-    assert names[-30:-20] == margins
+    assert names[-end - 10 : -end] == margins
 
 
 @pytest.mark.parametrize(
@@ -218,7 +214,7 @@ def raw_csv(path) -> list[list[str]]:
         (0, "origin", "x", "'x' does not occur in easd runs (only draft_accepted, target_resample, easd_penalty, bonus)"),
         (0, "origin", '"><img src=x>', "does not occur in easd runs"),
         (0, "origin", "target", "'target' does not occur in easd runs"),
-        (0, "method", "foo", "must be one of sd, easd, mti, rsd, target, draft, beam (got 'foo')"),
+        (0, "method", "foo", "must be one of sd, easd, mti, rsd, specguard, smc, target, draft, beam (got 'foo')"),
         (0, "rule", "any", "'any' is not one of full, no_overlap"),
         (3, "position", "100000000000000000000", "is not an integer from 0 to 65535"),
         (3, "position", "7", "is 7, but this is token 3 of its run"),
@@ -304,7 +300,7 @@ def set_at(data, path, value):
         (
             ("runs", 0, "settings", "method"),
             "x",
-            "runs[0].settings.method: must be one of sd, easd, mti, rsd, target, draft, beam",
+            "runs[0].settings.method: must be one of sd, easd, mti, rsd, specguard, smc, target, draft, beam",
         ),
         (
             ("runs", 0, "blocks", 0, "end"),
@@ -389,7 +385,7 @@ def test_formula_cells_are_neutralised_in_the_csv(tmp_path):
         i
         for i, name in enumerate(header)
         if name.endswith(("_text", "_model"))
-        or name in ("method", "rule", "origin", "signals", "entropy", "mti_negative", "rsd_delimiter")
+        or name in ("origin", *(setting for setting, knob in knobs().items() if knob.kind == "text"))
     ]
     for line in lines:
         for i, cell in enumerate(line):

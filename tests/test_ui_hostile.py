@@ -33,7 +33,16 @@ from easd.render.stepper import block_views, stepper_html
 from easd.serving.host import ModelHost
 
 TAGS = {"span", "div", "p", "h3", "h4", "code", "b", "table", "tr", "td", "th", "pre", "button"}
-CLASSES = {origin_class(name) for name in origins()} | {"o-unknown", "tok", "sel", "fork", "whatif", "empty", "inspector", "stepper"}
+CLASSES = {origin_class(name) for name in origins()} | {
+    "o-unknown",
+    "tok",
+    "sel",
+    "fork",
+    "whatif",
+    "empty",
+    "inspector",
+    "stepper",
+}
 CLASSES |= {"conditions", "candidates", "used", "unused", "shared", "hint", "draft", "drafts", "kept", "rejected", "refused"}
 CLASSES |= {"unseen", "unknown", "stats", "comparison", "margins", "fragile", "close", "own"}
 # attributes the helpers write, each with the only values they may take

@@ -121,6 +121,7 @@ class LlamaModel:
     device: torch.device = field(default=torch.device("cpu"), init=False)
     eps: float = field(default=0.0, init=False)  # llama.cpp's rounding is in `shift`, measured
     max_rows: int = field(default=MAX_ROWS, init=False)
+    has_attention: bool = field(default=False, init=False)  # llama.cpp's API gives no attention weights
 
     def __post_init__(self):
         _start_backend()
@@ -150,6 +151,9 @@ class LlamaModel:
 
     def caches(self, vocab_size: int, use_cache: bool = True) -> LlamaCaches:
         return LlamaCaches(self, vocab_size, use_cache)
+
+    def attention_share(self, tokens: list[int], start: int) -> float:
+        raise NotImplementedError("llama.cpp exposes no attention weights")
 
 
 # --- the caches of a batch ------------------------------------------------------------------------------

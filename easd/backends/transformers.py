@@ -52,6 +52,7 @@ class HFModel:
     backend: str = field(default="transformers", init=False)
     shift: float = field(default=0.0, init=False)  # beyond rounding, a row's logits do not depend on the pass's shape
     max_rows: int = field(default=2**31 - 1, init=False)  # as many as memory holds
+    has_attention: bool = field(default=True, init=False)
 
     @property
     def device(self) -> torch.device:
@@ -82,6 +83,24 @@ class HFModel:
 
     def caches(self, vocab_size: int, use_cache: bool = True) -> HFCaches:
         return HFCaches(self.module, vocab_size, self.pad_id, use_cache)
+
+    @torch.no_grad()
+    def attention_share(self, tokens: list[int], start: int) -> float:
+        """easd.method.seam.Model.attention_share: the context before `start` computed once, then the rest with its
+        attention weights, which only the eager attention gives (switched to for this pass, then back)."""
+        device, module = self.device, self.module
+        cache = DynamicCache(config=module.config)
+        module(input_ids=torch.tensor([tokens[:start]], device=device), cache=cache, use_cache=True)
+        kind = module.config._attn_implementation
+        module.set_attn_implementation("eager")
+        try:
+            out = module(input_ids=torch.tensor([tokens[start:]], device=device), cache=cache, output_attentions=True)
+        finally:
+            module.set_attn_implementation(kind)
+        weights = torch.stack([layer[0].float() for layer in out.attentions])  # [layers, heads, queries, keys]
+        keys = weights[..., 1:]  # the first token left out: an attention sink
+        context = keys[..., : start - 1].sum(-1) / keys.sum(-1).clamp_min(1e-30)  # [layers, heads, queries]
+        return float(context.mean())
 
 
 @dataclass(eq=False)

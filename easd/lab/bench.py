@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from ..backends.transformers import float32_head
+from ..errors import SettingsError
 from ..method.generation import Generation
 from ..method.methods import knobs, lookup, with_values
 from ..method.pair import ModelPair
@@ -181,6 +182,11 @@ def methods_of(pair: ModelPair, plan: BenchPlan) -> dict:
             methods[row_name(b, against)] = lambda p, against=against: _ours(pair, p, replace(base, method=against))
         for value in values:
             settings = with_values(base, method=name, **{lookup(name).bench: value})
+            try:
+                lookup(name).check(pair, settings)
+            except SettingsError as err:  # this backend cannot run it (SpecGuard's attention on llama.cpp): said, left out
+                print(f"  {row_name(b, name, value)}: not run here: {err}")
+                continue
             methods[row_name(b, name, value)] = lambda p, settings=settings: _ours(pair, p, settings)
     if b == "transformers" and head_copy_bytes(pair) > 0:  # what float32 signals cost: the same runs with the model's logits
         model_sd = replace(base, signals="model")
@@ -199,6 +205,8 @@ def ratios_of(pairs: list[ModelPair], plan: BenchPlan, rows: dict) -> list[tuple
             against = lookup(name).bench_against
             reference = rows[row_name(b, against, plan.values[against][0]) if against in plan.values else row_name(b, against)]
             for value in values:
+                if row_name(b, name, value) not in rows:  # not run on this backend
+                    continue
                 row = rows[row_name(b, name, value)]
                 ratios.append((f"{row.name} ÷ {reference.name.removeprefix(b + ' ')}", row, reference))
                 if against != "target" and lookup(against).bench == "":  # against a plain run: also its cost over the target

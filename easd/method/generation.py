@@ -103,6 +103,7 @@ class Generation:
         if not self.method.in_batch:
             raise SettingsError("method", f"{self.method.name} decodes alone, not as a generation of a batch: use its decode()")
         self.settings.validate()
+        self.method.check(self.pair, self.settings)
         self.prompt_ids = encode_prompt(self.pair, self.prompt, self.chat, self.system)
         self.prompt_length = len(self.prompt_ids)
         self.tokens = list(self.prompt_ids)

@@ -74,6 +74,15 @@ class Model(Protocol):
     def caches(self, vocab_size: int, use_cache: bool = True) -> Caches:
         """Empty caches for a new batch; `use_cache=False` recomputes every row from its first token on each pass."""
 
+    @property
+    def has_attention(self) -> bool:
+        """Whether the runtime exposes attention weights (transformers does, llama.cpp does not)."""
+
+    def attention_share(self, tokens: list[int], start: int) -> float:
+        """The share of attention the tokens from `start` on pay to the tokens before it, averaged over every layer,
+        head and one of those tokens; the first token (an attention sink, which takes much of every head's attention
+        whatever it says) left out. Computed alone, outside any batch. Only where `has_attention`."""
+
 
 class RewardModel(Protocol):
     """A process reward model, which RSD asks to score each reasoning step (easd.backends.prm)."""
@@ -107,6 +116,21 @@ class Tokenizer(Protocol):
 
     def vocab(self) -> dict[str, int]:
         """Every token's string (as the tokenizer stores it) and id: two models pair only if these agree."""
+
+
+def follow(caches: Caches, parents: list[int], contexts: list[list[int]], room: int) -> list[int]:
+    """Make the rows of `caches` hold, in a new order, copies of the rows `parents` names (row i's new content is
+    what row parents[i] held): a parent named once keeps its row, one named again gets a copy of it (its state, not
+    recomputed). `contexts[i]` is what row parents[i] holds (its tokens but the newest, which the next pass computes).
+    -> for each row of the new order, the index into `parents` it came from (beam search's beams, SMC's particles
+    are reordered to match)."""
+    kept = list(dict.fromkeys(parents))  # first uses, in order
+    copies = [(i, parent) for i, parent in enumerate(parents) if parents.index(parent) != i]
+    states = {parent: caches.save_row(parent) for _, parent in copies}
+    caches.keep_rows(kept)
+    for i, parent in copies:
+        caches.add_row(contexts[i], room, start=states[parent])
+    return [parents.index(parent) for parent in kept] + [i for i, _ in copies]
 
 
 ROW_SLACK = 256  # tokens of room a row's cache may take beyond its tokens (llama.cpp rounds a row's cells up to 256)

@@ -151,7 +151,7 @@ class Batch:
                 with self._alone(plan):
                     plan.generation.method.after_passes(plan)
         blocks = [block for block in map(self._judge, plans) if block is not None]
-        self._commit(blocks, seconds=time.perf_counter() - started)  # every generation waited for the whole step
+        self._commit(plans, blocks, seconds=time.perf_counter() - started)  # every generation waited for the whole step
         return blocks
 
     def _plan(self, row: int, generation) -> RowPlan:
@@ -243,14 +243,20 @@ class Batch:
             return plan.generation.method.judge(plan)
         return None
 
-    def _commit(self, blocks: list[Block], seconds: float) -> None:
-        """Emitted tokens join their generations; the caches forget rejected drafts; traces and counts grow."""
+    def _commit(self, plans: list[RowPlan], blocks: list[Block], seconds: float) -> None:
+        """Emitted tokens join their generations; the caches forget the drafts the emitted tokens did not confirm
+        (SD's rejected drafts; a candidate step SpecGuard did not keep); traces and counts grow."""
         rows = {id(generation): row for row, generation in enumerate(self.rows.generations)}
+        fed = {id(plan.generation): plan.drafted for plan in plans}  # what this step's passes read after each row's tokens
         for block in blocks:
             generation, row = block.generation, rows[id(block.generation)]
-            generation.tokens.extend(r.token_id for r in block.records)
-            self.target.truncate(row, len(generation.tokens) - 1)
-            self.draft.truncate(row, len(generation.tokens) - 1)
+            emitted = [r.token_id for r in block.records]
+            confirmed = next((i for i, (a, b) in enumerate(zip(fed[id(generation)], emitted)) if a != b), None)
+            confirmed = min(len(fed[id(generation)]), len(emitted)) if confirmed is None else confirmed
+            kept = len(generation.tokens) + confirmed  # the caches' tokens that are the generation's own
+            generation.tokens.extend(emitted)
+            self.target.truncate(row, min(kept, len(generation.tokens) - 1))
+            self.draft.truncate(row, min(kept, len(generation.tokens) - 1))
         self.draft.tidy()
         self.target.tidy()
         for block in blocks:

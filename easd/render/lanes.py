@@ -63,14 +63,12 @@ def legend_html() -> Html:
 
 
 def lane_title(lane: str, trace: Trace | None) -> str:
-    """Plain text (escaped where it is shown): the lane's run's method and rule, or the lane's name while it has none."""
+    """Plain text (escaped where it is shown): the lane's run's method as its table entry names such a run (EASD with
+    its rule), or the lane's name while it has none."""
     if trace is None:
         return f"{lane} lane"
-    settings = trace.settings
-    method = title(settings.method)
-    refuses = settings.method in METHODS and METHODS[settings.method].refuses  # its rule decides what it refuses
-    rule = f", rule {settings.rule}" if refuses else ""
-    return f"{method}{rule}"
+    method = METHODS.get(trace.settings.method) if isinstance(trace.settings.method, str) else None
+    return method.lane_title(trace.settings) if method is not None else str(trace.settings.method)
 
 
 def title(method) -> str:

@@ -25,10 +25,12 @@ from .easd import EASD
 from .mti import MTI
 from .rsd import RSD
 from .sd import SD
+from .smc import SMC
+from .specguard import SPECGUARD
 from .target import TARGET
 
 # in the order the page offers them: the comparison's two first; beam search last, as it decodes alone
-METHODS: dict[str, Method] = {method.name: method for method in (SD, EASD, MTI, RSD, TARGET, DRAFT, BEAM)}
+METHODS: dict[str, Method] = {method.name: method for method in (SD, EASD, MTI, RSD, SPECGUARD, SMC, TARGET, DRAFT, BEAM)}
 
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")  # a method's name is part of flags, API parameters and trace columns
@@ -57,10 +59,10 @@ def _clash(method: Method) -> str | None:
     if clash:
         return f"its settings {', '.join(clash)} clash with settings already declared"
     mine = columns_of(method.record)
-    taken = {f.name for f in dataclasses.fields(TokenRecord)} | set(record_columns())
+    taken = {f.name for f in dataclasses.fields(TokenRecord)} | set(record_columns()) | set(settings) | set(own_knobs(method))
     clash = sorted(name for name in mine if name in taken and record_columns().get(name) != mine[name])
     if clash:
-        return f"its record's columns {', '.join(clash)} are columns of the trace already"
+        return f"its record's columns {', '.join(clash)} are columns of the trace already (a field or a setting)"
     known = origins()
     clash = sorted(o.name for o in method.origins if o.name in known and known[o.name] != o)
     if clash:

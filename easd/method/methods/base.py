@@ -7,6 +7,7 @@ below; the step never asks for a method by name. Words as in step.py: a *generat
 one DecodeSettings, a *plan* its part in one step (step.RowPlan), a *block* what the step emits for it.
 
 The hooks a method may fill, in the order the step calls them:
+  check(pair, settings)    whether this pair can run it at all (RSD needs a reward model), before anything decodes
   start(generation)        its own state for a generation (MTI's negative prompt, RSD's segments), once
   plan(generation)         how many draft passes the row takes part in this step, and whether it takes the target's
   propose(plan, logits)    after each draft pass: the token it proposes and the distribution it drew it from
@@ -100,6 +101,10 @@ class Method:
 
     # --- hooks: a target-only method's, one token a block ------------------------------------------------------
 
+    def check(self, pair, settings) -> None:
+        """SettingsError, naming the setting or flag, if `pair` cannot run it under `settings` (RSD without a process
+        reward model; SpecGuard's attention on llama.cpp): asked before anything decodes."""
+
     def start(self, generation) -> Any:
         """Its own state for a new generation (`generation.state`); None if it keeps none."""
         return None
@@ -150,6 +155,10 @@ class Method:
         """Its settings for an --methods label NAME:SPEC, from `settings` (DecodeSettings) and the SPEC after the colon;
         ValueError saying what SPEC may be."""
         raise ValueError(f"{self.name} takes nothing after a colon")
+
+    def lane_title(self, settings) -> str:
+        """How a lane, a table or a page names a run of it under `settings`: its title, and what sets this run apart."""
+        return self.title
 
     def describe(self, settings) -> str:
         """How it ran under `settings`, in words, where a table's row should say so (beam search's beams); "" if not."""

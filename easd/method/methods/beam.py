@@ -30,6 +30,7 @@ from ..knobs import knob
 from ..origins import DRAFT
 from ..pair import ModelPair
 from ..prompts import encode_prompt
+from ..seam import follow
 from ..settings import DecodeSettings
 from ..trace import RunStats, TokenRecord, Trace, software_versions
 from .base import Method
@@ -177,16 +178,10 @@ def _extend(beam: Beam, token: int, log_q: float, logits: torch.Tensor, recorder
 
 
 def _follow(caches, parents: list[int], live: list[Beam], prompt_ids: list[int], room: int) -> None:
-    """Make row i of the caches hold live[i]'s context, from the rows of its parents (`parents[i]`, in the old order):
-    a parent kept once keeps its row, one kept again gets a copy of it. `live` is reordered to match the rows."""
-    kept = list(dict.fromkeys(parents))  # first uses, in order
-    copies = [(i, parent) for i, parent in enumerate(parents) if parents.index(parent) != i]
-    states = {parent: caches.save_row(parent) for _, parent in copies}
-    caches.keep_rows(kept)
-    for i, parent in copies:
-        context = prompt_ids + live[i].tokens[:-1]  # what the parent's row holds: the newest token is computed next pass
-        caches.add_row(context, room, start=states[parent])
-    order = [parents.index(parent) for parent in kept] + [i for i, _ in copies]  # the beam each row now holds
+    """Make row i of the caches hold live[i]'s context, from the rows of its parents (`parents[i]`, in the old order);
+    `live` is reordered to match the rows (easd.method.seam.follow)."""
+    contexts = [prompt_ids + beam.tokens[:-1] for beam in live]  # a parent's row holds all but the newest token
+    order = follow(caches, parents, contexts, room)
     live[:] = [live[i] for i in order]
 
 

@@ -43,6 +43,9 @@ class Refusing(Speculative):
 
         return Refusal(signals.triggered, instead, EASD_PENALTY.name)
 
+    def lane_title(self, settings) -> str:
+        return f"{self.title}, rule {settings.rule}"  # its rule decides what it refuses
+
     def variant(self, spec: str, settings):
         """easd:RULE: one of the paper's ablations of the rule."""
         if spec not in RULES:

@@ -21,6 +21,7 @@ from ..knobs import Control, knob
 from ..origins import DRAFT, TARGET
 from ..trace import recorded
 from .base import Method, draw_one
+from .steps import step_ends, step_text
 
 
 @dataclass(frozen=True)
@@ -68,14 +69,11 @@ class Segments:
         return Segments(self.start, self.settings, self.writer, self.reward, list(self.texts))
 
     def ends(self, generation, new: list[int]) -> bool:
-        """Whether the current segment ends with the tokens `new` after the generation's: its text holds the delimiter
-        (matched on text: Qwen's tokenizer merges "\n\n" into tokens such as ".\n\n"), or an end token came."""
-        if new and new[-1] in generation.pair.eos_ids:
-            return True
-        return self.settings.delimiter in self.text(generation, new)
+        """Whether the current segment ends with the tokens `new` after the generation's (easd.method.methods.steps)."""
+        return step_ends(generation, self.start, new, self.settings.delimiter)
 
     def text(self, generation, new: list[int]) -> str:
-        return generation.pair.tokenizer.decode(generation.tokens[self.start :] + new)
+        return step_text(generation, self.start, new)
 
     def reward_for(self, generation, drafted: list[int], question: str) -> float:
         """The PRM's reward for the draft's version of the current segment, given the question and the segments
@@ -109,11 +107,13 @@ class Segments:
 class Rewarded(Method):
     """Segments written by the draft, kept where the process reward model's reward reaches δ, else by the target."""
 
-    def start(self, generation) -> Segments:
-        if generation.pair.prm is None:
+    def check(self, pair, settings) -> None:
+        if pair.prm is None:
             raise SettingsError(
                 "prm", "RSD asks a process reward model to score each step, and none is loaded: give one with --prm FOLDER"
             )
+
+    def start(self, generation) -> Segments:
         return Segments(start=generation.prompt_length, settings=self.own(generation.settings))
 
     def copy_state(self, state: Segments) -> Segments:

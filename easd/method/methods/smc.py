@@ -1,0 +1,419 @@
+"""SMC-SD (Emara, Barba da Costa, Chang, Freer, Vieira, Cotterell and Abdelfattah, arXiv 2604.15672): speculative
+decoding without rejection. N particles each draft k tokens; the target scores every particle's tokens in one pass of
+fixed size; each particle keeps all its tokens, one more from the target (the bonus), and a weight for how much
+likelier the target finds them than the draft did; when the weights grow uneven the particles are resampled by
+weight, and at the end the particle of highest weight is the output. Nothing is ever rolled back.
+
+One cycle, for every unfinished particle i (docs/method.md, "SMC-SD"; as the authors' code abdelfattah-lab/smcsd
+does it, the paper's text beyond its abstract was not reachable here):
+  1. the draft proposes y_1..y_k, each drawn from q̃ (the draft at `draft_temperature`);
+  2. the target scores context + y_1..y_k in one pass: p̃_1..p̃_{k+1} (at `target_temperature`);
+  3. the particle's log-weight grows by Σ_j log p̃_j(y_j) − log q̃_j(y_j);
+  4. it takes all k tokens and a bonus b ~ p̃_{k+1};
+  5. if the effective sample size 1 / Σ w̄_i² of the normalised weights w̄ falls below `ess` × N, the particles are
+     resampled by weight (systematic, or multinomial) and every weight starts again from 0.
+This samples approximately from the target at its temperature: as the particles grow in number their population
+approaches it (exact as N → ∞, consistent for each sequence); with one particle it is the draft's distribution
+followed by the target's bonus tokens. `final` = "sample" draws the output particle by weight, which is that
+population's sample; "max-weight" (the authors' released code) takes the heaviest, which leans to likelier text.
+
+Here the particles decode on caches of their own (N rows of each model, like beam search's beams): the generation's
+row of the shared batch takes no pass, and its work is done after the batch's passes (`after_passes`, as RSD's
+reward model is). The lane streams only what every particle agrees on (their common prefix, which no later
+resampling can change) and, at the end, the rest of the chosen particle: a trace only ever grows.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .. import acceptance as acc
+from ..judging import Block
+from ..knobs import Control, knob
+from ..origins import Origin
+from ..seam import follow
+from ..settings import MIN_TEMPERATURE
+from ..trace import Candidate, TokenRecord, recorded
+from .base import Method
+
+MAX_PARTICLES = 16  # each is a row of both models' caches, stepped every cycle
+
+
+@dataclass(frozen=True)
+class SmcSettings:
+    particles: int = knob(
+        4,
+        "SMC-SD's particles N: sequences drafted side by side and resampled by weight (1: the draft's tokens, weighed)",
+        low=1,
+        high=MAX_PARTICLES,
+        label="SMC particles",
+        short="particles drafted side by side",
+        control=Control("slider", 1, 8, 1),
+        sweep=(1, 2, 4, 8),
+    )  # 4: the authors' command line's default (their examples use 8 to 12)
+    draft_temperature: float = knob(
+        0.7,
+        "the draft's temperature as it drafts each particle's tokens (SMC-SD samples; it has no greedy form)",
+        low=MIN_TEMPERATURE,
+        high=2,
+        label="SMC draft temperature",
+        short="the draft samples at",
+        control=Control("slider", 0.05, 1.5, 0.05),
+    )  # 0.7 in every script of the authors
+    target_temperature: float = knob(
+        0.7,
+        "the target's temperature: its bonus tokens are drawn at it, and the weights measure the draft against it",
+        low=MIN_TEMPERATURE,
+        high=2,
+        label="SMC target temperature",
+        short="the target weighs and samples at",
+        control=Control("slider", 0.05, 1.5, 0.05),
+    )  # 0.7 in the authors' accuracy and speed scripts
+    ess: float = knob(
+        0.5,
+        "resample when the effective sample size falls below this share of the particles (0: never resample)",
+        low=0,
+        high=1,
+        label="SMC ESS threshold",
+        short="resample below this share of N",
+        control=Control("slider", 0, 1, 0.05),
+    )
+    resampling: str = knob(
+        "systematic",
+        "how particles are resampled by weight: systematic (one uniform) or multinomial",
+        choices=("systematic", "multinomial"),
+    )
+    final: str = knob(
+        "max-weight",
+        "which particle is the output: max-weight (the authors' released code) or sample (drawn by weight)",
+        choices=("max-weight", "sample"),
+    )
+
+
+SMC_DRAFT = Origin(
+    "smc_draft",
+    "particle's draft",
+    "background: #d7ecf7; border-bottom: 2px dashed #0072B2;",  # sky blue, dashed blue: drafted, kept without a test
+    "chosen",
+    "The draft proposed {chosen} for the particle this text comes from; SMC-SD kept it without a test, and weighed "
+    "the particle by how much likelier the target found its tokens than the draft did.",
+)
+SMC_BONUS = Origin(
+    "smc_bonus",
+    "particle's bonus (target)",
+    "background: #b3e3d3; border-bottom: 2px dashed #009E73;",  # bluish green, dashed: the target's token of a cycle
+    "bonus",
+    "After the particle's drafts, the target added {chosen} from its own distribution, as every cycle does.",
+)
+
+
+@dataclass
+class SmcRecord:
+    smc_cycle: int = recorded(
+        "the cycle that wrote the token (every particle drafts, is weighed, maybe resampled)", "int", label="cycle"
+    )
+    smc_weight: float = recorded(
+        "its particle's share of the weights after that cycle (before any resampling)",
+        "float",
+        low=0,
+        high=1,
+        label="particle's weight",
+    )
+    smc_sample_size: float = recorded(
+        "the particles' effective sample size 1 / Σ w̄² after that cycle", "float", low=0, label="ESS"
+    )
+    smc_resampled: bool = recorded("the particles were resampled by weight after that cycle", "bool", label="resampled after")
+    smc_population: list[Candidate] = recorded(
+        "every particle after that cycle: its number, the text it drafted, its share of the weights",
+        "candidates",
+        label="particle, its cycle's text",
+    )
+
+
+# --- the maths, pure (SMC-SD's weights, effective sample size, resampling, the final choice) --------------------
+
+
+def log_weight(p_tilde: torch.Tensor, q_tilde: torch.Tensor, tokens: torch.Tensor) -> float:
+    """Σ_j log p̃_j(y_j) − log q̃_j(y_j): how much likelier the target finds a particle's drafts than the draft did.
+    [k, V], [k, V], [k] -> a number (-inf where the target rules a token out)"""
+    picked = tokens[:, None]
+    return float((torch.log(p_tilde.gather(-1, picked)) - torch.log(q_tilde.gather(-1, picked))).sum())
+
+
+def normalised(log_w: torch.Tensor) -> torch.Tensor:
+    """The weights w̄ = softmax(log w); even where every particle's weight is 0 (log w all -inf).  [N] -> [N]"""
+    log_w = log_w.double()
+    if not torch.isfinite(log_w).any():
+        return torch.full_like(log_w, 1 / len(log_w))
+    return torch.softmax(log_w, dim=0)
+
+
+def effective_sample_size(log_w: torch.Tensor) -> float:
+    """1 / Σ w̄²: N when the weights are even, 1 when one particle holds them all.  [N] -> a number"""
+    return float(1.0 / (normalised(log_w) ** 2).sum())
+
+
+def resample(log_w: torch.Tensor, how: str, generator: torch.Generator | None) -> list[int]:
+    """Each new particle's ancestor, drawn by weight.  [N] -> N indices
+
+    systematic: one uniform u ~ U[0, 1/N), the ancestors at the weights' cumulative sum's crossings of u + j/N (the
+    authors' default: lower variance than N independent draws); multinomial: N independent draws."""
+    weights, n = normalised(log_w), len(log_w)
+    if how == "multinomial":
+        return torch.multinomial(weights.float(), n, replacement=True, generator=generator).tolist()
+    u = float(torch.rand(1, generator=generator, dtype=torch.float64)) / n
+    points = torch.tensor([u + j / n for j in range(n)], dtype=torch.float64)
+    return torch.searchsorted(weights.cumsum(0), points, right=True).clamp(max=n - 1).tolist()
+
+
+def choose(log_w: torch.Tensor, lengths: list[int], final: str, generator: torch.Generator | None) -> int:
+    """The output particle: the heaviest (ties: the longest, then the first), or one drawn by weight.  [N] -> index"""
+    if final == "sample":
+        return int(torch.multinomial(normalised(log_w).float(), 1, generator=generator))
+    return max(range(len(lengths)), key=lambda i: (float(log_w[i]), lengths[i], -i))
+
+
+# --- the particles ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Particle:
+    tokens: list[int] = field(default_factory=list)  # its new tokens (after the prompt)
+    records: list[TokenRecord] = field(default_factory=list)  # one per token
+    log_w: float = 0.0  # since the particles were last resampled
+    done: bool = False  # it ended with an end token, or has no room left
+
+
+@dataclass
+class Population:
+    """An SMC-SD generation's state: its particles, its own caches (N rows of each model; None until its first
+    cycle, and after a move to another process), how many cycles ran and how many tokens the lane has."""
+
+    particles: list[Particle]
+    cycle: int = 0
+    committed: int = 0  # new tokens every particle shares, already in the generation's trace
+    finished: bool = False  # the output particle is chosen; its tokens are being handed over
+    caches: tuple | None = None  # (draft, target) Caches of the particles' rows, in the particles' order
+    pending: list[TokenRecord] = field(default_factory=list)  # records to emit in the next block
+
+    def copy(self) -> Population:
+        """For a snapshot: particles copied, caches left behind (they are rebuilt from the tokens where it resumes)."""
+        particles = [Particle(list(p.tokens), list(p.records), p.log_w, p.done) for p in self.particles]
+        return Population(particles, self.cycle, self.committed, self.finished, None, list(self.pending))
+
+    def log_w(self) -> torch.Tensor:
+        return torch.tensor([p.log_w for p in self.particles], dtype=torch.float64)
+
+    def agreed(self) -> int:
+        """How many new tokens every particle shares."""
+        shortest = min(len(p.tokens) for p in self.particles)
+        first = self.particles[0].tokens
+        return next((i for i in range(shortest) if any(p.tokens[i] != first[i] for p in self.particles)), shortest)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sequential(Method):
+    """SMC-SD: a population of particles on caches of their own, one cycle a step (the module's docstring)."""
+
+    def start(self, generation) -> Population:
+        return Population([Particle() for _ in range(self.own(generation.settings).particles)])
+
+    def copy_state(self, state: Population) -> Population:
+        return state.copy()
+
+    def plan(self, generation) -> tuple[int, bool]:
+        """No pass of the shared batch: its particles decode on caches of their own, after the batch's passes."""
+        return 0, False
+
+    def after_passes(self, plan) -> None:
+        """One cycle of every unfinished particle; then what they all agree on, or at the end the output particle's
+        rest, becomes the block's tokens."""
+        generation, population = plan.generation, plan.generation.state
+        if not population.finished:
+            _cycle(generation, population, self.own(generation.settings))
+        if all(p.done for p in population.particles) and not population.finished:
+            own = self.own(generation.settings)
+            chosen = choose(population.log_w(), [len(p.tokens) for p in population.particles], own.final, generation.generator)
+            population.particles = [population.particles[chosen]]  # its rest is the output
+            population.finished, population.caches = True, None  # no more passes: the caches go
+        agreed = population.agreed() if not population.finished else len(population.particles[0].tokens)
+        population.pending = population.particles[0].records[population.committed : agreed]
+        population.committed = agreed
+
+    def judge(self, plan) -> Block:
+        records = plan.generation.state.pending
+        end = records[-1].origin if records else SMC_DRAFT.name
+        return Block(plan.block, [], records, end, plan.generation)
+
+    def ended(self, generation) -> str | None:
+        """Ended when the output particle's tokens are all in the trace (an end token or the budget ends it first)."""
+        population = generation.state
+        return "max_new_tokens" if population.finished and population.committed >= len(population.particles[0].tokens) else None
+
+    def explains(self, record, settings) -> str:
+        own, smc = self.own(settings), record.own
+        if not isinstance(smc, SmcRecord):
+            return "This row does not record its SMC-SD cycle."
+        resampled = (
+            f"below {own.ess:g} × {own.particles} = {own.ess * own.particles:g}, so the particles were resampled by weight "
+            f"({own.resampling}) and their weights started again"
+            if smc.smc_resampled
+            else "so the particles went on as they were"
+        )
+        return (
+            f"Cycle {smc.smc_cycle}: {own.particles} particles each drafted up to k tokens at T = {own.draft_temperature:g}; "
+            f"the target (T = {own.target_temperature:g}) weighed them, this text's particle holding "
+            f"{smc.smc_weight:.3f} of the weight. The effective sample size was {smc.smc_sample_size:.2f}, {resampled}."
+        )
+
+    def bench_line(self, traces: list) -> str:
+        """Cycles, resamplings, the mean ESS share, and tokens per target pass (a pass scores every particle)."""
+        cycles = {(i, r.own.smc_cycle): r.own for i, t in enumerate(traces) for r in t.records if isinstance(r.own, SmcRecord)}
+        if not cycles:
+            return "no cycles"
+        resampled = sum(c.smc_resampled for c in cycles.values())
+        particles = self.own(traces[0].settings).particles
+        ess = sum(c.smc_sample_size for c in cycles.values()) / len(cycles) / particles
+        tokens, passes = sum(len(t.records) for t in traces), sum(t.stats.target_calls for t in traces)
+        return f"cycles {len(cycles)}  resampled {resampled / len(cycles):.2f}  ESS/N {ess:.2f}  tokens/target pass {tokens / max(passes, 1):.2f}"
+
+
+def _cycle(generation, population: Population, own: SmcSettings) -> None:
+    """Draft, weigh, extend and maybe resample every unfinished particle, on the population's own caches."""
+    pair, settings = generation.pair, generation.settings
+    draft_caches, target_caches = population.caches or _caches(generation, population)
+    population.caches = (draft_caches, target_caches)
+    prompt, limit = generation.prompt_ids, _limit(generation)
+    live = [i for i, p in enumerate(population.particles) if not p.done]
+    ks = {i: min(settings.k, limit - len(population.particles[i].tokens) - 1) for i in live}  # room for the bonus
+    draft, target = acc.Sampling(own.draft_temperature), acc.Sampling(own.target_temperature)
+    precise = range(len(population.particles)) if settings.signals == "float32" else ()
+    drafted = {i: [] for i in live}
+    q_tilde = {i: [] for i in live}
+    q_raw = {i: [] for i in live}
+    for j in range(max(ks.values(), default=0)):  # the draft's passes: every particle still drafting in each
+        asking = [i for i in live if ks[i] > j]
+        sequences = {i: prompt + population.particles[i].tokens + drafted[i] for i in asking}
+        out = _pass(generation, draft_caches, "draft", sequences, dict.fromkeys(asking, 1), precise)
+        for i in asking:
+            probs = draft.probs(out[i])  # [1, V]
+            drafted[i].append(int(acc.draw(probs, generation.generator)))
+            q_tilde[i].append(probs)
+            q_raw[i].append(out[i])
+    sequences = {i: prompt + population.particles[i].tokens + drafted[i] for i in live}
+    out = _pass(generation, target_caches, "target", sequences, {i: ks[i] + 1 for i in live}, precise)
+    texts = {}
+    for i in live:
+        particle, p_logits = population.particles[i], out[i]  # [k_i + 1, V]
+        p_tilde = target.probs(p_logits)
+        tokens = torch.tensor(drafted[i], dtype=torch.long, device=p_logits.device)
+        kept = _until_end(drafted[i], pair.eos_ids)
+        if kept:
+            q = torch.cat(q_tilde[i][:kept])
+            particle.log_w += log_weight(p_tilde[:kept], q, tokens[:kept])
+        new = drafted[i][:kept]
+        origins = [SMC_DRAFT.name] * kept
+        if kept == len(drafted[i]):  # no end token among the drafts: the target's bonus follows
+            new.append(int(acc.draw(p_tilde[kept : kept + 1], generator=generation.generator)))
+            origins.append(SMC_BONUS.name)
+        q_rows = torch.cat(q_raw[i][:kept]) if kept else None
+        particle.records += _records(generation, population.cycle, particle, new, origins, q_rows, p_logits)
+        particle.tokens += new
+        particle.done = new[-1] in pair.eos_ids or len(particle.tokens) >= limit
+        texts[i] = pair.tokenizer.decode(new)
+    _weigh(generation, population, own, texts)
+    population.cycle += 1
+
+
+def _weigh(generation, population: Population, own: SmcSettings, texts: dict[int, str]) -> None:
+    """The cycle's weights, ESS and resampling, written on the records it made."""
+    log_w = population.log_w()
+    shares, ess = normalised(log_w).tolist(), effective_sample_size(log_w)
+    n = len(population.particles)
+    resampled = n > 1 and ess < own.ess * n
+    listing = [(i, texts.get(i, "(finished)")[:200], shares[i]) for i in range(n)]
+    for i, particle in enumerate(population.particles):
+        for record in particle.records:
+            if record.own is None:  # this cycle's
+                record.own = SmcRecord(population.cycle, shares[i], ess, resampled, listing)
+    if resampled:
+        parents = resample(log_w, own.resampling, generation.generator)
+        for caches in population.caches:  # each row becomes a copy of its ancestor's (both models' caches alike)
+            held = [(generation.prompt_ids + population.particles[p].tokens)[: caches.length(p)] for p in parents]
+            order = follow(caches, parents, held, _room(generation))
+        particles = [population.particles[parents[k]] for k in order]
+        population.particles = [Particle(list(p.tokens), list(p.records), 0.0, p.done) for p in particles]
+
+
+def _records(generation, cycle, particle, tokens, origins, q_rows, p_logits) -> list[TokenRecord]:
+    """The records of a particle's new tokens: their origin, both models' top candidates (temperature 1)."""
+    recorder, start = generation.recorder, len(particle.tokens)
+    p_top = recorder.top(acc.raw_probs(p_logits[: len(tokens)]))
+    q_top = recorder.top(acc.raw_probs(q_rows)) if q_rows is not None else []
+    return [
+        TokenRecord(
+            start + j,
+            cycle,
+            token,
+            recorder.text(token),
+            origin,
+            draft_top=q_top[j] if j < len(q_top) else [],
+            target_top=p_top[j],
+        )
+        for j, (token, origin) in enumerate(zip(tokens, origins))
+    ]
+
+
+def _caches(generation, population: Population) -> tuple:
+    """The particles' caches: the prompt computed once a model and copied to each particle's row, then each
+    particle's tokens (all but the newest, which the next pass computes)."""
+    pair, room, prompt = generation.pair, _room(generation), generation.prompt_ids
+    made = []
+    for model in (pair.draft, pair.target):
+        caches = model.caches(pair.vocab_size, generation.use_cache)
+        caches.add_row(prompt[:-1], room)
+        shared = caches.save_row(0)
+        for _ in population.particles[1:]:
+            caches.add_row(prompt[:-1], room, start=shared)
+        made.append(caches)
+    return tuple(made)
+
+
+def _pass(generation, caches, model: str, sequences: dict, last: dict, precise) -> dict:
+    """A forward pass of the particles' own caches, counted in the generation's trace as the batch counts its own."""
+    started = time.perf_counter()
+    out = caches.logits(sequences, last, [row for row in precise if row in sequences])
+    stats = generation.trace.stats
+    setattr(stats, f"{model}_seconds", getattr(stats, f"{model}_seconds") + time.perf_counter() - started)
+    setattr(stats, f"{model}_calls", getattr(stats, f"{model}_calls") + 1)
+    setattr(stats, f"{model}_rows", getattr(stats, f"{model}_rows") + len(sequences))
+    return out
+
+
+def _limit(generation) -> int:
+    """The most new tokens a particle may hold: the budget, within the context."""
+    return min(generation.settings.max_new_tokens, generation.pair.context_length - generation.prompt_length)
+
+
+def _room(generation) -> int:
+    return generation.prompt_length + _limit(generation) + generation.settings.k + 1
+
+
+def _until_end(tokens: list[int], eos_ids) -> int:
+    """How many drafts a particle keeps: all, or up to and including the first end token."""
+    return next((j + 1 for j, token in enumerate(tokens) if token in eos_ids), len(tokens))
+
+
+SMC = Sequential(
+    name="smc",
+    title="SMC-SD",
+    models="TM + DM",
+    origins=(SMC_DRAFT, SMC_BONUS),
+    grid=("smc_particles",),
+    bench="smc_particles",
+    settings=SmcSettings,
+    record=SmcRecord,
+)
