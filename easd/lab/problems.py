@@ -26,6 +26,8 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from ..errors import EasdError
+from ..files import read_json, read_text
+from ..traces.schema import MAX_PROMPT_CHARS
 from . import qwen25_math
 from .forked import check_in_fork
 
@@ -69,6 +71,11 @@ CHOICE_INSTRUCTION = "Think step by step, then give the letter of the correct op
 GRADERS = ("math-verify", "qwen25-math")  # `--grader`: ours, and the Qwen2.5-Math harness's (is_correct)
 MATH_VERIFY_SECONDS = 10.0  # our own limit: math-verify's SIGALRM timeouts only work in the main thread
 LETTERS = "ABCDEFGHIJ"
+# Bounds on what a data file and a model may hand us, far above any benchmark's: a problems file is read whole
+# (GSM8K's training set is 4.2 MB), and an answer (a number or a formula) goes through regular expressions in
+# this process before any parser: a longer gold is refused when the data is loaded.
+MAX_DATA_BYTES = 100 * 2**20
+MAX_ANSWER_CHARS = 1_000
 ID_FIELDS = ("unique_id", "id", "Record ID")  # MATH-500, Qwen2.5-Math's data and OlympiadBench, GPQA's CSV
 GPQA_FIELDS = ("Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3")
 
@@ -105,8 +112,6 @@ def load_problems(
     if style not in PROMPT_STYLES + ("auto",):
         raise EasdError(f"--prompt-style: must be auto or one of {', '.join(PROMPT_STYLES)} (got {style!r})")
     path = Path(path)
-    if not path.is_file():
-        raise EasdError(f"--data: no such file: {path}")
     records = read_records(path)
     if not records:
         raise EasdError(f"--data: {path} holds no problems")
@@ -127,20 +132,25 @@ def load_problems(
 
 
 def read_records(path: Path) -> list[tuple[int, dict | str]]:
-    """(line number from 0, record) for every non-blank record; a JSONL line that does not parse stays a string."""
-    text = path.read_text(encoding="utf-8-sig")
+    """(line number from 0, record) for every non-blank record; a JSONL line that does not parse stays a string.
+    What no record can be (a file too big, not UTF-8, a CSV field past Python's limit, JSON Python cannot hold) stops
+    here with its line."""
+    text = read_text(path, "--data", MAX_DATA_BYTES)
     if path.suffix.lower() == ".csv":
         reader = csv.DictReader(text.splitlines(keepends=True))
         records, start = [], 1  # the header is line 0
-        for row in reader:
-            records.append((start, row))
-            start = reader.line_num  # a quoted field may span lines; the next record starts after this one
+        try:
+            for row in reader:
+                records.append((start, row))
+                start = reader.line_num  # a quoted field may span lines; the next record starts after this one
+        except csv.Error as err:  # a field of over 131,072 characters, or a NUL
+            raise EasdError(f"--data: line {start + 1} of {path} cannot be read as CSV ({err})") from None
         return records
     records = []
     for number, line in enumerate(text.splitlines()):
         if line.strip():
             try:
-                records.append((number, json.loads(line)))
+                records.append((number, read_json(line, f"--data: line {number + 1} of {path}")))
             except json.JSONDecodeError:
                 records.append((number, line))
     return records
@@ -182,9 +192,26 @@ def _problem(number: int, row: dict | str, format: str, path: Path, style: str) 
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as err:
         raise EasdError(f"--data: line {number + 1} of {path} is not a {format} problem ({type(err).__name__}: {err})") from None
     if style == "qwen25-math-cot":
-        return Problem(_problem_id(row, number), question, question, gold, format, options, system=QWEN25_MATH_SYSTEM)
-    instruction = CHOICE_INSTRUCTION if GRADING[format] == "letter" else INSTRUCTION
-    return Problem(_problem_id(row, number), f"{question}\n\n{instruction}", question, gold, format, options)
+        problem = Problem(_problem_id(row, number), question, question, gold, format, options, system=QWEN25_MATH_SYSTEM)
+    else:
+        instruction = CHOICE_INSTRUCTION if GRADING[format] == "letter" else INSTRUCTION
+        problem = Problem(_problem_id(row, number), f"{question}\n\n{instruction}", question, gold, format, options)
+    _check_lengths(problem, f"--data: line {number + 1} of {path}")
+    return problem
+
+
+def _check_lengths(problem: Problem, where: str) -> None:
+    """Refuse, while loading, a prompt that no trace can hold and a gold that no graded answer can equal."""
+    if len(problem.prompt) > MAX_PROMPT_CHARS:
+        raise EasdError(
+            f"{where}: its question is asked in {len(problem.prompt):,} characters, more than the {MAX_PROMPT_CHARS:,} a "
+            "prompt may be; shorten it"
+        )
+    if len(problem.gold) > MAX_ANSWER_CHARS:
+        raise EasdError(
+            f"{where}: the answer is longer than the {MAX_ANSWER_CHARS:,} characters an answer is graded at "
+            f"({len(problem.gold):,}); no model's answer could match it"
+        )
 
 
 def _problem_id(row: dict, number: int) -> str:
