@@ -12,7 +12,8 @@ import pytest
 
 from easd.cli.flags import tau_h_of
 from easd.errors import EasdError
-from easd.lab.problems import MAX_ANSWER_CHARS, MAX_DATA_BYTES, load_problems
+from easd.lab import qwen25_math
+from easd.lab.problems import MAX_ANSWER_CHARS, MAX_DATA_BYTES, extract_answer, is_correct, last_boxed, load_problems
 from easd.traces.schema import MAX_PROMPT_CHARS
 
 GSM8K = {"question": "How many?", "answer": "Two and two. #### 4"}
@@ -127,6 +128,14 @@ def test_a_gold_answer_longer_than_any_graded_answer_is_refused(tmp_path):
 
 
 @pytest.mark.timeout(30)
+def test_a_minerva_solution_of_200k_open_boxes_loads_in_linear_time(tmp_path):
+    row = {"problem": "P?", "solution": "so \\boxed{42} " + "\\boxed{" * 200_000}  # each box open to the end
+    start = time.monotonic()
+    [problem] = load_problems(write_lines(tmp_path / "minerva.jsonl", [json.dumps(row)]), "minerva")
+    assert problem.gold == "42" and time.monotonic() - start < QUICK
+
+
+@pytest.mark.timeout(30)
 def test_eval_refuses_a_pipe_as_data_in_one_line_before_loading_models(tmp_path, capsys):
     from easd.cli import main
 
@@ -189,3 +198,89 @@ def test_a_good_calibration_file_still_sets_tau_h(tmp_path):
     )
     value, source = tau_h_of(calibration(path))
     assert value == 1.5 and source.endswith("over 40 tokens → 1.5; the draft's 0.5")
+
+
+# --- model answers --------------------------------------------------------------------------------
+
+
+def quickly(function, *args, seconds: float = QUICK):
+    start = time.monotonic()
+    result = function(*args)
+    assert time.monotonic() - start < seconds, f"{function.__name__} took {time.monotonic() - start:.1f} s"
+    return result
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("opening", ["\\boxed{", "\\fbox {"])
+def test_extraction_of_many_open_boxes_is_linear(opening):
+    assert quickly(extract_answer, opening * 70_000) == (None, "none")
+    assert quickly(extract_answer, opening * 70_000 + "\\boxed{\\frac{1}{2}} and 7") == ("\\frac{1}{2}", "boxed")
+    assert quickly(last_boxed, "\\boxed{1} " + opening * 70_000) == "1"  # the last box that closes
+
+
+def test_an_answer_longer_than_any_graded_is_no_answer_and_says_so():
+    assert extract_answer("\\boxed{" + "1" * (MAX_ANSWER_CHARS + 1) + "}") == (None, "too_long")
+    assert extract_answer("the sum is " + "9" * (MAX_ANSWER_CHARS + 1)) == (None, "too_long")
+    assert extract_answer("\\boxed{" + "1" * MAX_ANSWER_CHARS + "}") == ("1" * MAX_ANSWER_CHARS, "boxed")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "prediction",
+    ["1" * 1_000_000, "\\text{" * 150_000, "1" * 200_000 + "\\text{" * 50_000 + "}", "\\mbox{" * 150_000],
+    ids=["1 MB of digits", "150k \\text{", "digits and \\text{", "150k \\mbox{"],
+)
+@pytest.mark.parametrize("format", ["gsm8k", "math", "minerva"])
+def test_grading_a_huge_answer_is_quick_and_wrong(prediction, format):
+    assert quickly(is_correct, prediction, "5", format, "qwen25-math") is False
+    assert quickly(is_correct, prediction, "5", format) is False
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "prediction",
+    [
+        "1" * MAX_ANSWER_CHARS,
+        "\\text{" * (MAX_ANSWER_CHARS // 6),
+        "\\mbox{" * (MAX_ANSWER_CHARS // 6),
+        "\\begin{array}{" * (MAX_ANSWER_CHARS // 14),
+        "1" * (MAX_ANSWER_CHARS - 2) + ".0",
+        "x " * (MAX_ANSWER_CHARS // 2),
+        "5 " + "s " * (MAX_ANSWER_CHARS // 2 - 1),
+    ],
+)
+def test_normalising_an_answer_of_the_longest_graded_length_is_quick(prediction):
+    """strip_answer runs in the caller, unforked: an answer as long as any graded costs it little (its 600 unit
+    regexes read an answer 600 times, so a megabyte would take 20 s: hence the bound)."""
+    quickly(qwen25_math.strip_answer, prediction, seconds=1)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "prediction",
+    ["1" * 1_000_000, "\\text{" * 150_000, "\\mbox{" * 150_000, "1" * 200_000 + ".0"],
+    ids=["1 MB of digits", "150k \\text{", "150k \\mbox{", "200k digits and .0"],
+)
+def test_normalising_takes_linear_time_whatever_the_length(prediction):
+    """The harness's regular expressions that read from each opening to the end are rewritten to read each character
+    once: without the unit words (Minerva's rule), a megabyte is normalised in well under a second."""
+    quickly(qwen25_math.strip_answer, prediction, False, seconds=3)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("grader", ["math-verify", "qwen25-math"])
+def test_a_fraction_over_5000_digits_is_graded_not_raised(grader):
+    huge = "\\frac{1}{" + "9" * 5000 + "}"
+    assert is_correct(huge, "4", "gsm8k", grader) is False
+    assert is_correct("\\frac{8}{2}", "4", "gsm8k", grader) is True
+
+
+@pytest.mark.timeout(30)
+def test_a_grader_that_raises_marks_the_answer_wrong_and_says_why(caplog, monkeypatch):
+    def broken(prediction, gold, format):
+        raise ZeroDivisionError("a parser's own bug")
+
+    monkeypatch.setattr(qwen25_math, "correct", broken)
+    assert is_correct("7", "7 apples", "gsm8k", "qwen25-math") is False
+    [record] = caplog.records
+    assert "graded wrong: the grader raised ZeroDivisionError (a parser's own bug) on '7'" in record.getMessage()

@@ -25,11 +25,13 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
-from ..errors import EasdError
+from ..errors import EasdError, shown
 from ..files import read_json, read_text
 from ..traces.schema import MAX_PROMPT_CHARS
 from . import qwen25_math
 from .forked import check_in_fork
+
+log = logging.getLogger(__name__)
 
 # How each format's answer is graded: a number (GSM8K-style normalisation), math-verify's
 # equivalence, every one of several answers (OlympiadBench), or an option letter.
@@ -73,7 +75,8 @@ MATH_VERIFY_SECONDS = 10.0  # our own limit: math-verify's SIGALRM timeouts only
 LETTERS = "ABCDEFGHIJ"
 # Bounds on what a data file and a model may hand us, far above any benchmark's: a problems file is read whole
 # (GSM8K's training set is 4.2 MB), and an answer (a number or a formula) goes through regular expressions in
-# this process before any parser: a longer gold is refused when the data is loaded.
+# this process before any parser. A longer answer is no answer (extract_answer's rule "too_long"); a longer gold
+# is refused when the data is loaded.
 MAX_DATA_BYTES = 100 * 2**20
 MAX_ANSWER_CHARS = 1_000
 ID_FIELDS = ("unique_id", "id", "Record ID")  # MATH-500, Qwen2.5-Math's data and OlympiadBench, GPQA's CSV
@@ -322,28 +325,35 @@ _LOADERS = {
 # --- extraction ---------------------------------------------------------------------------------
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+_BRACES = re.compile(r"\\(?:boxed|fbox)\s*\{|[{}]")  # a box's opening, or any other brace
 
 
 def extract_answer(text: str) -> tuple[str | None, str]:
-    """(answer, rule): the last balanced \\boxed{...}, else the last number, else nothing."""
-    boxed = last_boxed(text)
-    if boxed is not None:
-        return boxed, "boxed"
-    numbers = _NUMBER.findall(text.replace("−", "-"))
-    return (numbers[-1], "last_number") if numbers else (None, "none")
+    """(answer, rule): the last balanced \\boxed{...}, else the last number, else nothing; an answer longer than
+    MAX_ANSWER_CHARS is none ("too_long"): the graders read no more, and so long a text is no answer."""
+    answer, rule = last_boxed(text), "boxed"
+    if answer is None:
+        numbers = _NUMBER.findall(text.replace("−", "-"))
+        answer, rule = (numbers[-1], "last_number") if numbers else (None, "none")
+    if answer is not None and len(answer) > MAX_ANSWER_CHARS:
+        return None, "too_long"
+    return answer, rule
 
 
 def last_boxed(text: str) -> str | None:
-    """The content of the last \\boxed{...} (or \\fbox{...}), braces balanced; None if there is none."""
-    starts = [m.end() for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]
-    for start in reversed(starts):
-        depth, i = 1, start
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        if depth == 0:
-            return text[start : i - 1].strip()
-    return None
+    """The content of the last \\boxed{...} (or \\fbox{...}) whose braces balance; None if there is none.
+    One pass, matching each closing brace to the latest opening one: a model's text of 100k unclosed boxes costs no
+    more than its length."""
+    opened: list[tuple[int, bool]] = []  # (where the content starts, whether a box opened it)
+    last = None  # (start, end) of the content of the closed box that starts last
+    for match in _BRACES.finditer(text):
+        if match[0] != "}":
+            opened.append((match.end(), match[0] != "{"))
+        elif opened:
+            start, box = opened.pop()
+            if box and (last is None or start > last[0]):
+                last = (start, match.start())
+    return None if last is None else text[last[0] : last[1]].strip()
 
 
 # --- grading ------------------------------------------------------------------------------------
@@ -355,6 +365,16 @@ def is_correct(prediction: str | None, gold: str, format: str, grader: str = "ma
     (easd.lab.qwen25_math); the option formats have no grader there, so both compare the letter."""
     if prediction is None:
         return False
+    if max(len(prediction), len(gold)) > MAX_ANSWER_CHARS:  # as extract_answer: longer than any answer is graded at
+        return _same_text(prediction, gold)
+    try:
+        return _graded(prediction, gold, format, grader)
+    except Exception as err:  # noqa: BLE001 - a model's answer is untrusted: whatever it makes a parser do, the run goes on
+        log.warning(f"graded wrong: the grader raised {type(err).__name__} ({err}) on {shown(prediction)} against {shown(gold)}")
+        return False
+
+
+def _graded(prediction: str, gold: str, format: str, grader: str) -> bool:
     grading = GRADING[format]
     if grader == "qwen25-math" and grading != "letter":
         return qwen25_math.correct(prediction, gold, format)
@@ -431,7 +451,8 @@ def normalize_number(text: str) -> Decimal | None:
     fraction = re.fullmatch(r"-?\\d?frac\{(-?\d+)\}\{(-?\d+)\}", text)
     if fraction:
         sign = -1 if text.startswith("-") else 1
-        return _decimal(fraction[1]) / _decimal(fraction[2]) * sign if int(fraction[2]) else None
+        denominator = _decimal(fraction[2])  # not int(): Python reads no integer of over 4,300 digits
+        return _decimal(fraction[1]) / denominator * sign if denominator else None
     numbers = re.findall(r"-?\d+(?:\.\d+)?|-?\.\d+", text)  # the last number: "x = 18", "18 dollars"
     return _decimal(numbers[-1]) if numbers else None
 
