@@ -284,3 +284,11 @@ def test_a_grader_that_raises_marks_the_answer_wrong_and_says_why(caplog, monkey
     assert is_correct("7", "7 apples", "gsm8k", "qwen25-math") is False
     [record] = caplog.records
     assert "graded wrong: the grader raised ZeroDivisionError (a parser's own bug) on '7'" in record.getMessage()
+
+
+@pytest.mark.timeout(30)
+def test_a_forked_check_that_raises_is_a_no_without_a_childs_traceback(capfd):
+    from easd.lab.forked import check_in_fork
+
+    assert check_in_fork(int, ("not a number",), 10) is False
+    assert "Traceback" not in capfd.readouterr().err
