@@ -1,11 +1,81 @@
-"""Files written beside their final name and renamed into place, so that a process reading at the same
-moment finds the old file or the new one, never half of one (a rename within a folder is atomic)."""
+"""Files read and written whole.
+
+A user's file is read with bounds (`read_text`, `read_json`): it may be a pipe that never ends, a device, a
+gigabyte, or text that is not UTF-8, and each must be one line naming the flag it came from, not a hang or a
+traceback. Files are written beside their final name and renamed into place, so that a process reading at the same
+moment finds the old file or the new one, never half of one (a rename within a folder is atomic).
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import stat
+import sys
 import uuid
 from pathlib import Path
+
+from .errors import EasdError
+
+# Python refuses to read an integer of more digits than this (CVE-2020-10735), in JSON as anywhere
+INT_DIGITS = sys.get_int_max_str_digits()
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # \ud800–\udfff: half of a character pair in JSON's escapes
+
+
+def read_text(path: Path, flag: str, max_bytes: int) -> str:
+    """The UTF-8 text of a user's file (a byte-order mark dropped); refused in one line naming `flag` if it is missing,
+    not a regular file (a pipe or device, which may block or never end: opened without waiting and never read), larger
+    than `max_bytes`, or not UTF-8 (with the line of the first byte that is not)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO opens at once, unread
+    except FileNotFoundError:
+        raise EasdError(f"{flag}: no such file: {path}") from None
+    except OSError as err:
+        raise EasdError(f"{flag}: cannot open {path} ({err.strerror})") from None
+    try:
+        status = os.fstat(descriptor)  # of what was opened, not of what the name pointed to a moment before
+        if stat.S_ISDIR(status.st_mode):
+            raise EasdError(f"{flag}: {path} is a folder; give a file")
+        if not stat.S_ISREG(status.st_mode):
+            raise EasdError(f"{flag}: {path} is not a regular file (a pipe, device or socket); give a file saved on disk")
+        if status.st_size > max_bytes:
+            raise EasdError(f"{flag}: {path} is {status.st_size:,} bytes, more than the {max_bytes:,} it may be")
+        with open(descriptor, "rb", closefd=False) as file:
+            data = file.read(max_bytes + 1)  # a file growing while read still stops at the limit
+    finally:
+        os.close(descriptor)
+    if len(data) > max_bytes:
+        raise EasdError(f"{flag}: {path} grew past the {max_bytes:,} bytes it may be while it was read")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise EasdError(f"{flag}: line {line} of {path} is not UTF-8 text (save the file as UTF-8)") from None
+
+
+def read_json(text: str, where: str):
+    """json.loads, where what Python cannot hold raises EasdError("{where} …", a reason and what to do): nesting too
+    deep for its recursion, an integer of more than INT_DIGITS digits, an escape of half a character pair (\\ud800),
+    which no UTF-8 text can hold. Text that is not JSON raises json.JSONDecodeError, for the caller to word."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise EasdError(f"{where} nests its JSON too deeply to read; nothing EASD reads nests so deep") from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # the one other ValueError json raises: an integer past Python's limit
+        raise EasdError(
+            f"{where} holds a number of more than {INT_DIGITS:,} digits, which Python does not read; write it as a string"
+        ) from None
+    if _SURROGATE_ESCAPE.search(text):  # rare: only then is the value checked (a pair of escapes is one character)
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise EasdError(
+                f"{where} holds a \\ud800–\\udfff escape without its pair, half of a character; fix or drop it"
+            ) from None
+    return value
 
 
 def temporary_path(final: Path) -> Path:

@@ -5,11 +5,14 @@ run in its Python with sympy 1.12 and antlr4 4.11.1 on 2026-12-05); docs/benchma
 on many more answers, and the one kind of case where this rewrite parts from it.
 """
 
+import random
+import re
+
 import pandas as pd
 import pytest
 
 from easd.lab.problems import is_correct, same_answer
-from easd.lab.qwen25_math import strip_answer
+from easd.lab.qwen25_math import _sub_braced, strip_answer
 from easd.lab.report import grader_lines, graders_compared
 
 # (answer, gold, our format, the harness's verdict)
@@ -68,6 +71,20 @@ def test_the_harness_normalisation_cuts_unit_words_as_patterns():
     assert strip_answer("\\frac{a}{b}") == "\\frac{}{b}"  # "a" is in its unit list, matched as a word
     assert strip_answer("5 m", cut_units=False) == "5m"  # Minerva Math keeps its units
     assert strip_answer("\\frac12") == "\\frac{1}{2}" and strip_answer("3/4") == "\\frac{3}{4}"
+
+
+def test_the_linear_rewrites_of_the_harness_regexes_give_their_results():
+    """The harness's \\text{...} and \\mbox{...} substitutions read to the end from every opening (quadratic on a
+    model's answer of many openings); _sub_braced reads each character once, to the same result."""
+    pieces = ["\\text{", "\\mbox{", "}", "{", "a", "1", ".", " "]
+    rng = random.Random(0)
+    for _ in range(20_000):
+        s = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 10)))
+        assert _sub_braced(s, "\\text{", lambda text: text) == re.sub(r"\\text\{(.*?)\}", r"\1", s), s
+        assert _sub_braced(s, "\\mbox{", lambda _: "") == re.sub(r"\\mbox{.*?}", "", s), s
+    # the trailing \text{} (a unit), numbers' trailing zeros: as the harness cuts them
+    assert strip_answer("5\\text{ cm}\\text{ x}", cut_units=False) == "5" and strip_answer("\\text{5}") == "5"
+    assert strip_answer("3.00x + 12.0", cut_units=False) == "3x+12" and strip_answer("1.50") == "1.50"
 
 
 def test_the_reports_print_both_graders_where_they_part():

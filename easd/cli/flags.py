@@ -161,8 +161,6 @@ def add_tau_h_flags(parser: argparse.ArgumentParser) -> None:
 
 def tau_h_of(args: argparse.Namespace) -> tuple[float, str]:
     """τ_H and where it came from: a calibration file's target value, --tau-h, or the default; both flags are refused."""
-    import json
-
     if args.calibration is None:
         if args.tau_h is None:
             default = DecodeSettings().tau_h
@@ -170,19 +168,37 @@ def tau_h_of(args: argparse.Namespace) -> tuple[float, str]:
         return args.tau_h, f"not calibrated: --tau-h {args.tau_h:g}"
     if args.tau_h is not None:
         raise SettingsError("--tau-h", "and --calibration both set τ_H: give one")
-    try:
-        found = {entry["model"]: entry for entry in json.loads(args.calibration.read_text(encoding="utf-8"))}
-        target = found["target"]
-        value = float(target["tau_h"])
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise SettingsError(
-            "--calibration", f"{args.calibration} is not a calibration.json of `python -m easd calibrate` ({err})"
-        ) from None
+    found = _calibration(Path(args.calibration))
+    target = found["target"]
     draft = f"; the draft's {found['draft']['tau_h']:g}" if "draft" in found else ""
-    return value, (
-        f"calibrated: {args.calibration.name}, the target's mean top-5% entropy {target['raw']:.3f} over "
-        f"{target['tokens']:,} tokens → {value:g}{draft}"
+    return target["tau_h"], (
+        f"calibrated: {Path(args.calibration).name}, the target's mean top-5% entropy {target['raw']:.3f} over "
+        f"{target['tokens']:,} tokens → {target['tau_h']:g}{draft}"
     )
+
+
+MAX_CALIBRATION_BYTES = 2**20  # `calibrate` writes a few hundred bytes
+
+
+def _calibration(path: Path) -> dict[str, dict]:
+    """A calibration.json's entries by model, each with its numbers checked; one line naming --calibration if it is
+    not a file, too big, not UTF-8 JSON or not of `python -m easd calibrate`'s shape."""
+    from ..errors import SHOWN_CHARS
+    from ..files import read_json, read_text
+
+    text = read_text(path, "--calibration", MAX_CALIBRATION_BYTES)
+    try:
+        found = {entry["model"]: entry for entry in read_json(text, f"--calibration: {path}")}
+        for entry in found.values():
+            entry["tau_h"], entry["raw"], entry["tokens"] = float(entry["tau_h"]), float(entry["raw"]), int(entry["tokens"])
+        if "target" not in found:
+            raise KeyError("target")
+    except (ValueError, KeyError, TypeError, OverflowError) as err:
+        raise SettingsError(
+            "--calibration",
+            f"{path} is not a calibration.json of `python -m easd calibrate` ({type(err).__name__}: {str(err)[:SHOWN_CHARS]})",
+        ) from None
+    return found
 
 
 def line_breaks(text: str) -> str:

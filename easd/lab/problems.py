@@ -25,9 +25,13 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
-from ..errors import EasdError
+from ..errors import EasdError, shown
+from ..files import read_json, read_text
+from ..traces.schema import MAX_PROMPT_CHARS
 from . import qwen25_math
 from .forked import check_in_fork
+
+log = logging.getLogger(__name__)
 
 # How each format's answer is graded: a number (GSM8K-style normalisation), math-verify's
 # equivalence, every one of several answers (OlympiadBench), or an option letter.
@@ -69,6 +73,12 @@ CHOICE_INSTRUCTION = "Think step by step, then give the letter of the correct op
 GRADERS = ("math-verify", "qwen25-math")  # `--grader`: ours, and the Qwen2.5-Math harness's (is_correct)
 MATH_VERIFY_SECONDS = 10.0  # our own limit: math-verify's SIGALRM timeouts only work in the main thread
 LETTERS = "ABCDEFGHIJ"
+# Bounds on what a data file and a model may hand us, far above any benchmark's: a problems file is read whole
+# (GSM8K's training set is 4.2 MB), and an answer (a number or a formula) goes through regular expressions in
+# this process before any parser. A longer answer is no answer (extract_answer's rule "too_long"); a longer gold
+# is refused when the data is loaded.
+MAX_DATA_BYTES = 100 * 2**20
+MAX_ANSWER_CHARS = 1_000
 ID_FIELDS = ("unique_id", "id", "Record ID")  # MATH-500, Qwen2.5-Math's data and OlympiadBench, GPQA's CSV
 GPQA_FIELDS = ("Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3")
 
@@ -105,8 +115,6 @@ def load_problems(
     if style not in PROMPT_STYLES + ("auto",):
         raise EasdError(f"--prompt-style: must be auto or one of {', '.join(PROMPT_STYLES)} (got {style!r})")
     path = Path(path)
-    if not path.is_file():
-        raise EasdError(f"--data: no such file: {path}")
     records = read_records(path)
     if not records:
         raise EasdError(f"--data: {path} holds no problems")
@@ -127,20 +135,25 @@ def load_problems(
 
 
 def read_records(path: Path) -> list[tuple[int, dict | str]]:
-    """(line number from 0, record) for every non-blank record; a JSONL line that does not parse stays a string."""
-    text = path.read_text(encoding="utf-8-sig")
+    """(line number from 0, record) for every non-blank record; a JSONL line that does not parse stays a string.
+    What no record can be (a file too big, not UTF-8, a CSV field past Python's limit, JSON Python cannot hold) stops
+    here with its line."""
+    text = read_text(path, "--data", MAX_DATA_BYTES)
     if path.suffix.lower() == ".csv":
         reader = csv.DictReader(text.splitlines(keepends=True))
         records, start = [], 1  # the header is line 0
-        for row in reader:
-            records.append((start, row))
-            start = reader.line_num  # a quoted field may span lines; the next record starts after this one
+        try:
+            for row in reader:
+                records.append((start, row))
+                start = reader.line_num  # a quoted field may span lines; the next record starts after this one
+        except csv.Error as err:  # a field of over 131,072 characters, or a NUL
+            raise EasdError(f"--data: line {start + 1} of {path} cannot be read as CSV ({err})") from None
         return records
     records = []
     for number, line in enumerate(text.splitlines()):
         if line.strip():
             try:
-                records.append((number, json.loads(line)))
+                records.append((number, read_json(line, f"--data: line {number + 1} of {path}")))
             except json.JSONDecodeError:
                 records.append((number, line))
     return records
@@ -182,9 +195,26 @@ def _problem(number: int, row: dict | str, format: str, path: Path, style: str) 
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as err:
         raise EasdError(f"--data: line {number + 1} of {path} is not a {format} problem ({type(err).__name__}: {err})") from None
     if style == "qwen25-math-cot":
-        return Problem(_problem_id(row, number), question, question, gold, format, options, system=QWEN25_MATH_SYSTEM)
-    instruction = CHOICE_INSTRUCTION if GRADING[format] == "letter" else INSTRUCTION
-    return Problem(_problem_id(row, number), f"{question}\n\n{instruction}", question, gold, format, options)
+        problem = Problem(_problem_id(row, number), question, question, gold, format, options, system=QWEN25_MATH_SYSTEM)
+    else:
+        instruction = CHOICE_INSTRUCTION if GRADING[format] == "letter" else INSTRUCTION
+        problem = Problem(_problem_id(row, number), f"{question}\n\n{instruction}", question, gold, format, options)
+    _check_lengths(problem, f"--data: line {number + 1} of {path}")
+    return problem
+
+
+def _check_lengths(problem: Problem, where: str) -> None:
+    """Refuse, while loading, a prompt that no trace can hold and a gold that no graded answer can equal."""
+    if len(problem.prompt) > MAX_PROMPT_CHARS:
+        raise EasdError(
+            f"{where}: its question is asked in {len(problem.prompt):,} characters, more than the {MAX_PROMPT_CHARS:,} a "
+            "prompt may be; shorten it"
+        )
+    if len(problem.gold) > MAX_ANSWER_CHARS:
+        raise EasdError(
+            f"{where}: the answer is longer than the {MAX_ANSWER_CHARS:,} characters an answer is graded at "
+            f"({len(problem.gold):,}); no model's answer could match it"
+        )
 
 
 def _problem_id(row: dict, number: int) -> str:
@@ -295,28 +325,35 @@ _LOADERS = {
 # --- extraction ---------------------------------------------------------------------------------
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+_BRACES = re.compile(r"\\(?:boxed|fbox)\s*\{|[{}]")  # a box's opening, or any other brace
 
 
 def extract_answer(text: str) -> tuple[str | None, str]:
-    """(answer, rule): the last balanced \\boxed{...}, else the last number, else nothing."""
-    boxed = last_boxed(text)
-    if boxed is not None:
-        return boxed, "boxed"
-    numbers = _NUMBER.findall(text.replace("−", "-"))
-    return (numbers[-1], "last_number") if numbers else (None, "none")
+    """(answer, rule): the last balanced \\boxed{...}, else the last number, else nothing; an answer longer than
+    MAX_ANSWER_CHARS is none ("too_long"): the graders read no more, and so long a text is no answer."""
+    answer, rule = last_boxed(text), "boxed"
+    if answer is None:
+        numbers = _NUMBER.findall(text.replace("−", "-"))
+        answer, rule = (numbers[-1], "last_number") if numbers else (None, "none")
+    if answer is not None and len(answer) > MAX_ANSWER_CHARS:
+        return None, "too_long"
+    return answer, rule
 
 
 def last_boxed(text: str) -> str | None:
-    """The content of the last \\boxed{...} (or \\fbox{...}), braces balanced; None if there is none."""
-    starts = [m.end() for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]
-    for start in reversed(starts):
-        depth, i = 1, start
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        if depth == 0:
-            return text[start : i - 1].strip()
-    return None
+    """The content of the last \\boxed{...} (or \\fbox{...}) whose braces balance; None if there is none.
+    One pass, matching each closing brace to the latest opening one: a model's text of 100k unclosed boxes costs no
+    more than its length."""
+    opened: list[tuple[int, bool]] = []  # (where the content starts, whether a box opened it)
+    last = None  # (start, end) of the content of the closed box that starts last
+    for match in _BRACES.finditer(text):
+        if match[0] != "}":
+            opened.append((match.end(), match[0] != "{"))
+        elif opened:
+            start, box = opened.pop()
+            if box and (last is None or start > last[0]):
+                last = (start, match.start())
+    return None if last is None else text[last[0] : last[1]].strip()
 
 
 # --- grading ------------------------------------------------------------------------------------
@@ -328,6 +365,16 @@ def is_correct(prediction: str | None, gold: str, format: str, grader: str = "ma
     (easd.lab.qwen25_math); the option formats have no grader there, so both compare the letter."""
     if prediction is None:
         return False
+    if max(len(prediction), len(gold)) > MAX_ANSWER_CHARS:  # as extract_answer: longer than any answer is graded at
+        return _same_text(prediction, gold)
+    try:
+        return _graded(prediction, gold, format, grader)
+    except Exception as err:  # noqa: BLE001 - a model's answer is untrusted: whatever it makes a parser do, the run goes on
+        log.warning(f"graded wrong: the grader raised {type(err).__name__} ({err}) on {shown(prediction)} against {shown(gold)}")
+        return False
+
+
+def _graded(prediction: str, gold: str, format: str, grader: str) -> bool:
     grading = GRADING[format]
     if grader == "qwen25-math" and grading != "letter":
         return qwen25_math.correct(prediction, gold, format)
@@ -404,7 +451,8 @@ def normalize_number(text: str) -> Decimal | None:
     fraction = re.fullmatch(r"-?\\d?frac\{(-?\d+)\}\{(-?\d+)\}", text)
     if fraction:
         sign = -1 if text.startswith("-") else 1
-        return _decimal(fraction[1]) / _decimal(fraction[2]) * sign if int(fraction[2]) else None
+        denominator = _decimal(fraction[2])  # not int(): Python reads no integer of over 4,300 digits
+        return _decimal(fraction[1]) / denominator * sign if denominator else None
     numbers = re.findall(r"-?\d+(?:\.\d+)?|-?\.\d+", text)  # the last number: "x = 18", "18 dollars"
     return _decimal(numbers[-1]) if numbers else None
 

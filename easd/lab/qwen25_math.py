@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 
 from .forked import check_in_fork
 
@@ -52,7 +53,8 @@ def strip_answer(text: str, cut_units: bool = True) -> str:
     s = s.replace("tfrac", "frac").replace("dfrac", "frac")
     s = s.replace("\\neq", "\\ne").replace("\\leq", "\\le").replace("\\geq", "\\ge")
     s = s.replace("\\left", "").replace("\\right", "").replace("\\{", "{").replace("\\}", "}")
-    without_unit = re.sub(r"\\text{.*?}$", "", s).strip()  # a trailing \text{...}: a unit, unless it is all there is
+    unit = s.find("\\text{")  # from the first \text{ on, if the answer ends in "}": a unit, unless it is all there is
+    without_unit = (s[:unit] if unit != -1 and s.endswith("}") else s).strip()
     if without_unit != "":
         s = without_unit
     if cut_units:
@@ -64,7 +66,7 @@ def strip_answer(text: str, cut_units: bool = True) -> str:
     s = s.replace("^{\\circ}", "").replace("^\\circ", "")
     s = s.replace("\\$", "").replace("$", "").replace("\\(", "").replace("\\)", "")
     s = _word_number(s)
-    s = re.sub(r"\\text\{(.*?)\}", r"\1", s)
+    s = _sub_braced(s, "\\text{", lambda text: text)
     for prefix in ("x=", "y=", "z=", "x\\in", "y\\in", "z\\in", "x\\to", "y\\to", "z\\to"):
         s = s.replace(prefix, "")
     s = s.replace("\\emptyset", "{}").replace("(-\\infty,\\infty)", "\\mathbb{R}")
@@ -74,11 +76,11 @@ def strip_answer(text: str, cut_units: bool = True) -> str:
     if "\\infty" not in s:
         s = s.replace("inf", "\\infty")
     s = s.replace("+\\inity", "\\infty").replace("and", "").replace("\\mathbf", "")
-    s = re.sub(r"\\mbox{.*?}", "", s)
+    s = _sub_braced(s, "\\mbox{", lambda _: "")
     if "j" in s and "i" not in s:
         s = s.replace("j", "i")
-    s = re.sub(r"(\d+)\.0*([^\d])", r"\1\2", s)  # 18.00 -> 18, 2.0x -> 2x
-    s = re.sub(r"(\d+)\.0*$", r"\1", s)
+    s = re.sub(r"(?<!\d)(\d+)\.0*([^\d])", r"\1\2", s)  # 18.00 -> 18, 2.0x -> 2x (each run of digits tried once)
+    s = re.sub(r"(?<!\d)(\d+)\.0*$", r"\1", s)
     if s == "":
         return s
     if s[0] == ".":
@@ -87,6 +89,17 @@ def strip_answer(text: str, cut_units: bool = True) -> str:
         s = s.split("=")[1]
     s = re.sub(r"\\sqrt(\w+)", r"\\sqrt{\1}", s).replace(" ", "")
     return _slash_to_frac(_braced_fracs(s))
+
+
+def _sub_braced(s: str, opening: str, replacement: Callable[[str], str]) -> str:
+    """The harness's re.sub(opening + ".*?}", ...) on an answer without line breaks, in linear time: each `opening`
+    up to the next "}" replaced by `replacement` of what lies between. (The regular expression takes quadratic time on
+    a model's answer of many openings and no "}": from each one it reads to the end.)"""
+    out, i = [], 0
+    while (start := s.find(opening, i)) != -1 and (end := s.find("}", start + len(opening))) != -1:
+        out += [s[i:start], replacement(s[start + len(opening) : end])]
+        i = end + 1
+    return "".join(out) + s[i:]
 
 
 def _word_number(s: str) -> str:
