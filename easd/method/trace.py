@@ -33,6 +33,8 @@ class Column:
     low: float | None = None
     high: float | None = None
     label: str = ""  # the inspector's name for it; the field's name where empty
+    beside: str = "target token"  # a candidate list: the inspector's header of the model's list shown beside it
+    values: str = "p̃"  # a candidate list: the inspector's header of its third entries (a probability, a weight)
 
 
 def recorded(help: str, kind: str, **declared):  # noqa: A002 (a column's help is its help)

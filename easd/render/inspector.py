@@ -7,7 +7,7 @@ import re
 from ..method.acceptance import RULE_CONDITIONS, rule_conditions
 from ..method.methods import METHODS, columns_of, origins
 from ..method.settings import overlap_needed
-from ..method.trace import TokenRecord, Trace
+from ..method.trace import Column, TokenRecord, Trace
 from ..method.whatif import RuleView, record_overlap
 from .html import Html, join, number, tag
 from .lanes import lane_title, origin_class, origin_label, visible_text
@@ -73,7 +73,7 @@ def _own(record: TokenRecord, declared) -> Html:
         value = record.value(name)
         if column.kind == "candidates" or value is None:
             continue  # candidate lists are shown beside the target's (`_candidates`)
-        lines.append(tag("tr", tag("td", column.label or name), tag("td", number(value) if _is_real(value) else str(value))))
+        lines.append(tag("tr", tag("td", column.label or name), tag("td", _shown(value, column.kind))))
     return tag("table", *lines, class_="own") if lines else join([])
 
 
@@ -142,6 +142,15 @@ def _margins(record: TokenRecord) -> Html:
     return join([tag("table", *rows, class_="margins"), tag("p", lead), tag("p", tag("b", verdict))])
 
 
+def _shown(value, kind: str) -> str:
+    """A method's own value as the inspector shows it: a count as a count, a flag as yes or no."""
+    if kind == "bool":
+        return "yes" if value is True else "no" if value is False else str(value)
+    if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return number(value) if _is_real(value) else str(value)
+
+
 def _is_real(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -152,8 +161,9 @@ def _candidates(record: TokenRecord, top_n: int, declared) -> Html:
     n = max(top_n, 5)
     own = _own_candidates(record, declared)
     if own is not None:
-        label, candidates = own
-        lists = [("target token, unguided", "p", record.target_top[:n]), (label, "p̃", candidates[:n])]
+        column, candidates = own
+        beside = record.target_top or record.draft_top  # the model that wrote the token (SpecGuard's kept: the draft)
+        lists = [(column.beside, "p", beside[:n]), (column.label, column.values, candidates[:n])]
     else:
         lists = [("draft token", "q", record.draft_top[:n]), ("target token", "p", record.target_top[:n])]
     shared = {t for t, _, _ in lists[0][2]} & {t for t, _, _ in lists[1][2]}
@@ -168,13 +178,13 @@ def _candidates(record: TokenRecord, top_n: int, declared) -> Html:
     return join([tag("table", *rows, class_="candidates"), hint])
 
 
-def _own_candidates(record: TokenRecord, declared) -> tuple[str, list] | None:
-    """(its label, the list) of a candidate list the record's method (its record dataclass `declared`) recorded of its
-    own, where the record holds one."""
+def _own_candidates(record: TokenRecord, declared) -> tuple[Column, list] | None:
+    """(its declaration, the list) of a candidate list the record's method (its record dataclass `declared`)
+    recorded of its own, where the record holds one."""
     for name, column in columns_of(declared).items():
         value = record.value(name)
         if column.kind == "candidates" and value:
-            return column.label or name, value
+            return column, value
     return None
 
 

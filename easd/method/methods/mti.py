@@ -38,6 +38,7 @@ class MtiRecord:
         "MTI's guided distribution's top candidates where it guided (target_top holds the target's without guidance)",
         "candidates",
         label="guided token",
+        beside="target token, unguided",
     )
 
 

@@ -130,6 +130,8 @@ class SmcRecord:
         "every particle after that cycle: its number, the text it drafted, its share of the weights",
         "candidates",
         label="particle, its cycle's text",
+        beside="token",
+        values="weight",
     )
 
 

@@ -127,7 +127,9 @@ class SpecGuardRecord:
     specguard_drafts: list[Candidate] = recorded(
         "each candidate step: its number, its text, its consistency with the others (mean Jaccard similarity)",
         "candidates",
-        label="candidate step",
+        label="candidate step (the chosen first)",
+        beside="token",
+        values="consistency",
     )
 
 
