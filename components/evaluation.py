@@ -13,7 +13,7 @@ import pandas as pd
 
 from easd.errors import EasdError, shown
 from easd.lab import report
-from easd.lab.evaluate import trace_name
+from easd.lab.evaluate import trace_path
 from easd.lab.results_table import load_results
 from easd.method.compare import DEFAULT_METHODS, LANES
 from easd.method.trace import Trace
@@ -127,12 +127,9 @@ def build_evaluation_tab(folders: list[str]) -> EvaluationTab:
 
 def load_folder(tab: EvaluationTab, allowed: list[str], values: dict) -> dict:
     """Open allowed folder number `choice`; anything else the browser sends is refused."""
-    choice = values[tab.folder]
-    if not choice:
+    if not values[tab.folder]:
         return gr.skip()  # change nothing (an empty dict would be read as one output)
-    if not (isinstance(choice, str) and choice.isdigit() and int(choice) < len(allowed)):
-        raise EasdError("That folder is not one this app was allowed to open.")
-    path = Path(allowed[int(choice)])
+    path = allowed_folder(tab, allowed, values)
     files = {name: path / name for name in ("results.csv", "summary.csv", "paired.csv") if (path / name).exists()}
     return _show(tab, files, f"Opened {path.name}") | {tab.traces: traces_in(path)}
 
@@ -141,17 +138,29 @@ def make_site(tab: EvaluationTab, allowed: list[str], downloads: Path, values: d
     """The open folder as a static site (its accuracy, the problems whose answers part and both runs of each), zipped
     for download; made in a process of its own (components.export.site_aside). Only an allowed folder: an upload has
     no traces to draw."""
-    choice = values[tab.folder]
-    if not choice:
+    if not values[tab.folder]:
         raise EasdError("Open an evaluation folder from the list first: a static site is made of a folder and its traces.")
+    folder = allowed_folder(tab, allowed, values)
+    downloads.mkdir(parents=True, exist_ok=True)
+    out = Path(tempfile.mkdtemp(dir=downloads)) / f"{folder_name(str(folder))}-site.zip"
+    try:
+        site_aside([folder.resolve()], f"EASD Lab: {folder.name}", out)
+    except EasdError as err:  # it names the folder's files by their paths: the browser gets them from the folder's name
+        raise EasdError(_one_line(err, [folder.resolve().parent])) from None
+    line = f"A static site of {folder.name}: unzip it and open index.html, or publish it (python -m easd site, docs)."
+    return {tab.site_file: gr.File(value=str(out), visible=True), tab.message: tag("p", line)}
+
+
+def allowed_folder(tab: EvaluationTab, allowed: list[str], values: dict) -> Path:
+    """The allowed folder the browser chose by its number, where it still holds its results (the operator may have
+    moved or deleted it since the app started); one line, naming it as the browser knows it, if not."""
+    choice = values[tab.folder]
     if not (isinstance(choice, str) and choice.isdigit() and int(choice) < len(allowed)):
         raise EasdError("That folder is not one this app was allowed to open.")
     folder = Path(allowed[int(choice)])
-    downloads.mkdir(parents=True, exist_ok=True)
-    out = Path(tempfile.mkdtemp(dir=downloads)) / f"{folder_name(str(folder))}-site.zip"
-    site_aside([folder], f"EASD Lab: {folder.name}", out)
-    line = f"A static site of {folder.name}: unzip it and open index.html, or publish it (python -m easd site, docs)."
-    return {tab.site_file: gr.File(value=str(out), visible=True), tab.message: tag("p", line)}
+    if not (folder / "results.csv").is_file():
+        raise EasdError(f"{folder_name(folder)} holds no results.csv any more: it was moved or deleted since the app started.")
+    return folder
 
 
 def load_uploads(tab: EvaluationTab, values: dict) -> dict:
@@ -178,7 +187,7 @@ def _show(tab: EvaluationTab, files: dict[str, Path], note: str) -> dict:
             tab.problems: problem_table(results),
         }
     except (KeyError, ValueError, TypeError, IndexError, pd.errors.ParserError, UnicodeDecodeError, EasdError) as err:
-        raise EasdError(f"Could not read those files: {_one_line(err, files)}") from None
+        raise EasdError(f"Could not read those files: {_one_line(err, {path.parent for path in files.values()})}") from None
     if not methods:
         raise EasdError("Could not read those files: results.csv holds no rows.")
     left, right = (
@@ -201,11 +210,12 @@ def traces_in(folder: Path) -> Path | None:
     return folder / "traces" if (folder / "traces").is_dir() else None
 
 
-def _one_line(err: Exception, files: dict[str, Path]) -> str:
-    """The error's first line, with the files' folders (server paths) left out."""
+def _one_line(err: Exception, folders) -> str:
+    """The error's first line, with the server's `folders` (absolute paths) left out of the paths it names."""
     line = (str(err).splitlines() or [type(err).__name__])[0] or type(err).__name__
-    for path in files.values():
-        line = line.replace(str(path.parent) + "/", "").replace(str(path.parent), "…")
+    for folder in folders:
+        if folder != Path(folder.anchor):  # the root would take every slash with it
+            line = line.replace(str(folder) + "/", "").replace(str(folder), "…")
     return line
 
 
@@ -340,7 +350,7 @@ def problem_runs(folder: Path | None, problem, sample, methods: dict[str, str]) 
         raise EasdError(NO_TRACES)
     traces = {}
     for lane, method in methods.items():
-        path = folder / trace_name({"problem_id": problem, "method": method, "sample": sample})
+        path = trace_path(folder, {"problem_id": problem, "method": method, "sample": sample})
         try:
             inside = path.resolve().parent == folder.resolve() and path.is_file()  # a problem id cannot lead out of traces/
         except (OSError, ValueError):  # a name the file system cannot hold (a NUL, too long)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -57,9 +58,24 @@ def _pool() -> ProcessPoolExecutor:
     with _LOCK:
         global _POOL
         if _POOL is None:
-            _POOL = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+            spawn = multiprocessing.get_context("spawn")
+            _POOL = ProcessPoolExecutor(max_workers=1, mp_context=spawn, initializer=_end_with, initargs=(os.getpid(),))
         return _POOL
 
 
+def _end_with(server: int) -> None:
+    """In the files' process: end it once the server's process is gone. Killed (SIGTERM, as a Space or systemd stops
+    it) the server runs no exit handler, and this process, with multiprocessing's resource tracker beside it, would
+    run on, serving nobody."""
+
+    def watch() -> None:
+        while os.getppid() == server:
+            time.sleep(SERVER_CHECK_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="end-with-the-server", daemon=True).start()
+
+
+SERVER_CHECK_S = 0.5  # how often the files' process looks for the server's
 _LOCK = threading.Lock()
 _POOL: ProcessPoolExecutor | None = None  # the process that makes files, once one was asked for

@@ -1,4 +1,5 @@
-"""Files read and written whole.
+"""Files read and written whole, and the one way a name given by a user or a data file (a problem id) becomes a
+file's name.
 
 A user's file is read with bounds (`read_text`, `read_json`): it may be a pipe that never ends, a device, a
 gigabyte, or text that is not UTF-8, and each must be one line naming the flag it came from, not a hang or a
@@ -8,6 +9,7 @@ moment finds the old file or the new one, never half of one (a rename within a f
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -76,6 +78,26 @@ def read_json(text: str, where: str):
                 f"{where} holds a \\ud800–\\udfff escape without its pair, half of a character; fix or drop it"
             ) from None
     return value
+
+
+READABLE_CHARS = 48  # of a file name made from a text: enough to recognize it, short enough for any file system
+DIGEST_CHARS = 16  # of its SHA-256 (64 bits): two ids of a data file share none by chance
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+def readable(text: str) -> str:
+    """`text` as part of a file's name: its ASCII letters, digits, `_` and `-` (a run of anything else becomes one
+    `-`), cut to READABLE_CHARS; "" where none is left. Such a name means the same on every OS and in a URL, as it is."""
+    return _UNSAFE.sub("-", text).strip("-")[:READABLE_CHARS].strip("-")
+
+
+def file_stem(key: str) -> str:
+    """The stem of the file named after `key` (a problem id: any text, of any length): `readable(key)`, then a short
+    hash of the whole key, so that two keys never share a file ("a b" and "a/b", two ids that begin alike, "A" and
+    "a" on a file system that ignores case) and a key is never too long to name one. At most 65 characters, none of
+    which a browser or an OS reads as anything but itself: `test/algebra/1.json` is `test-algebra-1-json-99228587b3303703`."""
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:DIGEST_CHARS]
+    return f"{readable(key)}-{digest}".lstrip("-")
 
 
 def temporary_path(final: Path) -> Path:

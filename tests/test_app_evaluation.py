@@ -1,5 +1,7 @@
 """The Evaluation tab's loading and rendering, without a browser: handlers called as the page calls them."""
 
+import functools
+import shutil
 from pathlib import Path
 
 import gradio as gr
@@ -118,3 +120,80 @@ def test_the_tab_makes_a_static_site_of_an_allowed_folder_only(tab, eval_folder,
     assert {"index.html", "README.md", "assets/plotly.min.js", "assets/site.js", "evals/" + eval_folder.name + ".html"} <= names
     [made_in] = tmp_path.iterdir()  # the zip alone, in a folder of its own: no scratch site left beside it
     assert [p.name for p in made_in.iterdir()] == [archive.name]
+
+
+def test_a_folder_gone_since_the_app_started_is_one_line_without_its_path(tab, eval_folder, tmp_path):
+    """The operator deleted (or moved) an --eval-dir while the app ran: opening it, or making its site, says so by
+    the folder's name; its path on the server is none of the browser's business."""
+    gone = tmp_path / "evals" / "gsm8k-100"
+    shutil.copytree(eval_folder, gone)
+    opened = evaluation.load_folder(tab, [str(gone)], {tab.folder: "0"})
+    shutil.rmtree(gone)
+    for handler in (evaluation.load_folder, functools.partial(evaluation.make_site, downloads=tmp_path / "downloads")):
+        with pytest.raises(EasdError) as caught:
+            handler(tab, [str(gone)], values={tab.folder: "0", tab.results: opened[tab.results]})
+        assert str(caught.value) == "gsm8k-100 holds no results.csv any more: it was moved or deleted since the app started."
+
+
+@pytest.mark.slow  # a process of its own is started (spawn) to build the site
+def test_a_folder_with_an_id_too_long_for_a_file_name_makes_its_site(tab, eval_folder, tmp_path):
+    """A folder `eval` wrote before ids were named by their file_stem: a 300-character id's row is there, its trace
+    could not be written. Its site is made (that problem listed without its runs), where it was "Something went
+    wrong" (File name too long)."""
+    import zipfile
+
+    folder = tmp_path / "long-ids"
+    shutil.copytree(eval_folder, folder)
+    results = pd.read_csv(folder / "results.csv", dtype=str, keep_default_na=False)
+    first = results[results["problem_id"] == results["problem_id"].iloc[0]]
+    results = pd.concat([results, first.assign(problem_id="x" * 300, prediction=["1", "2"])])
+    results.to_csv(folder / "results.csv", index=False)
+    made = evaluation.make_site(tab, [str(folder)], tmp_path / "downloads", {tab.folder: "0"})
+    update = made[tab.site_file]
+    archive = zipfile.ZipFile(update["value"]["path"] if isinstance(update, dict) else update.value["path"])
+    assert "traces not kept" in archive.read("evals/long-ids.html").decode()
+
+
+@pytest.mark.slow  # app.py is started in a process of its own, and its files' process beside it
+def test_after_sigterm_the_apps_files_process_ends_too(eval_folder):
+    """The static site (and the one-file export) is made in a process the app starts (with multiprocessing's resource
+    tracker beside it); stopped by SIGTERM, as a Space or systemd stops it, the app ran no exit handler and both
+    stayed, serving nobody."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    import psutil
+    from test_app_isolation import page_event
+    from test_app_launch import ROOT, free_port, wait_for_page
+
+    def running(process: psutil.Process) -> bool:
+        try:
+            return process.status() != psutil.STATUS_ZOMBIE  # ended, where nobody has reaped it yet
+        except psutil.NoSuchProcess:
+            return False
+
+    port = free_port()
+    command = [sys.executable, "app.py", "--pair", "none", "--port", str(port), "--eval-dir", str(eval_folder)]
+    server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    children = []
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        wait_for_page(url + "config", server)
+        output = page_event(url, uuid.uuid4().hex, "eval_make_site", {"eval_folder": "0"})
+        assert output["data"][0]["visible"] is True
+        children = psutil.Process(server.pid).children()
+        assert len(children) == 2  # the files' process and the resource tracker
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while any(map(running, children)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(map(running, children))
+    finally:
+        server.kill()
+        server.wait(timeout=30)
+        for child in filter(running, children):  # what the test started, should it have failed
+            child.kill()

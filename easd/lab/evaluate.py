@@ -19,6 +19,7 @@ from urllib.parse import quote
 from tqdm import tqdm
 
 from ..errors import EasdError, SettingsError
+from ..files import file_stem
 from ..method.generation import Generation
 from ..method.methods import METHODS, lookup, with_values
 from ..method.pair import ModelPair
@@ -314,8 +315,18 @@ def _graded(row: dict, problem: Problem, grader: str) -> dict:
     return row | {"correct": is_correct(row["prediction"] or None, problem.gold, problem.format, grader)}
 
 
-def trace_name(row: dict) -> str:
-    """The file under --out/traces that holds a result row's trace (`eval --traces`)."""
-    # a problem id may hold a slash (MATH-500's "test/algebra/1.json"): quoted, it names a file in traces/ itself, and
-    # GSM8K's or any plain id stays as it is
-    return f"{quote(str(row['problem_id']), safe='')}-{row['method'].replace(':', '_').replace('/', '_')}-s{row['sample']}.json"
+def trace_name(row: dict, stem=file_stem) -> str:
+    """The file under --out/traces that holds a result row's trace (`eval --traces`): named by its problem id's
+    file_stem (any id, of any length, names a file of its own), its method and its sample."""
+    return f"{stem(str(row['problem_id']))}-{row['method'].replace(':', '_').replace('/', '_')}-s{row['sample']}.json"
+
+
+def trace_path(traces: Path, row: dict) -> Path:
+    """Where a result row's trace is in a folder's traces/: its trace_name, or in a folder written before that name,
+    the name it had then (the id %-quoted) where only that file is there."""
+    path = traces / trace_name(row)
+    before = traces / trace_name(row, stem=lambda key: quote(key, safe=""))
+    try:
+        return before if not path.exists() and before.is_file() else path
+    except OSError:  # that old name is too long for the file system: it was never written
+        return path

@@ -29,19 +29,20 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 import numpy as np
 import pandas as pd
 
 from .._version import __version__
+from ..files import file_stem
 from ..method.compare import first_difference
 from ..method.pair import ModelPair
 from ..method.settings import DecodeSettings
 from ..method.spec_metrics import refused
 from ..traces import files as trace_io
 from .calibrate import nearest_candidate, top_share_mean
-from .evaluate import LocalRunner, Variant, run_evaluation, trace_name
+from .evaluate import LocalRunner, Variant, run_evaluation, trace_path
 from .problems import Problem
 from .report import grader_of, graders_compared, paired_row, summary_table
 from .results_table import load_results
@@ -284,7 +285,7 @@ def _traces(out: Path, results: pd.DataFrame, method: str) -> dict[str, object]:
     """problem id → the trace of `method`'s run (sample 0), from the folder's traces/."""
     found = {}
     for _, row in results[(results["method"] == method) & (results["sample"] == 0)].iterrows():
-        path = out / "traces" / trace_name(row)
+        path = trace_path(out / "traces", row)
         if path.exists():
             found[row["problem_id"]] = trace_io.read_json(path, capped=False)[0]
     return found
@@ -335,7 +336,7 @@ def differences(out: Path, results: pd.DataFrame, runs: dict[str, dict], app_url
                 "token": token,
                 "app_link": app_url + "?" + urlencode(query | ({"token": token} if token is not None else {})),
                 # a file of its own (5 MB, Plotly inlined) only where one method was right and the other wrong
-                "file": f"differences/{quote(str(problem), safe='')}.html" + (f"#right-{token}" if token is not None else "")
+                "file": f"differences/{file_stem(str(problem))}.html" + (f"#right-{token}" if token is not None else "")
                 if bool(a["correct"]) != bool(b["correct"])
                 else None,
             }
@@ -352,11 +353,11 @@ def write_differences(out: Path, found: list[dict]) -> None:
     folder.mkdir(exist_ok=True)
     for difference in found:
         problem = difference["problem_id"]
-        paths = [out / "traces" / trace_name({"problem_id": problem, "method": m, "sample": 0}) for m in ("sd", "easd")]
+        paths = [trace_path(out / "traces", {"problem_id": problem, "method": m, "sample": 0}) for m in ("sd", "easd")]
         if difference["file"] and all(path.exists() for path in paths):
             sd, easd = (trace_io.read_json(path, capped=False)[0] for path in paths)
             page = comparison_file({"left": sd, "right": easd})
-            (folder / f"{quote(problem, safe='')}.html").write_text(page, encoding="utf-8")
+            (folder / f"{file_stem(problem)}.html").write_text(page, encoding="utf-8")
 
 
 def _after_the_fact(traces: dict) -> dict:
