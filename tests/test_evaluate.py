@@ -571,3 +571,21 @@ def test_a_folder_made_before_a_setting_existed_resumes_at_its_default(tmp_path)
     (tmp_path / "run.json").write_text(json.dumps(old))
     with pytest.raises(EasdError, match="other settings"):
         prepare_folder(tmp_path, config | {"settings": {k: v for k, v in sampled.items() if k in settings}}, resume=True)
+
+
+@pytest.mark.parametrize(
+    "command, message",
+    [
+        ("eval --methods sd,easd,sd", "--methods: 'sd' is given twice"),
+        ("sweep --tau-hs 1,1.0", "--tau-hs: '1' and '1.0' are one value"),
+        ("sweep --tau-os 0.4,0.40", "--tau-os: '0.4' and '0.40' are one value"),
+        ("sweep --grid mti --mti-taus 1,1", "--mti-taus: '1' is given twice"),
+        ("sweep --grid mti --mti-omegas 2,2.0", "--mti-omegas: '2' and '2.0' are one value"),
+    ],
+)
+def test_a_value_given_twice_in_a_list_is_refused_naming_its_flag(data, tmp_path, capsys, command, message):
+    """Two variants of one name: their problems never counted as done, and no row was ever written."""
+    argv = [*command.split(), "--pair", "tiny-random", "--data", str(data), "--limit", "1", "--max-new-tokens", "4"]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "models:" not in err and not (tmp_path / "out").exists()  # before any model loads

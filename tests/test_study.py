@@ -250,3 +250,25 @@ def test_the_command_line_study_reads_tau_h_from_a_calibration_and_says_so(data,
     assert "# Does EASD help?" in printed and "τ_H = 1.5 (calibrated" in printed
     assert main(["study", "--out", str(out), "--report-only"]) == 0  # redrawn from the folder alone
     assert pd.read_json(out / "study.json", typ="series")["grid"]["cells"]["1.5/0.8"]["runs"] == 1
+
+
+def refused(argv: list[str], capsys) -> str:
+    """The one line a command refused `argv` with, before any model loaded."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "models:" not in err and err.count("\n") == 1, err
+    return err
+
+
+@pytest.mark.parametrize(
+    "grid, message",
+    [
+        (["--tau-hs", "1,1"], "--tau-hs: '1' is given twice"),
+        (["--tau-hs", "1,1.0"], "--tau-hs: '1' and '1.0' are one value"),
+        (["--tau-os", "1,1.0"], "--tau-os: '1' and '1.0' are one value"),
+    ],
+)
+def test_a_grid_value_given_twice_is_refused_naming_its_flag(data, tmp_path, capsys, grid, message):
+    """Two grid points of one name never finished: the report said "unfinished" forever, or a KeyError."""
+    argv = ["study", "--pair", "tiny-random", "--data", str(data), "--limit", "1", "--max-new-tokens", "4", *grid]
+    assert message in refused([*argv, "--out", str(tmp_path / "out")], capsys)

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 from tqdm import tqdm
 
-from ..errors import EasdError, SettingsError
+from ..errors import EasdError, SettingsError, shown
 from ..method.generation import Generation
 from ..method.methods import METHODS, lookup, with_values
 from ..method.pair import ModelPair
@@ -57,6 +57,10 @@ def parse_methods(text: str, base: DecodeSettings) -> list[Variant]:
         variants.append(Variant(label, _variant_settings(label, METHODS[name], spec, base)))
     if not variants:
         raise EasdError("--methods: give at least one method, e.g. sd,easd")
+    labels = [v.label for v in variants]
+    twice = next((label for label in labels if labels.count(label) > 1), None)
+    if twice:  # its rows would share one name, and its problems would never count as done
+        raise EasdError(f"--methods: {shown(twice)} is given twice; give each method once")
     leaders = {method.follows for method in METHODS.values()}  # SD: EASD resumes its run, so it decodes first
     return sorted(variants, key=lambda v: v.settings.method not in leaders)
 
