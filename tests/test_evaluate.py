@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from easd.cli import main
-from easd.errors import EasdError
+from easd.errors import EasdError, SettingsError
 from easd.lab.calibrate import nearest_candidate, top_share_mean
 from easd.lab.evaluate import (
     LocalRunner,
@@ -589,3 +589,23 @@ def test_a_value_given_twice_in_a_list_is_refused_naming_its_flag(data, tmp_path
     assert main([*argv, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert message in err and "models:" not in err and not (tmp_path / "out").exists()  # before any model loads
+
+
+def test_a_problem_too_long_for_the_context_is_refused_in_the_words_of_eval(tmp_path, capsys):
+    data = tmp_path / "long.jsonl"
+    data.write_text(json.dumps({"question": "How many apples? " * 2000, "answer": "#### 1"}) + "\n")
+    assert main(["eval", "--pair", "tiny-random", "--data", str(data), "--methods", "sd", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "error: --data: problem '0': its prompt is 33,999 characters, more than the model's context" in err
+    assert "--prompt" not in err
+
+
+def test_more_new_tokens_than_the_context_holds_run_to_its_end(hf_tiny_pair, data, tmp_path, capsys):
+    """A row's cache never holds more than the context, so a huge --max-new-tokens is no batch too large for memory."""
+    from easd.lab.evaluate import check_batch_fits
+
+    argv = ["eval", "--pair", "tiny-random", "--data", str(data), "--limit", "1", "--methods", "target"]
+    assert main([*argv, "--max-new-tokens", str(10**12), "--out", str(tmp_path / "out")]) == 0
+    assert load_results(tmp_path / "out" / "results.csv")["stop_reason"].tolist() == ["context"]
+    with pytest.raises(SettingsError, match=r"^--max-new-tokens: a row of up to 1,000,000,000,000 tokens needs about"):
+        check_batch_fits(hf_tiny_pair, 1, 10**12)  # where even one row cannot fit, the flag to change is named

@@ -239,20 +239,37 @@ class LocalRunner:
 
     def __call__(self, items: list[WorkItem]) -> Iterator[tuple[WorkItem, list[tuple[dict, Trace]]]]:
         # refused before anything is decoded: a prompt too long for the context, or more rows than memory holds
-        prompts = [encode_prompt(self.pair, p.prompt, True, p.system) for p in {i.problem.id: i.problem for i in items}.values()]
+        prompts = [_encoded(self.pair, p) for p in {i.problem.id: i.problem for i in items}.values()]
         settings = [v.settings for item in items for v in item.leaders + item.variants]
-        longest = max((len(p) for p in prompts), default=0) + max((s.max_new_tokens + s.k for s in settings), default=0)
-        check_batch_fits(self.pair, min(self.batch_size, len(settings)), longest)
+        new_tokens = max((s.max_new_tokens for s in settings), default=0)
+        # a row's cache holds its prompt and new tokens within the context, and a block's drafts (Generation.capacity)
+        longest = min(max((len(p) for p in prompts), default=0) + new_tokens, self.pair.context_length)
+        check_batch_fits(self.pair, min(self.batch_size, len(settings)), longest + max((s.k + 1 for s in settings), default=0))
         return decode_items(self.pair, items, self.batch_size)
+
+
+def _encoded(pair: ModelPair, problem: Problem) -> list[int]:
+    """The problem's prompt as token ids, or a SettingsError in the words of a command that reads problems from --data."""
+    try:
+        return encode_prompt(pair, problem.prompt, True, problem.system)
+    except SettingsError as err:
+        raise SettingsError("--data", f"problem {shown(problem.id)}: its prompt {err.message}") from None
 
 
 MEMORY_SHARE = 0.8  # of the free memory, what the KV caches may take; the rest is for activations and logits
 
 
 def check_batch_fits(pair: ModelPair, rows: int, tokens_per_row: int) -> None:
-    """Refuse, with the figures, a batch whose KV caches would not fit in the free memory."""
+    """Refuse, with the figures, a batch whose KV caches would not fit in the free memory: naming --max-new-tokens
+    where not even one row fits."""
     per_row = row_bytes((pair.draft, pair.target), tokens_per_row)
     free = free_memory(pair.device) * MEMORY_SHARE
+    if per_row > free:
+        raise SettingsError(
+            "--max-new-tokens",
+            f"a row of up to {tokens_per_row:,} tokens needs about {per_row / 2**30:.1f} GB of KV cache, but only about "
+            f"{free / 2**30:.1f} GB is free here: give fewer new tokens",
+        )
     if rows * per_row > free:
         raise SettingsError(
             "--batch-size",
