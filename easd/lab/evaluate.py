@@ -334,10 +334,15 @@ def run_evaluation(
     loses at most the items in flight, whichever runner decodes them.
     """
     results = prepare_folder(out, config, resume)
-    done = {(r["problem_id"], r["method"], int(r["sample"])) for r in results.read()}
+    rows = results.read()
     traces_dir = out / "traces" if keep_traces else None
     if traces_dir:
         traces_dir.mkdir(exist_ok=True)
+        traced = [row for row in rows if (traces_dir / trace_name(row)).is_file()]
+        if len(traced) < len(rows):  # a row without its trace (`--traces` added later, or a kill between the two): again
+            rows = traced
+            results.rewrite(rows)
+    done = {(r["problem_id"], r["method"], int(r["sample"])) for r in rows}
     items = pending_work(problems, variants, samples, done)
     grader = config.get("grader", GRADERS[0])
     skipped = len(problems) * samples - len(items)
@@ -345,10 +350,12 @@ def run_evaluation(
         total=len(problems) * samples, initial=skipped, desc="problems", unit="problem", disable=not progress, dynamic_ncols=True
     ) as bar:
         for item, finished in runner(items):
-            results.append([_graded(row, item.problem, grader) for row, _ in finished])
-            if traces_dir is not None:
+            if (
+                traces_dir is not None
+            ):  # before the rows: a kill between the two leaves a trace written again, not a row without one
                 for row, trace in finished:
                     trace_io.write_json([trace], traces_dir / trace_name(row))
+            results.append([_graded(row, item.problem, grader) for row, _ in finished])
             bar.update()
     return results.read()
 
