@@ -206,6 +206,13 @@ def whole_numbers(option: str, text: str) -> list[int]:
     return [int(value) for value in values]
 
 
+def folder(text: str) -> Path:
+    """An output folder's flag as argparse reads it: a path, never the empty one (which would be the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty: give the folder to write in")
+    return Path(text)
+
+
 # --- data, batches, Ray -------------------------------------------------------------------------
 
 
