@@ -148,9 +148,11 @@ def _say(line: str, progress: bool) -> None:
 # --- the folder -------------------------------------------------------------------------------
 
 # what the report reads from run.json: a study's without any of them is cut short or not a study's
-STUDY_NEEDS = ("pair", "data", "format", "command", "study.tau_hs", "study.tau_os", "study.grid_problems")
-STUDY_NEEDS += ("study.speed_problems", *(f"settings.{k}" for k in ("tau_h", "tau_o", "top_n", "k", "temperature", "top_p")))
-STUDY_NEEDS += ("settings.seed", "settings.max_new_tokens")
+STUDY_NEEDS = (
+    *("pair", "data", "format", "command"),
+    *(f"study.{key}" for key in ("problems", "tau_hs", "tau_os", "grid_problems", "speed_problems")),
+    *(f"settings.{key}" for key in ("tau_h", "tau_o", "top_n", "k", "temperature", "top_p", "seed", "max_new_tokens")),
+)
 
 
 def read_study_config(out: Path) -> dict | None:
