@@ -69,7 +69,9 @@ def config_of(data: Path, base: DecodeSettings, plan_problems, grid: int, speed:
 def study(tiny_pair, data, out, temperature=0.0, limit=4, resume=False):
     problems = load_problems(data, "gsm8k", limit, 0, None, "qwen25-math-cot")
     base = DecodeSettings(method="easd", tau_h=0.5, tau_o=0.8, max_new_tokens=TOKENS, temperature=temperature, top_p=1.0)
-    plan = StudyPlan(problems, base, grid_limit=2, speed_limit=2, tau_hs=(0.5, 1.0), tau_os=(0.4, 0.8), batch_size=4)
+    plan = StudyPlan(
+        problems, base, grid_limit=2, speed_limit=2, tau_hs=(0.5, 1.0), tau_os=(0.4, 0.8), batch_size=4, speed_repeats=1
+    )
     run_study(tiny_pair, plan, out, config_of(data, base, problems, 2, 2, plan.tau_hs, plan.tau_os), resume, progress=False)
     found = analyse(out)
     write_report(out, found)
