@@ -9,6 +9,7 @@ moment finds the old file or the new one, never half of one (a rename within a f
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -116,3 +117,14 @@ def write_text_whole(path: Path, text: str, errors: str = "strict") -> None:
     except BaseException:
         written.unlink(missing_ok=True)
         raise
+
+
+def writable_folder(path: Path) -> None:
+    """Make the folder `path` (and its parents) if it is missing, and write and remove a file in it: an OSError (its
+    strerror says why) if this process cannot, so that a command finds out before its work rather than after."""
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "a file, not a folder", str(path))
+    path.mkdir(parents=True, exist_ok=True)
+    probe = temporary_path(path / "probe")
+    probe.write_bytes(b"")
+    probe.unlink()

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from easd.cli import main
-from easd.errors import EasdError
+from easd.errors import EasdError, SettingsError
 from easd.lab.calibrate import nearest_candidate, top_share_mean
 from easd.lab.evaluate import (
     LocalRunner,
@@ -571,3 +571,109 @@ def test_a_folder_made_before_a_setting_existed_resumes_at_its_default(tmp_path)
     (tmp_path / "run.json").write_text(json.dumps(old))
     with pytest.raises(EasdError, match="other settings"):
         prepare_folder(tmp_path, config | {"settings": {k: v for k, v in sampled.items() if k in settings}}, resume=True)
+
+
+@pytest.mark.parametrize(
+    "command, message",
+    [
+        ("eval --methods sd,easd,sd", "--methods: 'sd' is given twice"),
+        ("sweep --tau-hs 1,1.0", "--tau-hs: '1' and '1.0' are one value"),
+        ("sweep --tau-os 0.4,0.40", "--tau-os: '0.4' and '0.40' are one value"),
+        ("sweep --grid mti --mti-taus 1,1", "--mti-taus: '1' is given twice"),
+        ("sweep --grid mti --mti-omegas 2,2.0", "--mti-omegas: '2' and '2.0' are one value"),
+    ],
+)
+def test_a_value_given_twice_in_a_list_is_refused_naming_its_flag(data, tmp_path, capsys, command, message):
+    """Two variants of one name: their problems never counted as done, and no row was ever written."""
+    argv = [*command.split(), "--pair", "tiny-random", "--data", str(data), "--limit", "1", "--max-new-tokens", "4"]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "models:" not in err and not (tmp_path / "out").exists()  # before any model loads
+
+
+def test_a_problem_too_long_for_the_context_is_refused_in_the_words_of_eval(tmp_path, capsys):
+    data = tmp_path / "long.jsonl"
+    data.write_text(json.dumps({"question": "How many apples? " * 2000, "answer": "#### 1"}) + "\n")
+    assert main(["eval", "--pair", "tiny-random", "--data", str(data), "--methods", "sd", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "error: --data: problem '0': its prompt is 33,999 characters, more than the model's context" in err
+    assert "--prompt" not in err
+
+
+def test_more_new_tokens_than_the_context_holds_run_to_its_end(hf_tiny_pair, data, tmp_path, capsys):
+    """A row's cache never holds more than the context, so a huge --max-new-tokens is no batch too large for memory."""
+    from easd.lab.evaluate import check_batch_fits
+
+    argv = ["eval", "--pair", "tiny-random", "--data", str(data), "--limit", "1", "--methods", "target"]
+    assert main([*argv, "--max-new-tokens", str(10**12), "--out", str(tmp_path / "out")]) == 0
+    assert load_results(tmp_path / "out" / "results.csv")["stop_reason"].tolist() == ["context"]
+    with pytest.raises(SettingsError, match=r"^--max-new-tokens: a row of up to 1,000,000,000,000 tokens needs about"):
+        check_batch_fits(hf_tiny_pair, 1, 10**12)  # where even one row cannot fit, the flag to change is named
+
+
+def cut_inside(path: Path, text: str) -> None:
+    """results.csv as a kill leaves it: the last row written up to `text`, which the row's text column holds."""
+    whole = path.read_bytes()
+    path.write_bytes(whole[: whole.rindex(text.encode()) + len(text)])
+
+
+@pytest.mark.parametrize("where", ["quoted", "plain", "line break"])
+def test_a_row_a_kill_cut_short_is_dropped_and_the_next_starts_on_its_own_line(tmp_path, where):
+    from easd.lab.results_table import ResultsFile
+
+    texts = {"quoted": 'He said, "12"\nand stopped', "plain": "twelve apples", "line break": "12\r\n"}
+    results = ResultsFile(tmp_path)
+    results.append([result_line(problem_id="1", text="the first"), result_line(problem_id="2", text=texts[where])])
+    cut_inside(results.path, {"quoted": "He said", "plain": "twelve", "line break": "12\r\n"}[where])
+    assert [r["problem_id"] for r in results.read()] == ["1"]  # the cut row dropped: its problem runs again
+    results.append([result_line(problem_id="2", text=texts[where])])
+    assert [(r["problem_id"], r["text"]) for r in results.read()] == [("1", "the first"), ("2", texts[where])]
+
+
+def test_a_killed_run_cut_in_a_text_resumes_whole(hf_tiny_pair, data, tmp_path):
+    problems = load_problems(data, "gsm8k", limit=3)
+    config = {"pair": "tiny", "data": str(data), "format": "gsm8k", "shuffle": None, "samples": 1, "settings": {}}
+    variants = parse_methods("sd", DecodeSettings(max_new_tokens=8))
+    alone = run_evaluation(LocalRunner(hf_tiny_pair), problems, variants, 1, tmp_path / "alone", config, progress=False)
+    out = tmp_path / "out"
+    run_evaluation(LocalRunner(hf_tiny_pair), problems[:2], variants, 1, out, config, progress=False)
+    cut_inside(out / "results.csv", alone[1]["text"][:5])  # the second row cut in its text
+    rows = run_evaluation(LocalRunner(hf_tiny_pair), problems, variants, 1, out, config, resume=True, progress=False)
+    assert [(r["problem_id"], r["text"]) for r in rows] == [
+        ("0", alone[0]["text"]),
+        *[(r["problem_id"], r["text"]) for r in alone[1:]],
+    ]
+
+
+def test_a_row_whose_trace_was_never_written_runs_again(hf_tiny_pair, data, tmp_path):
+    problems = load_problems(data, "gsm8k", limit=2)
+    config = {"pair": "tiny", "data": str(data), "format": "gsm8k", "shuffle": None, "samples": 1, "settings": {}}
+    variants = parse_methods("sd,easd", DecodeSettings(max_new_tokens=8, tau_h=0.5))
+    before = run_evaluation(LocalRunner(hf_tiny_pair), problems, variants, 1, tmp_path, config, keep_traces=True, progress=False)
+    (tmp_path / "traces" / "1-easd-s0.json").unlink()  # killed between the row and its trace
+    after = run_evaluation(
+        LocalRunner(hf_tiny_pair), problems, variants, 1, tmp_path, config, resume=True, keep_traces=True, progress=False
+    )
+    assert sorted(keys(after)) == sorted(keys(before)) and (tmp_path / "traces" / "1-easd-s0.json").is_file()
+    assert {r["text"] for r in after if r["problem_id"] == "1"} == {r["text"] for r in before if r["problem_id"] == "1"}
+
+
+@pytest.mark.parametrize(
+    "written, why",
+    [
+        ('{"pair": "tiny", "settings": {"k": 4', "Expecting"),  # cut short
+        ('{"pair": "tiny"}', "it has no settings"),
+        ("[1, 2]", "it has no settings"),
+        (b"\xff\xfe", "UnicodeDecodeError"),
+    ],
+)
+def test_a_cut_or_foreign_run_json_is_one_line_that_says_what_to_do(data, tmp_path, written, why):
+    (tmp_path / "results.csv").write_text(",".join(RESULT_COLUMNS) + "\r\n")
+    path = tmp_path / "run.json"
+    path.write_bytes(written if isinstance(written, bytes) else written.encode())
+    config = {"pair": "tiny", "data": str(data), "format": "gsm8k", "shuffle": None, "samples": 1, "settings": {}}
+    with pytest.raises(EasdError) as caught:
+        run_evaluation(None, [], [], 1, tmp_path, config, resume=True, progress=False)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: cut short or not a run.json") and why in message and "\n" not in message
+    assert "--resume" in message and "another --out" in message

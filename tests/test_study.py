@@ -3,6 +3,7 @@
 import html
 import json
 import re
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -10,12 +11,12 @@ import pandas as pd
 import pytest
 
 from easd.cli import main
-from easd.lab.evaluate import trace_path
+from easd.lab.evaluate import trace_name, trace_path
 from easd.lab.problems import load_problems
 from easd.lab.report import paired_row
 from easd.lab.results_table import load_results
 from easd.lab.stats import mcnemar_exact
-from easd.lab.study import StudyPlan, analyse, run_study, token_kind, write_report
+from easd.lab.study import StudyPlan, analyse, run_study, speed_note, token_kind, write_report
 from easd.method.generation import Generation
 from easd.method.methods import settings_values
 from easd.method.settings import DecodeSettings
@@ -68,7 +69,9 @@ def config_of(data: Path, base: DecodeSettings, plan_problems, grid: int, speed:
 def study(tiny_pair, data, out, temperature=0.0, limit=4, resume=False):
     problems = load_problems(data, "gsm8k", limit, 0, None, "qwen25-math-cot")
     base = DecodeSettings(method="easd", tau_h=0.5, tau_o=0.8, max_new_tokens=TOKENS, temperature=temperature, top_p=1.0)
-    plan = StudyPlan(problems, base, grid_limit=2, speed_limit=2, tau_hs=(0.5, 1.0), tau_os=(0.4, 0.8), batch_size=4)
+    plan = StudyPlan(
+        problems, base, grid_limit=2, speed_limit=2, tau_hs=(0.5, 1.0), tau_os=(0.4, 0.8), batch_size=4, speed_repeats=1
+    )
     run_study(tiny_pair, plan, out, config_of(data, base, problems, 2, 2, plan.tau_hs, plan.tau_os), resume, progress=False)
     found = analyse(out)
     write_report(out, found)
@@ -252,3 +255,189 @@ def test_the_command_line_study_reads_tau_h_from_a_calibration_and_says_so(data,
     assert "# Does EASD help?" in printed and "τ_H = 1.5 (calibrated" in printed
     assert main(["study", "--out", str(out), "--report-only"]) == 0  # redrawn from the folder alone
     assert pd.read_json(out / "study.json", typ="series")["grid"]["cells"]["1.5/0.8"]["runs"] == 1
+
+
+# --- reliability: bad input in one line before any model loads, a study that loses nothing --------------------------
+
+FLAGS = ["--max-new-tokens", "8", "--grid-limit", "2", "--speed-limit", "1", "--speed-repeats", "2"]
+FLAGS += ["--tau-hs", "1", "--tau-os", "0.4", "--tau-h", "0.5"]
+
+
+def study_command(data: Path, out, *extra: str) -> list[str]:
+    return ["study", "--pair", "tiny-random", "--data", str(data), "--limit", "3", *FLAGS, *extra, "--out", str(out)]
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """A study the command line made (3 problems, the grid on 2, 1 timed twice): (its data, its folder)."""
+    folder = tmp_path_factory.mktemp("made")
+    data = problem_file(folder)
+    assert main(study_command(data, folder / "study")) == 0
+    return data, folder / "study"
+
+
+def refused(argv: list[str], capsys) -> str:
+    """The one line a command refused `argv` with, before any model loaded."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "models:" not in err and err.count("\n") == 1, err
+    return err
+
+
+@pytest.mark.parametrize(
+    "grid, message",
+    [
+        (["--tau-hs", "1,1"], "--tau-hs: '1' is given twice"),
+        (["--tau-hs", "1,1.0"], "--tau-hs: '1' and '1.0' are one value"),
+        (["--tau-os", "1,1.0"], "--tau-os: '1' and '1.0' are one value"),
+    ],
+)
+def test_a_grid_value_given_twice_is_refused_naming_its_flag(data, tmp_path, capsys, grid, message):
+    """Two grid points of one name never finished: the report said "unfinished" forever, or a KeyError."""
+    argv = ["study", "--pair", "tiny-random", "--data", str(data), "--limit", "1", "--max-new-tokens", "4", *grid]
+    assert message in refused([*argv, "--out", str(tmp_path / "out")], capsys)
+
+
+def test_an_out_that_cannot_be_written_is_refused_before_the_model_loads(data, tmp_path, capsys):
+    file = tmp_path / "file.txt"
+    file.write_text("mine")
+    for out, why in (
+        (file, "a file, not a folder"),
+        (file / "under", "Not a directory"),
+        ("/dev/null", "a file, not a folder"),
+        ("/proc/easd-study", "No such file or directory"),
+        ("/sys/easd-study", "not permitted"),
+    ):
+        err = refused(study_command(data, out), capsys)
+        assert err.startswith(f"error: --out: {out} cannot be the study's folder (") and why in err, err
+    with pytest.raises(SystemExit, match="2"):  # argparse's one line: not the current folder
+        main(study_command(data, ""))
+    assert "argument --out: is empty" in capsys.readouterr().err
+    assert file.read_text() == "mine"
+
+
+def test_a_folder_that_is_not_a_study_is_refused_and_left_as_it_was(data, tmp_path, capsys, made):
+    _, study = made
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "run.json").write_text("my own run.json")
+    (other / "study.md").write_text("my notes")
+    assert f"--out: {other} holds other files" in refused(study_command(data, other), capsys)
+    assert (other / "run.json").read_text() == "my own run.json" and (other / "study.md").read_text() == "my notes"
+    evaluation = tmp_path / "eval"
+    assert (
+        main(
+            [
+                "eval",
+                "--pair",
+                "tiny-random",
+                "--data",
+                str(data),
+                "--limit",
+                "1",
+                "--max-new-tokens",
+                "4",
+                "--out",
+                str(evaluation),
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    for resume in ([], ["--resume"]):  # a study never takes over eval's folder
+        assert "made by `eval` or `sweep`, not by `study`" in refused(study_command(data, evaluation, *resume), capsys)
+    # nor eval a study's
+    argv = ["eval", "--pair", "tiny-random", "--data", str(data), "--limit", "3", "--tau-h", "0.5", "--max-new-tokens", "8"]
+    assert main([*argv, "--out", str(study), "--resume"]) == 2
+    assert "holds results made by `study`; choose another --out" in capsys.readouterr().err
+    assert "study" in json.loads((study / "run.json").read_text())
+
+
+@pytest.mark.parametrize(
+    "changed, message",
+    [
+        (["--offset", "1"], "--offset: {out} holds a study run with --offset 0: resume with it"),
+        (["--limit", "2"], "--limit: {out} holds a study of 3 problems: resume with --limit 3 or more"),
+        (
+            ["--grid-limit", "1"],
+            "--grid-limit: {out} holds a study whose τ grid ran on 2 problems: resume with --grid-limit 2 or more",
+        ),
+        (["--speed-limit", "0"], "--speed-limit: {out} holds a study that timed 1 problem: resume with --speed-limit 1 or more"),
+        (["--speed-repeats", "3"], "--speed-repeats: {out} holds a study timed with --speed-repeats 2: resume with it"),
+        (["--k", "2"], "--resume: {out} was run with other settings"),
+    ],
+)
+def test_a_study_resumed_with_another_plan_is_refused_saying_what_it_was(made, capsys, changed, message):
+    data, out = made
+    argv = study_command(data, out, "--resume")
+    value = argv.index(changed[0]) + 1 if changed[0] in argv else None
+    if value:
+        argv[value] = changed[1]
+    else:
+        argv[-2:-2] = changed
+    assert message.format(out=out) in refused(argv, capsys)
+
+
+def test_a_study_killed_mid_row_mid_trace_and_mid_run_json_loses_nothing(made, tmp_path, capsys):
+    data, made_out = made
+    out = tmp_path / "study"
+    shutil.copytree(made_out, out)
+    before = load_results(out / "results.csv")
+    # a kill: the last row cut in its text, a row whose trace was never written
+    last = before.iloc[-1]
+    whole = (out / "results.csv").read_bytes()
+    (out / "results.csv").write_bytes(whole[: whole.rindex(last["text"][:4].encode()) + 4])
+    (out / "traces" / f"{before.iloc[0]['problem_id']}-{before.iloc[0]['method']}-s0.json").unlink()
+    assert main(study_command(data, out, "--resume")) == 0
+    after = load_results(out / "results.csv")
+    key = ["problem_id", "method", "sample"]
+    assert not after.duplicated(key).any() and len(after) == len(before)
+    assert (after.set_index(key).loc[before.set_index(key).index, "text"] == before.set_index(key)["text"]).all()
+    assert all((out / "traces" / trace_name(row)).is_file() for _, row in after.iterrows())
+    assert "unfinished" not in json.loads((out / "study.json").read_text())["verdict"]
+    capsys.readouterr()
+    # run.json cut short (or not a study's): one line that names it, for the report and for --resume
+    text = (out / "run.json").read_text()
+    for written in (text[: len(text) // 2], json.dumps({"study": {}, "settings": {}})):
+        (out / "run.json").write_text(written)
+        for argv in (["study", "--out", str(out), "--report-only"], study_command(data, out, "--resume")):
+            err = refused(argv, capsys)
+            assert err.startswith(f"error: {out / 'run.json'}: cut short or not a run.json") and "--resume" in err
+
+
+def test_the_speed_table_is_the_median_of_repetitions_taken_in_turns(made):
+    _, out = made
+    speed = pd.read_csv(out / "speed" / "results.csv", dtype=str)
+    assert sorted(speed["sample"].unique()) == ["0", "1"] and len(speed) == 2 * 3
+    # the one timed problem's methods, repetition by repetition: target-only first, then last (EASD follows SD)
+    assert list(speed["method"]) == ["target", "sd", "easd", "sd", "easd", "target"]
+    found = json.loads((out / "study.json").read_text())
+    for row in found["speed"]:
+        rates = [
+            sum(int(r["new_tokens"]) for _, r in rows.iterrows()) / sum(float(r["seconds"]) for _, r in rows.iterrows())
+            for _, rows in speed[speed["method"] == row["method"]].groupby("sample")
+        ]
+        assert row["repetitions"] == 2 and row["tokens_per_s"] == pytest.approx(sum(rates) / 2)
+        assert row["tokens_per_s_range"] == pytest.approx(sorted(rates))
+    assert found["speed_note"] in (out / "study.md").read_text() and "Each method timed 2 times" in found["speed_note"]
+
+
+def speed_row(method: str, low: float, high: float) -> dict:
+    return {"method": method, "repetitions": 3, "spread": (high - low) / ((low + high) / 2)}
+
+
+def test_the_report_says_when_the_repetitions_show_a_busy_machine():
+    quiet = speed_note([speed_row("target", 10, 10.5), speed_row("sd", 20, 21)])
+    assert "agree within 10%: the machine was quiet enough" in quiet
+    busy = speed_note([speed_row("target", 10, 10.5), speed_row("sd", 20, 30)])
+    assert "differ by more than 10% (sd's by 40%): the machine was busy" in busy and "delete speed/" in busy
+    once = speed_note([{**speed_row("sd", 20, 20), "repetitions": 1, "spread": 0.0}])
+    assert "One repetition has no spread to tell a busy machine by" in once
+
+
+def test_a_study_stopped_before_its_first_row_reports_that_it_has_none(made, tmp_path, capsys):
+    out = tmp_path / "study"
+    out.mkdir()
+    shutil.copy(made[1] / "run.json", out / "run.json")
+    assert main(["study", "--out", str(out), "--report-only"]) == 0  # was KeyError: 'prediction_easd'
+    assert "No problem has both an SD and an EASD run yet." in capsys.readouterr().out

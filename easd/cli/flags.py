@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..errors import SettingsError
+from ..errors import SettingsError, shown
 from ..method.methods import METHODS, knobs, lookup, make_settings, owner, settings_values
 from ..method.settings import DecodeSettings
 
@@ -221,13 +221,25 @@ def check_prm_flag(args: argparse.Namespace, methods: list[str]) -> None:
 
 
 def numbers(option: str, text: str) -> list[float]:
-    """Comma-separated numbers, or SettingsError naming the option."""
+    """Comma-separated numbers, each once, or SettingsError naming the option."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
     try:
-        values = [float(part) for part in text.split(",") if part.strip()]
+        values = [float(part) for part in parts]
     except ValueError:
         values = []
     if not values:
-        raise SettingsError(option, f"must be one or more numbers separated by commas (got {text!r})")
+        raise SettingsError(option, f"must be one or more numbers separated by commas (got {shown(text)})")
+    # compared as a grid names its points (easd@1/0.8): two that print alike would be one point run twice, whose
+    # rows share a name
+    seen: dict[str, str] = {}
+    for part, value in zip(parts, values):
+        name = f"{value:g}"
+        if name in seen:
+            said = (
+                f"{shown(part)} is given twice" if part == seen[name] else f"{shown(seen[name])} and {shown(part)} are one value"
+            )
+            raise SettingsError(option, f"{said}; give each value once")
+        seen[name] = part
     return values
 
 
@@ -237,6 +249,13 @@ def whole_numbers(option: str, text: str) -> list[int]:
     if min(values) < 1 or any(value != int(value) for value in values):
         raise SettingsError(option, f"must be whole numbers ≥ 1 separated by commas (got {text!r})")
     return [int(value) for value in values]
+
+
+def folder(text: str) -> Path:
+    """An output folder's flag as argparse reads it: a path, never the empty one (which would be the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty: give the folder to write in")
+    return Path(text)
 
 
 # --- data, batches, Ray -------------------------------------------------------------------------

@@ -4,7 +4,6 @@ robust that is to τ_H and τ_O, where the penalty fires, and what was assumed (
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import replace
@@ -21,6 +20,7 @@ from .flags import (
     add_tau_h_flags,
     apply_budget,
     check_batch_size,
+    folder,
     load_models,
     numbers,
     problems,
@@ -32,6 +32,8 @@ HELP = "does EASD help on this pair? accuracy with paired statistics, speed, a �
 
 
 def add(parser: argparse.ArgumentParser) -> None:
+    from ..lab.study import SPEED_REPEATS
+
     add_model_flags(parser)
     add_data_flags(parser, limit=100, required=False)  # --report-only reads --out alone
     add_grader_flag(parser)
@@ -47,6 +49,13 @@ def add(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--tau-os", default="0.2,0.4,0.6,0.8,1.0", help="τ_O values of the grid (the paper's)")
     group.add_argument("--speed-limit", type=int, default=5, help="the first this many problems are timed one row at a time")
     group.add_argument(
+        "--speed-repeats",
+        type=int,
+        default=SPEED_REPEATS,
+        help="times each method is timed on them, in turns: the report gives the median and says when the repetitions "
+        "differ enough to show a busy machine",
+    )
+    group.add_argument(
         "--target-runs",
         default="timed",
         choices=("timed", "all"),
@@ -56,14 +65,19 @@ def add(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--app-url", default="http://127.0.0.1:7860/", help="the app the report's links open (python app.py --eval-dir OUT)"
     )
-    group.add_argument("--out", type=Path, required=True, help="the study's folder: results, traces, study.html, study.md")
+    group.add_argument(
+        "--out",
+        type=folder,
+        required=True,
+        help="the study's folder (new, empty, or a study): results, traces, study.html, study.md",
+    )
     group.add_argument("--resume", action="store_true", help="continue the study in --out")
     group.add_argument("--report-only", action="store_true", help="decode nothing: write the report from --out as it is")
     add_batch_flag(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..lab.study import StudyPlan, analyse, run_study, write_report
+    from ..lab.study import StudyPlan, analyse, check_study_folder, run_study, write_report
 
     if not args.app_url.startswith(("http://", "https://")):
         raise SettingsError("--app-url", f"must be the app's address, starting http:// or https:// (got {args.app_url[:40]!r})")
@@ -71,9 +85,9 @@ def run(args: argparse.Namespace) -> int:
         return _report(args.out, args.app_url, write_report, analyse)
     if args.data is None:
         raise SettingsError("--data", "is needed to decode: a JSONL file of problems (or --report-only to redraw the report)")
-    for option in ("grid_limit", "speed_limit"):
-        if getattr(args, option) < 0:
-            raise SettingsError(f"--{option.replace('_', '-')}", f"must be ≥ 0 (got {getattr(args, option)})")
+    for option, least in (("grid_limit", 0), ("speed_limit", 0), ("speed_repeats", 1)):
+        if getattr(args, option) < least:
+            raise SettingsError(f"--{option.replace('_', '-')}", f"must be ≥ {least} (got {getattr(args, option)})")
     check_batch_size(args)
     chosen = problems(args)
     apply_budget(args)
@@ -95,20 +109,25 @@ def run(args: argparse.Namespace) -> int:
         tuple(tau_os),
         args.batch_size,
         args.target_runs == "all",
+        args.speed_repeats,
     )
-    started = time.perf_counter()
-    pair = load_models(args)
-    config = folder_config(args, pair.describe(), base, 1)
+    config = folder_config(args, "", base, 1)  # its pair once loaded
     config["tau_h_source"] = source
     config["study"] = {
         "problems": len(chosen),
+        "offset": args.offset,
         "tau_hs": list(tau_hs),
         "tau_os": list(tau_os),
         "grid_problems": [p.id for p in chosen[: plan.grid_limit]],
         "speed_problems": [p.id for p in chosen[: plan.speed_limit]],
+        "speed_repeats": args.speed_repeats,
         "target_runs": args.target_runs,
         "batch_size": args.batch_size,
     }
+    check_study_folder(args.out, config, args.resume)  # before the model loads: a bad --out costs no load
+    started = time.perf_counter()
+    pair = load_models(args)
+    config["pair"] = pair.describe()
     try:
         run_study(pair, plan, args.out, config, args.resume)
     except KeyboardInterrupt:
@@ -119,8 +138,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _report(out: Path, app_url: str, write_report, analyse) -> int:
-    if not (out / "run.json").is_file() or "study" not in json.loads((out / "run.json").read_text(encoding="utf-8")):
-        raise SettingsError("--out", f"{out} holds no study: run `python -m easd study` with this --out first")
     study = analyse(out, app_url)
     write_report(out, study)
     print((out / "study.md").read_text(encoding="utf-8"))

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 from tqdm import tqdm
 
-from ..errors import EasdError, SettingsError
+from ..errors import EasdError, SettingsError, shown
 from ..files import file_stem
 from ..method.generation import Generation
 from ..method.methods import METHODS, lookup, with_values
@@ -60,6 +60,10 @@ def parse_methods(text: str, base: DecodeSettings) -> list[Variant]:
         variants.append(Variant(label, settings))
     if not variants:
         raise EasdError("--methods: give at least one method, e.g. sd,easd")
+    labels = [v.label for v in variants]
+    twice = next((label for label in labels if labels.count(label) > 1), None)
+    if twice:  # its rows would share one name, and its problems would never count as done
+        raise EasdError(f"--methods: {shown(twice)} is given twice; give each method once")
     leaders = {method.follows for method in METHODS.values()}  # SD: EASD resumes its run, so it decodes first
     return sorted(variants, key=lambda v: v.settings.method not in leaders)
 
@@ -211,20 +215,37 @@ class LocalRunner:
 
     def __call__(self, items: list[WorkItem]) -> Iterator[tuple[WorkItem, list[tuple[dict, Trace]]]]:
         # refused before anything is decoded: a prompt too long for the context, or more rows than memory holds
-        prompts = [encode_prompt(self.pair, p.prompt, True, p.system) for p in {i.problem.id: i.problem for i in items}.values()]
+        prompts = [_encoded(self.pair, p) for p in {i.problem.id: i.problem for i in items}.values()]
         settings = [v.settings for item in items for v in item.leaders + item.variants]
-        longest = max((len(p) for p in prompts), default=0) + max((s.max_new_tokens + s.k for s in settings), default=0)
-        check_batch_fits(self.pair, min(self.batch_size, len(settings)), longest)
+        new_tokens = max((s.max_new_tokens for s in settings), default=0)
+        # a row's cache holds its prompt and new tokens within the context, and a block's drafts (Generation.capacity)
+        longest = min(max((len(p) for p in prompts), default=0) + new_tokens, self.pair.context_length)
+        check_batch_fits(self.pair, min(self.batch_size, len(settings)), longest + max((s.k + 1 for s in settings), default=0))
         return decode_items(self.pair, items, self.batch_size)
+
+
+def _encoded(pair: ModelPair, problem: Problem) -> list[int]:
+    """The problem's prompt as token ids, or a SettingsError in the words of a command that reads problems from --data."""
+    try:
+        return encode_prompt(pair, problem.prompt, True, problem.system)
+    except SettingsError as err:
+        raise SettingsError("--data", f"problem {shown(problem.id)}: its prompt {err.message}") from None
 
 
 MEMORY_SHARE = 0.8  # of the free memory, what the KV caches may take; the rest is for activations and logits
 
 
 def check_batch_fits(pair: ModelPair, rows: int, tokens_per_row: int) -> None:
-    """Refuse, with the figures, a batch whose KV caches would not fit in the free memory."""
+    """Refuse, with the figures, a batch whose KV caches would not fit in the free memory: naming --max-new-tokens
+    where not even one row fits."""
     per_row = row_bytes((pair.draft, pair.target), tokens_per_row)
     free = free_memory(pair.device) * MEMORY_SHARE
+    if per_row > free:
+        raise SettingsError(
+            "--max-new-tokens",
+            f"a row of up to {tokens_per_row:,} tokens needs about {per_row / 2**30:.1f} GB of KV cache, but only about "
+            f"{free / 2**30:.1f} GB is free here: give fewer new tokens",
+        )
     if rows * per_row > free:
         raise SettingsError(
             "--batch-size",
@@ -289,10 +310,15 @@ def run_evaluation(
     loses at most the items in flight, whichever runner decodes them.
     """
     results = prepare_folder(out, config, resume)
-    done = {(r["problem_id"], r["method"], int(r["sample"])) for r in results.read()}
+    rows = results.read()
     traces_dir = out / "traces" if keep_traces else None
     if traces_dir:
         traces_dir.mkdir(exist_ok=True)
+        traced = [row for row in rows if trace_path(traces_dir, row).is_file()]
+        if len(traced) < len(rows):  # a row without its trace (`--traces` added later, or a kill between the two): again
+            rows = traced
+            results.rewrite(rows)
+    done = {(r["problem_id"], r["method"], int(r["sample"])) for r in rows}
     items = pending_work(problems, variants, samples, done)
     grader = config.get("grader", GRADERS[0])
     skipped = len(problems) * samples - len(items)
@@ -300,10 +326,11 @@ def run_evaluation(
         total=len(problems) * samples, initial=skipped, desc="problems", unit="problem", disable=not progress, dynamic_ncols=True
     ) as bar:
         for item, finished in runner(items):
-            results.append([_graded(row, item.problem, grader) for row, _ in finished])
+            # the traces before the rows: a kill between the two leaves a trace written again, not a row without one
             if traces_dir is not None:
                 for row, trace in finished:
                     trace_io.write_json([trace], traces_dir / trace_name(row))
+            results.append([_graded(row, item.problem, grader) for row, _ in finished])
             bar.update()
     return results.read()
 

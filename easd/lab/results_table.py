@@ -7,6 +7,7 @@ Evaluation tab load it. Its column list lives here and nowhere else.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 from pathlib import Path
@@ -15,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import EasdError
+from ..files import temporary_path, write_text_whole
 
 RESULT_COLUMNS = [
     "problem_id",
@@ -109,16 +111,20 @@ class ResultsFile:
         self.path = folder / "results.csv"
 
     def read(self) -> list[dict]:
-        """Rows written so far; a half-written last line from a killed run is dropped (and the file repaired)."""
+        """Rows written so far. A last row a kill cut short is dropped and the file repaired, so that the next row
+        starts on a line of its own and the cut row's problem runs again."""
         if not self.path.exists():
             return []
-        with self.path.open(newline="", encoding="utf-8") as handle:
-            lines = list(csv.reader(handle))
-        if not lines or lines[0] != RESULT_COLUMNS:
+        text = self.path.read_bytes().decode("utf-8", errors="replace")  # a kill may cut a character in two
+        lines, cut = _whole_lines(text, self.path)
+        if not lines:  # killed before its header was whole: as if never begun
+            self.path.unlink()
+            return []
+        if lines[0] != RESULT_COLUMNS:
             raise EasdError(f"{self.path} is not a results file of this version; choose another --out")
         rows = [dict(zip(RESULT_COLUMNS, line)) for line in lines[1:] if len(line) == len(RESULT_COLUMNS)]
-        if len(rows) != len(lines) - 1:
-            self._rewrite(rows)
+        if cut or len(rows) != len(lines) - 1:
+            self.rewrite(rows)
         return rows
 
     def append(self, rows: list[dict]) -> None:
@@ -131,13 +137,34 @@ class ResultsFile:
             handle.flush()
             os.fsync(handle.fileno())
 
-    def _rewrite(self, rows: list[dict]) -> None:
-        partial = self.path.with_suffix(".csv.tmp")
+    def rewrite(self, rows: list[dict]) -> None:
+        """The file with these rows only, written aside and renamed into place."""
+        partial = temporary_path(self.path)
         with partial.open("w", newline="", encoding="utf-8") as handle:
             writer = csv.DictWriter(handle, RESULT_COLUMNS, lineterminator="\r\n")
             writer.writeheader()
             writer.writerows(rows)
+            handle.flush()
+            os.fsync(handle.fileno())
         os.replace(partial, self.path)
+
+
+def _whole_lines(text: str, path: Path) -> tuple[list[list[str]], bool]:
+    """The CSV records of `text` that were written whole, and whether a last one was cut. Every record ends with a
+    line break outside quotes, so a kill's cut shows at the end: a last record with no line break after it, or the
+    end of the file inside a quoted field (a cut in the text column, whose own line breaks are quoted)."""
+    handle = io.StringIO(text, newline="")
+    lines = []
+    try:
+        for line in csv.reader(handle, strict=True):
+            lines.append(line)
+    except csv.Error as err:
+        if handle.read():  # not at the end: a malformed record in the middle, not a cut
+            raise EasdError(f"{path}: record {len(lines) + 1} is not valid CSV ({err}); choose another --out") from None
+        return lines, True  # the reader never gave the cut record
+    if text.endswith("\n"):
+        return lines, False
+    return lines[:-1], bool(lines)
 
 
 def _as_run(config: dict, key: str):
@@ -153,17 +180,56 @@ def _as_run(config: dict, key: str):
     return value
 
 
-def prepare_folder(out: Path, config: dict, resume: bool) -> ResultsFile:
-    """Create or reopen the output folder; refuse to mix results of different settings."""
-    results = ResultsFile(out)
-    config_path = out / "run.json"
-    if results.path.exists() and not resume:
+def read_config(out: Path) -> dict | None:
+    """The run.json of an output folder, None where there is none; one cut short, not JSON or without settings is one
+    EasdError line that names it and says what to do (`unreadable`)."""
+    path = out / "run.json"
+    if not path.exists():
+        return None
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise unreadable(out, f"{err.msg} at line {err.lineno}, column {err.colno}") from None
+    except (OSError, ValueError) as err:  # unreadable, not UTF-8
+        raise unreadable(out, type(err).__name__) from None
+    check_config(out, config, ("settings",))
+    return config
+
+
+def check_config(out: Path, config, needs: tuple[str, ...]) -> None:
+    """`unreadable` unless run.json holds every one of `needs`, a key or a dotted path (study.tau_hs)."""
+    for need in needs:
+        value = config
+        for key in need.split("."):
+            if not isinstance(value, dict) or key not in value:
+                raise unreadable(out, f"it has no {need}")
+            value = value[key]
+
+
+def unreadable(out: Path, why: str) -> EasdError:
+    return EasdError(
+        f"{out / 'run.json'}: cut short or not a run.json of this program ({why}); choose another --out, or, where the "
+        "folder holds results of this program, delete it and rerun the command that made them with --resume (they are kept)"
+    )
+
+
+def check_folder(out: Path, config: dict, resume: bool, keys: tuple[str, ...] = RESUME_KEYS) -> dict | None:
+    """Refuse, in one line, to mix results in `out`: a study's folder for eval's or sweep's results or the other way
+    round, results there without --resume, a resumed folder made with other `keys`. Returns its run.json, if any."""
+    saved = read_config(out)
+    if saved is not None and ("study" in saved) != ("study" in config):  # neither can continue the other's folder
+        made = "by `study`" if "study" in saved else "by `eval` or `sweep`, not by `study`"
+        raise EasdError(f"--out: {out} holds results made {made}; choose another --out")
+    if (out / "results.csv").exists() and not resume:
         raise EasdError(f"--out: {out} already holds results; add --resume to continue them, or choose another folder")
-    if resume and config_path.exists():
-        saved = json.loads(config_path.read_text(encoding="utf-8"))
-        different = [key for key in RESUME_KEYS if _as_run(saved, key) != _as_run(config, key)]
-        if different:
-            raise EasdError(f"--resume: {out} was run with other {', '.join(different)}; choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
-    config_path.write_text(json.dumps(config, indent=1, ensure_ascii=False), encoding="utf-8")
-    return results
+    different = [key for key in keys if saved is not None and _as_run(saved, key) != _as_run(config, key)]
+    if resume and different:
+        raise EasdError(f"--resume: {out} was run with other {', '.join(different)}; choose another --out")
+    return saved
+
+
+def prepare_folder(out: Path, config: dict, resume: bool) -> ResultsFile:
+    """Create or reopen the output folder (refusing to mix results: `check_folder`) and write its run.json."""
+    check_folder(out, config, resume)
+    write_text_whole(out / "run.json", json.dumps(config, indent=1, ensure_ascii=False))
+    return ResultsFile(out)

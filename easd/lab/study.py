@@ -31,27 +31,31 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlencode
 
-import numpy as np
 import pandas as pd
 
 from .._version import __version__
-from ..files import file_stem
+from ..errors import EasdError, SettingsError
+from ..files import file_stem, writable_folder
 from ..method.compare import first_difference
 from ..method.pair import ModelPair
 from ..method.settings import DecodeSettings
 from ..method.spec_metrics import refused
 from ..traces import files as trace_io
 from .calibrate import nearest_candidate, top_share_mean
-from .evaluate import LocalRunner, Variant, run_evaluation, trace_path
+from .evaluate import LocalRunner, Variant, WorkItem, run_evaluation, trace_path
 from .problems import Problem
 from .report import grader_of, graders_compared, paired_row, summary_table
-from .results_table import load_results
-from .stats import wilson
+from .results_table import RESULT_COLUMNS, RESUME_KEYS, check_config, check_folder, load_results, read_config
+from .stats import spread, wilson
 
 TAU_HS = (1.0, 1.5, 2.0)  # the paper's sensitivity grid (its Figure 4)
 TAU_OS = (0.2, 0.4, 0.6, 0.8, 1.0)
 POSITION_BINS = 10  # where in the answer a penalty falls: tenths of the run's tokens
 TOP_PAIRS = 15  # refused → chosen pairs listed
+SPEED_REPEATS = 3  # as bench's default: a median, and a range that shows a busy machine
+# A method's tokens/s over repetitions differing by more than this share of its median says the machine was busy: on
+# a quiet one they agree within a few percent (bench's figures, docs/benchmarks.md)
+BUSY_SPREAD = 0.10
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,7 @@ class StudyPlan:
     tau_os: tuple[float, ...] = TAU_OS
     batch_size: int = 8
     target_everywhere: bool = False  # --target-runs all: target-only on every problem, not only the timed ones
+    speed_repeats: int = SPEED_REPEATS  # passes over the timed problems, each method timed once a pass
 
     def variant(self, method: str) -> Variant:
         return Variant(method, replace(self.base, method=method))
@@ -97,9 +102,11 @@ def run_study(pair: ModelPair, plan: StudyPlan, out: Path, config: dict, resume:
     # in this order so that a study stopped early already answers every question, on fewer problems
     _say(f"1/4 SD, EASD and EASD over the τ grid on the first {len(gridded)} problems", progress)
     run_evaluation(batched, gridded, [sd, easd, *plan.grid()], 1, out, config, resume, keep_traces=True, progress=progress)
-    _say(f"2/4 speed: target-only, SD and EASD on the first {len(timed)} problems, one row at a time", progress)
-    one_at_a_time = LocalRunner(pair, 1)
-    run_evaluation(one_at_a_time, timed, [target, sd, easd], 1, out / "speed", config, resume, progress=progress)
+    repeats = plan.speed_repeats
+    _say(f"2/4 speed: target-only, SD and EASD on the first {len(timed)} problems, one row at a time, {repeats} times", progress)
+    one_at_a_time = TakingTurns(LocalRunner(pair, 1), timed)
+    speed = config | {"samples": repeats}  # a repetition is a sample: seed + r, the same text when greedy
+    run_evaluation(one_at_a_time, timed, [target, sd, easd], repeats, out / "speed", speed, resume, progress=progress)
     _say(f"3/4 SD and EASD on the other {len(rest)} problems", progress)
     run_evaluation(batched, rest, [sd, easd], 1, out, config, True, keep_traces=True, progress=progress)
     proof = target_proof(pd.concat([_results(out), _results(out / "speed")]), plan.greedy)
@@ -110,9 +117,109 @@ def run_study(pair: ModelPair, plan: StudyPlan, out: Path, config: dict, resume:
         _say(f"4/4 target-only: SD's texts ({proof['why']})", progress)
 
 
+# The speed phase's methods in the two orders it alternates: EASD resumes SD's run, so it always runs right after it
+TURNS = (("target", "sd", "easd"), ("sd", "easd", "target"))
+
+
+@dataclass
+class TakingTurns:
+    """The speed phase's runner: each repetition a pass over the timed problems, and on each problem target-only first
+    and then last, turn by turn, as bench rotates its methods (easd.lab.bench), so that the slow drift of a shared
+    machine's speed favours no method and shows in the spread of the repetitions."""
+
+    runner: LocalRunner
+    problems: list[Problem]
+
+    def __call__(self, items: list[WorkItem]):
+        place = {problem.id: i for i, problem in enumerate(self.problems)}
+        turn = lambda item: item.sample * len(self.problems) + place[item.problem.id]  # noqa: E731
+        return self.runner([_in_turn(item, turn(item)) for item in sorted(items, key=turn)])
+
+
+def _in_turn(item: WorkItem, turn: int) -> WorkItem:
+    order = TURNS[turn % len(TURNS)]
+    return replace(item, variants=tuple(sorted(item.variants, key=lambda v: order.index(v.label))))
+
+
 def _say(line: str, progress: bool) -> None:
     if progress:
         print(line, file=sys.stderr, flush=True)
+
+
+# --- the folder -------------------------------------------------------------------------------
+
+# what the report reads from run.json: a study's without any of them is cut short or not a study's
+STUDY_NEEDS = (
+    *("pair", "data", "format", "command"),
+    *(f"study.{key}" for key in ("problems", "tau_hs", "tau_os", "grid_problems", "speed_problems")),
+    *(f"settings.{key}" for key in ("tau_h", "tau_o", "top_n", "k", "temperature", "top_p", "seed", "max_new_tokens")),
+)
+
+
+def read_study_config(out: Path) -> dict | None:
+    """The run.json of a study's folder; None where the folder holds none, or eval's."""
+    config = read_config(out)
+    if config is None or "study" not in config:
+        return None
+    check_config(out, config, STUDY_NEEDS)
+    return config
+
+
+def check_study_folder(out: Path, config: dict, resume: bool) -> None:
+    """Before the model loads, one line if --out cannot take this study: a folder this process cannot write, one
+    holding other files, eval's, a study made with other settings, or, resumed, one of another plan (`check_plan`)."""
+    try:
+        writable_folder(out)
+    except OSError as err:
+        raise SettingsError("--out", f"{out} cannot be the study's folder ({err.strerror}: {err.filename})") from None
+    if not (out / "results.csv").exists() and any(out.iterdir()) and not _holds_a_study(out):
+        raise SettingsError("--out", f"{out} holds other files: give a new or empty folder, or a study's to --resume")
+    was = read_study_config(out)  # first: a study's run.json cut short is named as such
+    check_folder(out, config, resume, keys=tuple(k for k in RESUME_KEYS if k != "pair"))  # the pair: once loaded
+    if resume and was is not None:
+        check_plan(out, was["study"], config["study"])
+
+
+def _holds_a_study(out: Path) -> bool:
+    try:
+        return read_study_config(out) is not None
+    except EasdError:  # a run.json not ours: the folder is someone else's
+        return False
+
+
+# the plan's problems, by the flag that counts them: a resumed study may have more of each, never fewer
+PLANNED = {
+    "problems": ("--limit", "of {}"),
+    "grid_problems": ("--grid-limit", "whose τ grid ran on {}"),
+    "speed_problems": ("--speed-limit", "that timed {}"),
+}
+
+
+def check_plan(out: Path, was: dict, now: dict) -> None:
+    """A resumed study decodes the problems it began with, so that its rows answer one plan: --limit, --grid-limit
+    and --speed-limit may grow; --offset stays, and --speed-repeats once speed/ holds timings."""
+    if was.get("offset", 0) != now["offset"]:
+        raise SettingsError(
+            "--offset", f"{out} holds a study run with --offset {was.get('offset', 0)}: resume with it, or choose another --out"
+        )
+    repeats = was.get("speed_repeats", 1)  # a study made before repetitions timed once
+    if repeats != now["speed_repeats"] and (out / "speed" / "results.csv").exists():
+        raise SettingsError(
+            "--speed-repeats",
+            f"{out} holds a study timed with --speed-repeats {repeats}: resume with it, or delete {out / 'speed'} to time again",
+        )
+    for key, (flag, holding) in PLANNED.items():
+        before, after = was[key], now[key]
+        count = before if isinstance(before, int) else len(before)
+        if (after if isinstance(after, int) else len(after)) < count:
+            raise SettingsError(
+                flag,
+                f"{out} holds a study {holding.format(_count(count, 'problem'))}: resume with {flag} {count} or more, or choose another --out",
+            )
+        if not isinstance(before, int) and after[:count] != before:  # same flags, another file's problems
+            raise SettingsError(
+                "--data", f"its first problems are not those of the study in {out}: resume with its file, or choose another --out"
+            )
 
 
 # --- reading the folder -------------------------------------------------------------------------
@@ -139,23 +246,27 @@ def target_proof(rows: pd.DataFrame, greedy: bool) -> dict:
 
 def _results(folder: Path) -> pd.DataFrame:
     path = folder / "results.csv"
-    return load_results(path) if path.exists() else pd.DataFrame(columns=["problem_id", "method", "sample", "text", "correct"])
+    return load_results(path) if path.exists() else pd.DataFrame(columns=RESULT_COLUMNS)
 
 
 def analyse(out: Path, app_url: str = "http://127.0.0.1:7860/") -> dict:
     """Every figure of the report, from the folder alone (a resumed or copied folder reads the same)."""
-    config = json.loads((out / "run.json").read_text(encoding="utf-8"))
+    config = read_study_config(out)
+    if config is None:
+        raise EasdError(f"--out: {out} holds no study: run `python -m easd study` with this --out first")
     results, speed = _results(out), _results(out / "speed")
     proof = target_proof(pd.concat([results, speed]), float(config["settings"]["temperature"]) == 0)
     runs = {method: _traces(out, results, method) for method in ("sd", "easd")}  # each trace file read once
     accuracy = _accuracy(results, proof, config)
+    timed = _speed(speed, results)
     study = {
         "folder": str(out),
         "config": config,
         "accuracy": accuracy,
         "paired": _paired(results),
         "target": proof,
-        "speed": _speed(speed, results),
+        "speed": timed,
+        "speed_note": speed_note(timed),
         "grid": _grid(results, config),
         "fires": where_it_fires(runs["easd"]),
         "differences": differences(out, results, runs, app_url),
@@ -197,31 +308,77 @@ def _paired(results: pd.DataFrame) -> dict:
     }
 
 
+SPEED_METHODS = ("target", "sd", "easd")
+
+
 def _speed(speed: pd.DataFrame, results: pd.DataFrame) -> list[dict]:
-    """tokens/s timed one row at a time and the speed-up over target-only; the acceptance figures over every problem
-    (they do not depend on the clock)."""
-    timed = summary_table(speed).set_index("method") if len(speed) else pd.DataFrame()
+    """tokens/s timed one row at a time, as the median over repetitions with its range, and the speed-up over
+    target-only as the median of each repetition's own (its rows ran in the same minutes); the acceptance figures over
+    every problem (they do not depend on the clock)."""
     every = summary_table(results).set_index("method") if len(results) else pd.DataFrame()
-    base = timed["tokens_per_s"].get("target", np.nan) if len(timed) else np.nan
+    rates = _repetitions(speed)
     rows = []
-    for method in ("target", "sd", "easd"):
-        if method not in timed.index:
+    for method in SPEED_METHODS:
+        if not rates[method]:
             continue
-        rate = float(timed.at[method, "tokens_per_s"])
+        timed = speed[speed["method"] == method]
+        rate = spread(rates[method])
+        speedups = [a / b for a, b in zip(rates[method], rates["target"])]
+        ratio = spread(speedups) if speedups else None
         rows.append(
             {
                 "method": method,
-                "problems": int(timed.at[method, "problems"]),
-                "tokens": int(speed[speed["method"] == method]["new_tokens"].sum()),
-                "seconds": float(speed[speed["method"] == method]["seconds"].sum()),
-                "tokens_per_s": rate,
-                "speedup": rate / base if base and not np.isnan(base) else None,
+                "problems": int(timed["problem_id"].nunique()),
+                "repetitions": rate.n,
+                "tokens": int(timed["new_tokens"].sum()),
+                "seconds": float(timed["seconds"].sum()),
+                "tokens_per_s": rate.median,
+                "tokens_per_s_range": [rate.low, rate.high],
+                "spread": (rate.high - rate.low) / rate.median if rate.median else None,
+                "speedup": ratio.median if ratio else None,
+                "speedup_range": [ratio.low, ratio.high] if ratio else None,
                 "mean_acceptance_length": _number(every, method, "mean_acceptance_length"),
                 "draft_acceptance_rate": _number(every, method, "draft_acceptance_rate"),
                 "interventions_per_1k": _number(every, method, "interventions_per_1k"),
             }
         )
     return rows
+
+
+def _repetitions(speed: pd.DataFrame) -> dict[str, list[float]]:
+    """Each method's tokens/s in each repetition (a sample of speed/results.csv), over the problems every method ran in
+    it, so that like is timed with like in a repetition a stopped study left unfinished."""
+    rates = {method: [] for method in SPEED_METHODS}
+    for _, rows in speed.groupby("sample"):
+        ran = [rows[rows["method"] == method] for method in SPEED_METHODS]
+        common = set.intersection(*(set(group["problem_id"]) for group in ran))
+        timed = [group[group["problem_id"].isin(common)] for group in ran]
+        if common and all(group["seconds"].sum() > 0 for group in timed):
+            for method, group in zip(SPEED_METHODS, timed):
+                rates[method].append(float(group["new_tokens"].sum() / group["seconds"].sum()))
+    return rates
+
+
+def speed_note(rows: list[dict]) -> str:
+    """How the speeds were timed, and what their spread says: whether the machine was busy while they ran."""
+    if not rows:
+        return "Nothing timed yet."
+    repeats = rows[0]["repetitions"]
+    how = (
+        f"Each method timed {_count(repeats, 'time')} over the same problems, one row at a time in one process, "
+        "target-only first on one problem and last on the next; the median over repetitions, with their range."
+    )
+    again = "to time again, delete speed/ and rerun the study with --resume."
+    if repeats < 2:
+        return f"{how} One repetition has no spread to tell a busy machine by: these speeds may be a busy machine's; {again}"
+    busy = [row for row in rows if row["spread"] is not None and row["spread"] > BUSY_SPREAD]
+    if not busy:
+        return f"{how} Every method's repetitions agree within {BUSY_SPREAD:.0%}: the machine was quiet enough."
+    differ = ", ".join(f"{row['method']}'s by {row['spread']:.0%}" for row in busy)
+    return (
+        f"{how} The repetitions differ by more than {BUSY_SPREAD:.0%} ({differ}): the machine was busy while they ran, "
+        f"so these speeds are rough; {again}"
+    )
 
 
 def _number(table: pd.DataFrame, method: str, column: str) -> float | None:
@@ -427,6 +584,8 @@ def _count(n: int, noun: str) -> str:
 
 def markdown(study: dict) -> str:
     """The report's tables as markdown."""
+    from ..render.study import ranged
+
     config, settings = study["config"], study["config"]["settings"]
     lines = [f"# Does EASD help? {config['pair']} on {Path(config['data']).name}", "", study["verdict"], ""]
     lines += ["## Accuracy", "", "| method | problems | correct | accuracy (95% Wilson) | from |", "|---|---:|---:|---|---|"]
@@ -448,8 +607,8 @@ def markdown(study: dict) -> str:
         "",
         "## Speed",
         "",
-        "One row at a time, problem by problem on the same machine; EASD's time up to its first penalty is SD's (it "
-        "resumes SD's run: the same passes); acceptance over every problem.",
+        study["speed_note"] + " EASD's time up to its first penalty is SD's (it resumes SD's run: the same passes); "
+        "acceptance over every problem.",
         "",
         "| method | problems timed | tokens | tokens/s | speed-up over target-only | mean acceptance length | draft acceptance rate | penalties / 1k tokens |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -459,8 +618,8 @@ def markdown(study: dict) -> str:
             row["method"],
             str(row["problems"]),
             f"{row['tokens']:,}",
-            f"{row['tokens_per_s']:.2f}",
-            _figure(row["speedup"], "{:.2f}×"),
+            ranged(row["tokens_per_s"], row["tokens_per_s_range"], "{:.2f}"),
+            ranged(row["speedup"], row["speedup_range"], "{:.2f}×"),
             _figure(row["mean_acceptance_length"], "{:.2f}"),
             _figure(row["draft_acceptance_rate"], "{:.3f}"),
             _figure(row["interventions_per_1k"], "{:.1f}") if row["method"] == "easd" else "—",

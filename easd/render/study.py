@@ -145,8 +145,8 @@ def _speed(study: dict) -> Html:
             r["method"],
             r["problems"],
             f"{r['tokens']:,}",
-            f"{r['tokens_per_s']:.2f}",
-            "—" if r["speedup"] is None else f"{r['speedup']:.2f}×",
+            ranged(r["tokens_per_s"], r["tokens_per_s_range"], "{:.2f}"),
+            ranged(r["speedup"], r["speedup_range"], "{:.2f}×"),
             "—" if r["mean_acceptance_length"] is None else f"{r['mean_acceptance_length']:.2f}",
             "—" if r["draft_acceptance_rate"] is None else f"{r['draft_acceptance_rate']:.3f}",
         ]
@@ -162,12 +162,20 @@ def _speed(study: dict) -> Html:
         "draft acceptance rate",
     ]
     note = (
-        "Timed one row at a time, target-only, SD and EASD problem by problem in one process on this machine. EASD "
-        "resumes SD's run at its first penalty, so its time up to there is SD's (the same passes: SD computes the "
-        "same signals); a run where EASD never fires times as SD's. The acceptance figures (vLLM's definitions) "
-        "count every problem's drafts."
+        f"{study['speed_note']} EASD resumes SD's run at its first penalty, so its time up to there is SD's (the same "
+        "passes: SD computes the same signals); a run where EASD never fires times as SD's. The acceptance figures "
+        "(vLLM's definitions) count every problem's drafts."
     )
     return join([tag("h2", "Speed"), tag("p", note), table(header, rows, numeric={1, 2, 3, 4, 5, 6})])
+
+
+def ranged(value: float | None, bounds: list[float] | None, form: str) -> str:
+    """A median and, where repetitions differ, their range: 12.30 (11.90–12.80)."""
+    if value is None:
+        return "—"
+    if not bounds or bounds[0] == bounds[1]:
+        return form.format(value)
+    return f"{form.format(value)} ({form.format(bounds[0])}–{form.format(bounds[1])})"
 
 
 def _grid(study: dict) -> Html:
