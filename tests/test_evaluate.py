@@ -23,6 +23,7 @@ from easd.lab.evaluate import (
     parse_methods,
     pending_work,
     run_evaluation,
+    trace_name,
 )
 from easd.lab.problems import is_correct, load_problems
 from easd.lab.report import (
@@ -650,11 +651,12 @@ def test_a_row_whose_trace_was_never_written_runs_again(hf_tiny_pair, data, tmp_
     config = {"pair": "tiny", "data": str(data), "format": "gsm8k", "shuffle": None, "samples": 1, "settings": {}}
     variants = parse_methods("sd,easd", DecodeSettings(max_new_tokens=8, tau_h=0.5))
     before = run_evaluation(LocalRunner(hf_tiny_pair), problems, variants, 1, tmp_path, config, keep_traces=True, progress=False)
-    (tmp_path / "traces" / "1-easd-s0.json").unlink()  # killed between the row and its trace
+    easd_row = {"problem_id": "1", "method": "easd", "sample": 0}
+    (tmp_path / "traces" / trace_name(easd_row)).unlink()  # killed between the row and its trace
     after = run_evaluation(
         LocalRunner(hf_tiny_pair), problems, variants, 1, tmp_path, config, resume=True, keep_traces=True, progress=False
     )
-    assert sorted(keys(after)) == sorted(keys(before)) and (tmp_path / "traces" / "1-easd-s0.json").is_file()
+    assert sorted(keys(after)) == sorted(keys(before)) and (tmp_path / "traces" / trace_name(easd_row)).is_file()
     assert {r["text"] for r in after if r["problem_id"] == "1"} == {r["text"] for r in before if r["problem_id"] == "1"}
 
 

@@ -177,7 +177,7 @@ def test_too_few_values_on_any_route_get_one_line(served, route, capfd):
     answered = post(url, route, {"data": ["Hi"]})
     name = route.split("/")[1]
     assert answered.status_code == 422
-    assert answered.json()["detail"].startswith(f"{name} takes 18 values in this order: prompt, tau_h")
+    assert answered.json()["detail"].startswith(f"{name} takes {len(parameters())} values in this order: prompt, tau_h")
     assert "Traceback" not in capfd.readouterr().err
 
 

@@ -387,7 +387,7 @@ def test_a_study_killed_mid_row_mid_trace_and_mid_run_json_loses_nothing(made, t
     last = before.iloc[-1]
     whole = (out / "results.csv").read_bytes()
     (out / "results.csv").write_bytes(whole[: whole.rindex(last["text"][:4].encode()) + 4])
-    (out / "traces" / f"{before.iloc[0]['problem_id']}-{before.iloc[0]['method']}-s0.json").unlink()
+    (out / "traces" / trace_name(before.iloc[0])).unlink()
     assert main(study_command(data, out, "--resume")) == 0
     after = load_results(out / "results.csv")
     key = ["problem_id", "method", "sample"]
