@@ -92,7 +92,10 @@ def test_too_few_values_get_one_line_naming_them(app_url, data):
         post_raw(app_url, {"data": data})
     assert caught.value.code == 422
     detail = json.loads(caught.value.read())["detail"]
-    assert detail.startswith(f"compare takes {len(ARGUMENTS)} values in this order: prompt, tau_h") and f"(got {len(data)})" in detail
+    assert (
+        detail.startswith(f"compare takes {len(ARGUMENTS)} values in this order: prompt, tau_h")
+        and f"(got {len(data)})" in detail
+    )
     assert [name for name, *_ in parameters()] == list(ARGUMENTS) and list(ARGUMENTS)[14:16] == ["mti_tau", "mti_omega"]
 
 

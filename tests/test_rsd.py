@@ -153,7 +153,7 @@ def test_the_command_line_runs_rsd_with_a_prm_and_refuses_it_without(prm_folder,
     generate = ["generate", "--pair", "tiny-random", "--method", "rsd", "--prompt", "Tom has 3 apples.", "--max-new-tokens", "12"]
     assert main(generate) == 2 and "--prm: RSD asks a process reward model" in capsys.readouterr().err
     assert main([*generate, "--prm", str(prm_folder), "--rsd-delimiter", " "]) == 0
-    assert "interventions" in capsys.readouterr().out
+    assert "rewritten tokens " in capsys.readouterr().out  # its interventions, in its own words
     data = tmp_path / "problems.jsonl"
     data.write_text('{"question": "Tom has 3 apples and buys 5 more.", "answer": "#### 8"}\n')
     evaluate = ["eval", "--pair", "tiny-random", "--data", str(data), "--methods", "target,rsd", "--max-new-tokens", "12"]

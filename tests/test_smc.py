@@ -109,3 +109,22 @@ def test_the_same_seed_decodes_the_same_and_in_chunks_too(tiny_pair):
             break
         snapshot = progress.snapshot
     assert [r.token_id for r in records] == first.token_ids
+
+
+def test_either_lane_runs_it_beside_specguard_and_the_inspector_says_why(hf_tiny_pair):
+    """The app's comparison: SMC-SD in one lane, SpecGuard in the other, one batch; each token's inspector names
+    what decided it (the particles' weights and ESS; the step's candidates and scores)."""
+    from easd.method.compare import Comparison
+    from easd.method.whatif import RuleView
+    from easd.render.inspector import inspector_html
+    from easd.render.lanes import legend_html
+
+    settings = make_settings(max_new_tokens=16, specguard_delimiter=" ", smc_particles=3)
+    traces = Comparison(hf_tiny_pair, PROMPTS[0], settings, methods={"left": "smc", "right": "specguard"}).run()
+    assert [len(t.records) for t in traces.values()] == [16, 16]
+    smc = str(inspector_html("left", traces["left"], traces["left"].records[0], RuleView.of(settings)))
+    assert "particles each drafted" in smc and "effective sample size" in smc and "particle, its cycle" in smc
+    guard = str(inspector_html("right", traces["right"], traces["right"].records[0], RuleView.of(settings)))
+    assert "candidates and the most consistent was checked" in guard and "threshold 0.6" in guard
+    legend = str(legend_html())
+    assert all(label in legend for label in ("particle&#x27;s draft", "draft step kept", "step recomputed (target)"))

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         trace_io.write_csv([trace], args.trace)
     if args.json:
         trace_io.write_json([trace], args.json)
-    print(summary_line(summarize(trace)))
+    print(summary_line(summarize(trace), lookup(trace.settings.method)))
     return 0
 
 
@@ -79,7 +79,8 @@ def _read_prompt(args: argparse.Namespace) -> str:
     return prompt
 
 
-def summary_line(summary: dict) -> str:
+def summary_line(summary: dict, method) -> str:
+    """One line of a run's figures; its interventions in its method's words (EASD's penalties, MTI's guided tokens)."""
     parts = [f"{summary['new_tokens']} tokens", f"{_fmt(summary['tokens_per_s'], '.2f')} tokens/s"]
     parts.append(f"mean acceptance length {_fmt(summary['mean_acceptance_length'], '.2f')}")
     parts.append(f"draft acceptance rate {_fmt(summary['draft_acceptance_rate'], '.3f')}")
@@ -87,9 +88,8 @@ def summary_line(summary: dict) -> str:
         parts.append("by position " + " ".join(f"{rate:.2f}" for rate in summary["conditional_acceptance"]))
     parts.append(f"{summary['penalized']} penalized ({summary['fragile_penalties']} fragile)")
     parts.append(f"rule fired {summary['fired']} ({summary['fragile']} fragile decisions)")
-    parts.append(
-        f"interventions {summary['interventions']} (EASD's penalties, MTI's guided tokens, RSD's rewritten steps' tokens)"
-    )
+    if method.intervenes:
+        parts.append(f"{method.intervention[1]} {summary['interventions']}")
     parts.append(f"stop: {summary['stop_reason']}")
     return " | ".join(parts)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..errors import SettingsError
+from ..method.methods import lookup
 from ..method.pair import ModelPair
 from .evaluate import LocalRunner, Variant, WorkItem
 from .problems import Problem
@@ -43,11 +44,12 @@ def rerun_batch_size(batch_size: int, count: int) -> int:
 def check_reproducible(
     pair: ModelPair, problems: list[Problem], variants: list[Variant], rows: list[dict], batch_size: int, count: int
 ) -> pd.DataFrame:
-    """One row per EASD variant: how many of the first `count` problems' first penalties moved in the other order.
+    """One row per variant of a method that refuses drafts (EASD's): how many of the first `count` problems' first
+    refusals moved in the other order.
 
     `rows` are the evaluation's results (results.csv as read back); `batch_size` is the one it ran with.
     """
-    easd = tuple(v for v in variants if v.settings.method == "easd")
+    easd = tuple(v for v in variants if lookup(v.settings.method).refuses)
     if not easd:
         raise SettingsError("--check-reproducible", "needs an EASD method in --methods, e.g. --methods sd,easd")
     rerun_rows = rerun_batch_size(batch_size, count)

@@ -45,7 +45,7 @@ class ServingMetrics:
         )
         self.interventions = Counter(
             "easd:interventions",
-            "Tokens a method chose against its plain model: EASD's penalties, MTI's guided tokens, RSD's rewritten tokens",
+            "Tokens a method chose against its plain model (its interventions: EASD's penalties, MTI's guided tokens, …)",
             method,
             registry=r,
         )
