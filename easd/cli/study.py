@@ -50,7 +50,7 @@ def add(parser: argparse.ArgumentParser) -> None:
     titles = ", ".join(f"{name} ({method.title})" for name, method in studied().items())
     group.add_argument("--method", default="easd", help=f"the method compared with SD and target-only: {titles}")
     group.add_argument("--grid-limit", type=int, default=20, help="the first this many problems also run the method's grid")
-    add_grid_flags(group, list(studied().values()))
+    add_grid_flags(group, list(studied().values()), chooser="--method")
     group.add_argument("--speed-limit", type=int, default=5, help="the first this many problems are timed one row at a time")
     group.add_argument(
         "--speed-repeats",
