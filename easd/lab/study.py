@@ -318,8 +318,7 @@ def described(method: Method) -> dict:
         "title": method.title,
         "follows": method.follows,
         "intervention": list(method.intervention),  # one and several, in words: "penalty", "penalties"
-        "intervention_origins": list(method.intervention_origins),
-        "grid": list(method.grid),
+        "intervention_origins": list(method.intervention_origins),  # what "where it intervenes" counts
     }
 
 
