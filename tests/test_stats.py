@@ -1,9 +1,9 @@
-"""Wilson intervals, the exact McNemar test, the paired bootstrap and majority votes, against known values."""
+"""Wilson intervals, the exact McNemar test and its power, the paired bootstrap and majority votes, against known values."""
 
 import numpy as np
 import pytest
 
-from easd.lab.stats import majority, mcnemar_exact, paired_bootstrap, spread, wilson
+from easd.lab.stats import detectable_difference, majority, mcnemar_exact, mcnemar_problems, paired_bootstrap, spread, wilson
 
 
 @pytest.mark.parametrize(
@@ -18,6 +18,51 @@ def test_wilson_matches_published_values(correct, total, low, high):
 @pytest.mark.parametrize("only_a, only_b, p", [(1, 8, 0.0390625), (0, 5, 0.0625), (3, 3, 1.0), (0, 0, 1.0), (2, 10, 0.0385742)])
 def test_exact_mcnemar(only_a, only_b, p):
     assert mcnemar_exact(only_a, only_b) == pytest.approx(p, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    "discordant, difference, problems",
+    [
+        # ψ = 0.25, δ = 0.10: [1.959964 × 0.5 + 0.841621 × √0.24]² / 0.01 = [0.979982 + 0.412308]² / 0.01 = 193.85
+        (0.25, 0.10, 194),
+        (0.25, -0.10, 194),  # either method's gain
+        (0.20, 0.08, 243),
+        (0.10, 0.035, 639),
+        (0.05, 0.05, 155),  # every discordant problem one way: [1.959964 √0.05 + 0.841621 √0.0475]² / 0.0025
+    ],
+)
+def test_mcnemar_problems_by_connors_formula(discordant, difference, problems):
+    assert mcnemar_problems(discordant, difference) == problems
+
+
+def test_mcnemar_problems_refuses_to_extrapolate_where_no_n_can():
+    assert mcnemar_problems(0.0, 0.035) is None  # no discordant problem seen: the discordance must be assumed
+    assert mcnemar_problems(0.02, 0.035) is None  # a gain larger than the share of problems where the two part
+    assert mcnemar_problems(0.2, 0.0) is None
+    assert detectable_difference(0.0, 100) is None and detectable_difference(1.0, 3) is None  # 3.84 pairs at the least
+
+
+@pytest.mark.parametrize("discordant, problems", [(0.1, 100), (0.3, 500), (1.0, 4)])
+def test_the_detectable_difference_is_the_formula_solved_for_it(discordant, problems):
+    delta = detectable_difference(discordant, problems)
+    assert 0 < delta <= discordant
+    assert mcnemar_problems(discordant, delta) <= problems < mcnemar_problems(discordant, 0.999 * delta)
+
+
+def simulated_power(discordant: float, difference: float, problems: int, runs: int = 4000) -> float:
+    """The share of simulated studies of `problems` pairs whose exact McNemar test rejects at α = 0.05."""
+    rng = np.random.default_rng(0)
+    shares = [(discordant + difference) / 2, (discordant - difference) / 2, 1 - discordant]
+    return float(np.mean([mcnemar_exact(int(a), int(b)) < 0.05 for a, b, _ in rng.multinomial(problems, shares, size=runs)]))
+
+
+@pytest.mark.parametrize("discordant, difference", [(0.2, 0.08), (0.1, 0.035), (0.05, 0.05)])
+def test_the_problems_it_gives_reach_80_percent_power_in_simulation(discordant, difference):
+    """Connor's n, simulated: the exact test rejects in about 80% of studies of that many problems (a few points
+    fewer: the exact test is conservative, the formula its normal approximation), and in far fewer with half as many."""
+    problems = mcnemar_problems(discordant, difference)
+    assert simulated_power(discordant, difference, problems) == pytest.approx(0.8, abs=0.05)
+    assert simulated_power(discordant, difference, problems // 2) < 0.6
 
 
 def test_paired_bootstrap_brackets_the_difference():

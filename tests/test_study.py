@@ -15,10 +15,11 @@ from easd.lab.evaluate import trace_name, trace_path
 from easd.lab.problems import load_problems
 from easd.lab.report import paired_row
 from easd.lab.results_table import load_results
-from easd.lab.stats import mcnemar_exact
-from easd.lab.study import StudyPlan, analyse, run_study, speed_note, token_kind, write_report
+from easd.lab.stats import detectable_difference, mcnemar_exact, mcnemar_problems
+from easd.lab.study import StudyPlan, analyse, power_lines, run_study, speed_note, token_kind, write_report
+from easd.lab.study import power as study_power
 from easd.method.generation import Generation
-from easd.method.methods import settings_values
+from easd.method.methods import make_settings, settings_values
 from easd.method.settings import DecodeSettings
 from easd.render.study import study_file
 from easd.traces.files import read_json
@@ -41,7 +42,7 @@ def data(tmp_path):
     return problem_file(tmp_path)
 
 
-def config_of(data: Path, base: DecodeSettings, plan_problems, grid: int, speed: int, tau_hs, tau_os) -> dict:
+def config_of(data: Path, base: DecodeSettings, plan_problems, grid: int, speed: int, values: dict) -> dict:
     """What the command writes to run.json, for a study made through `run_study` directly."""
     settings = {k: v for k, v in settings_values(base).items() if k not in ("method", "rule")}
     return {
@@ -55,9 +56,9 @@ def config_of(data: Path, base: DecodeSettings, plan_problems, grid: int, speed:
         "command": "python -m easd study (test)",
         "study": {
             "tau_h_source": "not calibrated: --tau-h 0.5",
+            "method": base.method,
             "problems": len(plan_problems),
-            "tau_hs": list(tau_hs),
-            "tau_os": list(tau_os),
+            "grid": {setting: list(points) for setting, points in values.items()},
             "grid_problems": [p.id for p in plan_problems[:grid]],
             "speed_problems": [p.id for p in plan_problems[:speed]],
             "target_runs": "timed",
@@ -66,13 +67,16 @@ def config_of(data: Path, base: DecodeSettings, plan_problems, grid: int, speed:
     }
 
 
-def study(tiny_pair, data, out, temperature=0.0, limit=4, resume=False):
+EASD_GRID = {"tau_h": (0.5, 1.0), "tau_o": (0.4, 0.8)}
+
+
+def study(tiny_pair, data, out, temperature=0.0, limit=4, resume=False, method="easd", grid=EASD_GRID, **settings):
+    """A study of `method` (at `settings`, its own by their flat names) against SD, its grid's values `grid`."""
     problems = load_problems(data, "gsm8k", limit, 0, None, "qwen25-math-cot")
-    base = DecodeSettings(method="easd", tau_h=0.5, tau_o=0.8, max_new_tokens=TOKENS, temperature=temperature, top_p=1.0)
-    plan = StudyPlan(
-        problems, base, grid_limit=2, speed_limit=2, tau_hs=(0.5, 1.0), tau_os=(0.4, 0.8), batch_size=4, speed_repeats=1
-    )
-    run_study(tiny_pair, plan, out, config_of(data, base, problems, 2, 2, plan.tau_hs, plan.tau_os), resume, progress=False)
+    common = dict(tau_h=0.5, tau_o=0.8, max_new_tokens=TOKENS, temperature=temperature, top_p=1.0)
+    base = make_settings(method=method, **common, **settings)
+    plan = StudyPlan(problems, base, grid_limit=2, speed_limit=2, grid=grid, batch_size=4, speed_repeats=1)
+    run_study(tiny_pair, plan, out, config_of(data, base, problems, 2, 2, grid), resume, progress=False)
     found = analyse(out)
     write_report(out, found)
     return plan, found
@@ -113,11 +117,11 @@ def test_a_greedy_study_answers_with_paired_figures_a_grid_and_the_target_read_f
         alone = Generation(tiny_pair, problem.prompt, replace(plan.base, tau_h=1.0, tau_o=0.4), system=problem.system).run()
         row = results[(results["method"] == "easd@1/0.4") & (results["problem_id"] == problem.id)].iloc[0]
         assert row["text"] == alone.text
-    # where it fires: every penalty of the EASD traces counted once, by position and by kind
+    # where it intervenes: every penalty of the EASD traces counted once, by position and by the kind of draft refused
     penalties = int(easd["penalized"].sum())
-    fires = found["fires"]
-    assert fires["penalties"] == penalties == sum(fires["by_tenth"]) == sum(fires["by_kind"].values())
-    assert sum(p["count"] for p in fires["pairs"]) <= penalties
+    fires = found["interventions"]
+    assert fires["count"] == penalties == sum(fires["by_tenth"]) == sum(fires["by_kind"].values()) == fires["set_aside"]
+    assert sum(p["count"] for p in fires["pairs"]) <= penalties and fires["kind_of"] == "kind of token set aside"
     # the files
     for name in ("study.json", "study.md", "study.html"):
         assert (out / name).stat().st_size > 0
@@ -171,17 +175,17 @@ def test_a_study_resumed_with_more_problems_adds_them_and_repeats_nothing(tiny_p
 
 
 def test_the_report_escapes_model_output_and_runs_only_its_hashed_scripts(greedy):
-    found = {**greedy[1], "fires": dict(greedy[1]["fires"])}
+    found = {**greedy[1], "interventions": dict(greedy[1]["interventions"])}
     hostile = "<img src=x onerror=alert(1)>"
-    found["fires"]["pairs"] = [{"refused": hostile, "chosen": "</script><script>alert(2)</script>", "count": 1}]
+    found["interventions"]["pairs"] = [{"set_aside": hostile, "chosen": "</script><script>alert(2)</script>", "count": 1}]
     found["differences"] = [
         {
             "problem_id": hostile,
             "gold": hostile,
-            "sd": hostile,
-            "sd_correct": False,
-            "easd": "1",
-            "easd_correct": True,
+            "left": hostile,
+            "left_correct": False,
+            "right": "1",
+            "right_correct": True,
             "token": 3,
             "app_link": "http://127.0.0.1:7860/?eval=study&problem=%3Cimg%3E&token=3",
             "file": "differences/%3Cimg.html#right-3",
@@ -228,9 +232,19 @@ def test_the_command_line_says_what_is_wrong_before_loading_a_model(data, tmp_pa
         (["--data", str(data), "--calibration", str(data)], "--calibration: .* is not a calibration.json"),
         (["--data", str(data), "--app-url", "javascript:alert(1)"], "--app-url: must be the app's address"),
     ]
+    # a method the study cannot compare with SD: SD and target-only themselves, beam search (it decodes alone), none
+    for method in ("sd", "target", "beam", "easd:no_overlap"):
+        message = f"--method: must be one of easd, mti, rsd, specguard, smc, draft: the methods a study compares with SD (got '{method}')"
+        cases.append((["--data", str(data), "--method", method], re.escape(message)))
+    for effect in ("0", "-3.5", "101", "nan", "inf"):
+        for extra in (["--data", str(data)], ["--report-only"]):
+            cases.append(
+                ([*extra, "--effect", effect], r"--effect: must be a gain in accuracy points, more than 0 and at most 100")
+            )
     for extra, message in cases:
         assert main(["study", "--pair", "tiny-random", "--out", str(tmp_path / "out"), *extra]) == 2
-        assert re.search(message, capsys.readouterr().err), message
+        err = capsys.readouterr().err
+        assert re.search(message, err) and err.count("\n") == 1 and "models:" not in err, (message, err)
 
 
 def test_the_command_line_study_reads_tau_h_from_a_calibration_and_says_so(data, tmp_path, capsys):
@@ -365,6 +379,7 @@ def test_a_folder_that_is_not_a_study_is_refused_and_left_as_it_was(data, tmp_pa
         (["--speed-limit", "0"], "--speed-limit: {out} holds a study that timed 1 problem: resume with --speed-limit 1 or more"),
         (["--speed-repeats", "3"], "--speed-repeats: {out} holds a study timed with --speed-repeats 2: resume with it"),
         (["--k", "2"], "--resume: {out} was run with other settings"),
+        (["--method", "mti"], "--method: {out} holds a study of easd against SD: resume with --method easd"),
     ],
 )
 def test_a_study_resumed_with_another_plan_is_refused_saying_what_it_was(made, capsys, changed, message):
@@ -440,4 +455,150 @@ def test_a_study_stopped_before_its_first_row_reports_that_it_has_none(made, tmp
     out.mkdir()
     shutil.copy(made[1] / "run.json", out / "run.json")
     assert main(["study", "--out", str(out), "--report-only"]) == 0  # was KeyError: 'prediction_easd'
-    assert "No problem has both an SD and an EASD run yet." in capsys.readouterr().out
+    assert "No problem has been decoded by both SD and EASD yet." in capsys.readouterr().out
+
+
+# --- any method against SD (--method), and how many problems it would take ---------------------------------------
+
+MTI_FLAGS = ["--method", "mti", "--mti-taus", "0.5,2", "--mti-omegas", "1.5", "--speed-repeats", "1"]
+
+
+@pytest.fixture(scope="module")
+def mti_made(tmp_path_factory):
+    """A study of MTI against SD that the command line made (3 problems, its τ × ω grid on 2, 1 timed): (data, folder)."""
+    folder = tmp_path_factory.mktemp("mti")
+    data = problem_file(folder)
+    argv = ["study", "--pair", "tiny-random", "--data", str(data), "--limit", "3", "--max-new-tokens", "8"]
+    assert main([*argv, "--grid-limit", "2", "--speed-limit", "1", *MTI_FLAGS, "--out", str(folder / "study")]) == 0
+    return data, folder / "study"
+
+
+def test_a_study_compares_mti_with_sd_over_its_own_grid(mti_made):
+    _, out = mti_made
+    results, speed = load_results(out / "results.csv"), load_results(out / "speed" / "results.csv")
+    grid_problems = set(results["problem_id"].unique()[:2])
+    # MTI on every problem, its own grid (τ × ω, not τ_H × τ_O) on the grid's problems, SD and target-only as for EASD
+    assert set(results["method"]) == {"sd", "mti", "mti@0.5/1.5", "mti@2/1.5"}
+    assert set(results[results["method"].str.startswith("mti@")]["problem_id"]) == grid_problems
+    assert sorted(set(speed["method"])) == ["mti", "sd", "target"]
+    found = json.loads((out / "study.json").read_text())
+    assert found["method"]["name"] == "mti" and found["config"]["study"]["method"] == "mti"
+    assert found["method"]["label"] == "mti (MTI; MTI τ = 1, MTI ω = 1.5)"
+    again = paired_row(results, "mti", "sd")
+    assert (found["paired"]["only_a"], found["paired"]["only_b"]) == (again["only_a"], again["only_b"])
+    assert found["verdict"].startswith("On 3 problems, MTI vs SD: ")
+    grid = found["grid"]
+    assert grid["settings"] == ["mti_tau", "mti_omega"] and set(grid["cells"]) == {"0.5/1.5", "2/1.5"}
+    for key, cell in grid["cells"].items():  # each point's guided tokens per 1,000, from its own rows
+        rows = results[results["method"] == f"mti@{key}"]
+        assert cell["runs"] == 2 and cell["interventions_per_1k"] == pytest.approx(
+            1000 * rows["interventions"].sum() / rows["new_tokens"].sum()
+        )
+    # where it intervenes: MTI's guided tokens, read by their origin; MTI's records name no token set aside
+    mti = results[results["method"] == "mti"]
+    found_here = found["interventions"]
+    assert found_here["count"] == int(mti["interventions"].sum()) == sum(found_here["by_kind"].values()) > 0
+    assert found_here["set_aside"] == 0 and found_here["kind_of"] == "kind of token written"
+    assert all(p["set_aside"] is None for p in found_here["pairs"])
+    assert found["calibration"] == {}  # τ_H's calibration is EASD's: MTI's grid has no τ_H
+    for d in found["differences"]:
+        assert "left=sd" in d["app_link"] and "right=mti" in d["app_link"]
+    report, page = (out / "study.md").read_text(), (out / "study.html").read_text()
+    assert report.startswith("# Does MTI help?") and "## Where MTI intervenes" in report and "guided tokens" in report
+    assert "| MTI τ \\ MTI ω | 1.5 |" in report and "after the fact" not in report and "τ_H = " not in report
+    assert "<h2>Where MTI intervenes</h2>" in page and "Sensitivity to MTI τ × MTI ω" in page
+    assert page.count('class="figure"') == 2 + 3  # where it intervenes; the grid: two heatmaps and its line
+
+
+def test_a_study_resumed_with_another_method_is_refused(mti_made, capsys):
+    data, out = mti_made
+    argv = ["study", "--pair", "tiny-random", "--data", str(data), "--limit", "3", "--max-new-tokens", "8", "--grid-limit", "2"]
+    argv += ["--speed-limit", "1", "--speed-repeats", "1", "--resume", "--out", str(out)]
+    for method in ([], ["--method", "easd"]):  # the default is EASD: a study of MTI resumes only as one
+        message = f"--method: {out} holds a study of mti against SD: resume with --method mti, or choose another --out"
+        assert message in refused([*argv, *method], capsys)
+
+
+def test_a_study_of_specguard_by_confidence_alone_on_llama_cpp_draws_its_one_setting_grid_as_a_line(data, tmp_path, capsys):
+    argv = ["study", "--pair", "tiny-random", "--backend", "llama.cpp", "--data", str(data), "--limit", "2"]
+    argv += ["--max-new-tokens", "8", "--grid-limit", "1", "--speed-limit", "1", "--speed-repeats", "1"]
+    argv += ["--method", "specguard", "--specguard-thresholds", "0.3,0.9"]
+    # attention grounding needs the draft's attention, which llama.cpp does not expose: one line, nothing decoded
+    assert main([*argv, "--out", str(tmp_path / "attention")]) == 2
+    err = capsys.readouterr().err
+    assert "error: --specguard-grounding: attention needs the draft's attention weights" in err and "Traceback" not in err
+    assert not (tmp_path / "attention" / "results.csv").exists()
+    out = tmp_path / "confidence"
+    assert main([*argv, "--specguard-grounding", "none", "--out", str(out)]) == 0
+    found = json.loads((out / "study.json").read_text())
+    assert found["method"]["label"] == "specguard (SpecGuard, confidence only; SpecGuard threshold = 0.6)"
+    assert set(found["grid"]["cells"]) == {"0.3", "0.9"} and found["grid"]["labels"] == ["SpecGuard threshold"]
+    report = (out / "study.md").read_text()
+    assert "| SpecGuard threshold | 0.3 | 0.9 |" in report and "recomputed tokens per 1,000 tokens" in report
+    assert (out / "study.html").read_text().count('class="figure"') == 2 + 1  # where it intervenes; the grid's line
+
+
+def test_a_study_made_before_method_reads_as_easd(made, tmp_path, capsys):
+    """run.json of a study made before --method: no study.method, the grid as tau_hs and tau_os."""
+    data, made_out = made
+    out = tmp_path / "old"
+    shutil.copytree(made_out, out)
+    config = json.loads((out / "run.json").read_text())
+    grid = config["study"].pop("grid")
+    del config["study"]["method"]
+    config["study"] |= {"tau_hs": grid["tau_h"], "tau_os": grid["tau_o"]}
+    (out / "run.json").write_text(json.dumps(config))
+    assert main(["study", "--out", str(out), "--report-only"]) == 0
+    assert "# Does EASD help?" in capsys.readouterr().out
+    old, new = (json.loads((folder / "study.json").read_text()) for folder in (out, made_out))
+    assert old["method"] == new["method"] and old["method"]["name"] == "easd"
+    assert old["grid"] == new["grid"] and old["interventions"] == new["interventions"]
+    resumed = study_command(data, out, "--resume", "--method", "mti")
+    assert f"--method: {out} holds a study of easd against SD: resume with --method easd" in refused(resumed, capsys)
+
+
+def test_the_report_says_how_many_problems_it_would_take(greedy, tmp_path):
+    """The smallest difference the study could have detected, and the problems (and days) a gain of --effect needs,
+    from its discordant problems: the tiny pair is right nowhere, so the verdicts are set here."""
+    _, _, made_out = greedy
+    out = tmp_path / "study"
+    shutil.copytree(made_out, out)
+    results = pd.read_csv(out / "results.csv", dtype=str, keep_default_na=False)
+    problems = sorted(results["problem_id"].unique())  # 4: EASD right on three, SD on the other
+    results["correct"] = [
+        str((row["method"] == "sd") == (row["problem_id"] == problems[0])) if row["method"] in ("sd", "easd") else row["correct"]
+        for _, row in results.iterrows()
+    ]
+    results.to_csv(out / "results.csv", index=False)
+    found = analyse(out, effect=10)
+    power = found["power"]
+    assert (power["pairs"], power["discordant"], power["effect"]) == (4, 1.0, 10)
+    assert power["detectable"] == pytest.approx(detectable_difference(1.0, 4)) and 0 < power["detectable"] <= 1
+    assert power["needed"] == mcnemar_problems(1.0, 0.10) > 4
+    timed = {row["method"]: row["seconds_per_problem"] for row in found["speed"]}
+    assert power["seconds_per_problem"] == pytest.approx(timed["sd"] + timed["easd"])
+    assert power["days"] == pytest.approx(power["needed"] * power["seconds_per_problem"] / 86400)
+    said = f"it could have detected ±{100 * power['detectable']:.1f} points; detecting +10 points would take ~{power['needed']:,} problems (~"
+    assert said in found["verdict"] and found["verdict"].endswith(" on this machine).")
+    write_report(out, found)
+    report, page = (out / "study.md").read_text(), (out / "study.html").read_text()
+    assert "## How many problems would it take?" in report and "<h2>How many problems would it take?</h2>" in page
+    for text in (f"±{100 * power['detectable']:.1f} points", f"would take ~{power['needed']:,} problems", "Connor 1987"):
+        assert text in report and html.escape(text) in page
+
+
+def test_the_power_section_says_when_a_days_decoding_is_not_enough():
+    speed = [{"method": "target", "seconds_per_problem": 10.0}] + [
+        {"method": m, "seconds_per_problem": 300.0} for m in ("sd", "x")
+    ]
+    paired = {"pairs": 100, "only_a": 7, "only_b": 5}
+    power = study_power(paired, speed, 3.5)
+    assert (power["per_day"], power["needed"]) == (144, mcnemar_problems(0.12, 0.035))
+    study = {"power": power, "paired": paired, "method": {"title": "X"}}
+    lines = " ".join(power_lines(study))
+    assert f"~{power['needed']:,} problems" in lines and "600.0 s a problem, ~144 problems a day" in lines
+    assert f"more than this machine decodes in a day: ~{power['days']:.1f} days" in lines and power["days"] > 1
+    # no discordant problem: nothing to extrapolate from, and the report says so instead of a number
+    alike = study_power({"pairs": 100, "only_a": 0, "only_b": 0}, speed, 3.5)
+    assert alike["needed"] is None and alike["detectable"] is None
+    assert "must be assumed: this study does not extrapolate" in " ".join(power_lines({**study, "power": alike}))

@@ -122,13 +122,13 @@ def add_decode_flags(
             group.add_argument(flag, type=kind, default=default, help=f"{knob.help} ({knob.describe()})")
 
 
-def add_grid_flags(parser, methods) -> None:
+def add_grid_flags(parser, methods, chooser: str = "--grid") -> None:
     """A list flag for every setting the grids of `methods` sweep (--tau-hs, --tau-os, --mti-taus, …), each made from
     its setting's declaration: its values, comma-separated, by default the setting's own grid (its one value where it
-    declares none)."""
+    declares none). `chooser`: the flag that picks the method, as the help names it (sweep's --grid)."""
     known = knobs()
     for setting in dict.fromkeys(name for method in methods for name in method.grid):
-        knob, whose = known[setting], ", ".join(f"--grid {m.name}" for m in methods if setting in m.grid)
+        knob, whose = known[setting], ", ".join(f"{chooser} {m.name}" for m in methods if setting in m.grid)
         default = ",".join(f"{value:g}" for value in knob.sweep) or None
         help = f"{knob.label or setting} values of the grid ({whose}), comma-separated"
         help += "" if default else f"; default: --{setting.replace('_', '-')}'s one value"

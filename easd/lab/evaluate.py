@@ -75,10 +75,15 @@ def grid_variants(base: DecodeSettings, method: str, grid: dict[str, list[float]
     names = lookup(method).grid
     reference = lookup(method).follows or "target"
     variants = [
-        Variant(f"{method}@{'/'.join(f'{v:g}' for v in point)}", with_values(base, method=method, **dict(zip(names, point))))
+        Variant(grid_label(method, point), with_values(base, method=method, **dict(zip(names, point))))
         for point in itertools.product(*(grid[name] for name in names))
     ]
     return [Variant(reference, replace(base, method=reference)), *variants]
+
+
+def grid_label(method: str, point) -> str:
+    """How results name a point of a method's grid: its values in the grid's order (easd@1.5/0.8)."""
+    return f"{method}@{'/'.join(f'{v:g}' for v in point)}"
 
 
 # The methods `sweep --grid` runs, and the settings each sweeps (the methods' table says which): EASD's τ_H and τ_O,

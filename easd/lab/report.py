@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..method.methods import METHODS
+from ..render.grid import grid_figures
 from .evaluate import GRIDS
 from .problems import GRADERS, is_correct, same_answer
 from .results_table import load_results
@@ -384,7 +385,8 @@ def paired_figure(paired: pd.DataFrame) -> go.Figure:
 def write_sweep(out: Path, format: str) -> pd.DataFrame:
     """sweep.csv (one row per point of the grid: its settings' values, accuracy, interventions, speed) and sweep.html:
     accuracy over the grid's first setting, a line per value of its second, with the reference runs (SD,
-    target-only) as lines; over a grid of two settings (EASD's τ_H × τ_O) also heatmaps of accuracy and interventions.
+    target-only) as lines; over a grid of two settings (EASD's τ_H × τ_O) also heatmaps of accuracy and interventions
+    (easd.render.grid, which the study draws its grid with too).
     A point's values are those its rows ran with where results.csv holds them (τ_H, τ_O), else its label's."""
     results = load_results(out / "results.csv")
     summary = summary_table(results, format, grader_of(out))
@@ -403,46 +405,5 @@ def write_sweep(out: Path, format: str) -> pd.DataFrame:
         m: summary.loc[summary["method"] == m, "accuracy"].iloc[0] for m in ("sd", "target") if m in set(summary["method"])
     }
     title = METHODS[method].title
-    figures = _heatmaps(cells, columns, references) if len(columns) == 2 else []
-    write_html(out / "sweep.html", f"{title} threshold sweep", [*figures, _sweep_lines(cells, title, columns, references)])
+    write_html(out / "sweep.html", f"{title} threshold sweep", grid_figures(cells, title, columns, references))
     return cells
-
-
-def _sweep_lines(cells: pd.DataFrame, title: str, columns: tuple[str, ...], references: dict) -> go.Figure:
-    """Accuracy over the grid's first setting, a line per value of the others, the references as dashed lines."""
-    column, lines = columns[0], list(columns[1:])
-    groups = cells.groupby(lines) if lines else [((), cells)]
-    figure = go.Figure(
-        [
-            go.Scatter(
-                x=group[column],
-                y=group["accuracy"],
-                mode="lines+markers",
-                name=", ".join([title, *(f"{n} = {v:g}" for n, v in zip(lines, key if isinstance(key, tuple) else (key,)))]),
-            )
-            for key, group in groups
-        ]
-    )
-    for name, value in references.items():
-        figure.add_hline(y=value, line_dash="dash", annotation_text=f"{name} {value:.1%}")
-    figure.update_layout(title=f"{title}'s accuracy by {column}, with the references", xaxis_title=column, yaxis_tickformat=".0%")
-    return figure
-
-
-def _heatmaps(cells: pd.DataFrame, columns: tuple[str, ...], references: dict) -> list[go.Figure]:
-    """Accuracy and interventions over a grid of two settings (rows: the first, columns: the second)."""
-    figures = []
-    for value, title, scale, form in (
-        ("accuracy", "Accuracy", "Greens", "%{z:.1%}"),
-        ("interventions_per_1k", "Interventions per 1,000 tokens", "Oranges", "%{z:.1f}"),
-    ):
-        grid = cells.pivot(index=columns[0], columns=columns[1], values=value)
-        figure = go.Figure(go.Heatmap(z=grid.values, x=grid.columns, y=grid.index, colorscale=scale, texttemplate=form))
-        note = ", ".join(f"{name} {v:.1%}" for name, v in references.items())
-        figure.update_layout(
-            title=f"{title} over {columns[0]} × {columns[1]}" + (f" (references: {note})" if note else ""),
-            xaxis_title=columns[1],
-            yaxis_title=columns[0],
-        )
-        figures.append(figure)
-    return figures

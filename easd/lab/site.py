@@ -241,7 +241,7 @@ def _study(source: Source, site_dir: Path, slug: str, progress: bool):
 
     study = analyse(source.path)
     results = load_results(source.path / "results.csv")
-    parted = _parted(results, "sd", "easd")
+    parted = _parted(results, "sd", study["method"]["name"])
     runs = {}
     for problem in (found["problem_id"] for found in study["differences"]):
         if problem in parted and (href := _pair_page(source.path, site_dir, slug, *parted[problem])):
@@ -256,7 +256,8 @@ def _study(source: Source, site_dir: Path, slug: str, progress: bool):
     facts = [study["config"]["pair"], f"{study['paired'].get('pairs', 0)} problems"]
     facts += [f"{m} {100 * a:.1f}%" for m, a in accuracy.items()]
     verdict = tag("p", study["verdict"])
-    return site.Entry("study", f"Does EASD help? {Path(study['config']['data']).name}", href, facts, verdict)
+    title = f"Does {study['method']['title']} help? {Path(study['config']['data']).name}"
+    return site.Entry("study", title, href, facts, verdict)
 
 
 BUILDERS = {"run": _run, "evaluation": _evaluation, "study": _study}

@@ -1,6 +1,6 @@
 """The statistics of the evaluation: Wilson intervals, the exact McNemar test, a paired bootstrap, majority votes;
-of `acceptance`: Spearman's ρ and a bootstrap that resamples whole questions; and of `bench`: a figure's spread over
-repetitions."""
+of `study`: how many problems a paired comparison needs (McNemar's power); of `acceptance`: Spearman's ρ and a
+bootstrap that resamples whole questions; and of `bench`: a figure's spread over repetitions."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-Z95 = 1.959963984540054
+Z95 = 1.959963984540054  # z_{1−α/2} at α = 0.05
+Z80 = 0.8416212335729143  # z_{1−β} at 80% power
 
 
 def wilson(correct: int, total: int, z: float = Z95) -> tuple[float, float, float]:
@@ -31,6 +32,42 @@ def mcnemar_exact(only_a: int, only_b: int) -> float:
         return 1.0
     tail = sum(math.comb(n, i) for i in range(min(only_a, only_b) + 1)) / 2**n
     return min(1.0, 2 * tail)
+
+
+# --- how many problems: the power of McNemar's test ----------------------------------------------
+
+
+def mcnemar_problems(discordant: float, difference: float, z_alpha: float = Z95, z_power: float = Z80) -> int | None:
+    """The pairs (problems) McNemar's test needs to tell two methods apart at α = 0.05, two-sided, with 80% power
+    (the z's say otherwise), where they disagree on a share ψ = `discordant` of the problems and their accuracies
+    differ by δ = `difference` (a share: 0.035 for 3.5 points). Connor (1987), the normal approximation:
+
+        n = [z_{1−α/2} √ψ + z_{1−β} √(ψ − δ²)]² / δ²
+
+    rounded up. None where no n can: δ = 0, or |δ| > ψ (a difference needs at least as many disagreements: δ is
+    the share where only one method is right minus the share where only the other is, and ψ their sum)."""
+    need = _mcnemar_need(discordant, abs(difference), z_alpha, z_power)
+    return None if need is None else math.ceil(need - 1e-9)  # a float a hair over a whole number is that number
+
+
+def detectable_difference(discordant: float, problems: int, z_alpha: float = Z95, z_power: float = Z80) -> float | None:
+    """The smallest |δ| that `problems` pairs detect at that power (`mcnemar_problems`' formula solved for δ, by
+    bisection: the pairs it needs fall as δ grows); None where even δ = ψ, every disagreement one way, needs more
+    pairs than there are (or no disagreement was seen: ψ = 0)."""
+    fits = lambda delta: _mcnemar_need(discordant, delta, z_alpha, z_power) <= problems  # noqa: E731
+    if problems < 1 or not 0 < discordant <= 1 or not fits(discordant):
+        return None
+    low, high = 0.0, discordant  # high always fits, low never does
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (low, middle) if fits(middle) else (middle, high)
+    return high
+
+
+def _mcnemar_need(discordant: float, difference: float, z_alpha: float, z_power: float) -> float | None:
+    if not 0 < difference <= discordant <= 1:
+        return None
+    return (z_alpha * math.sqrt(discordant) + z_power * math.sqrt(discordant - difference**2)) ** 2 / difference**2
 
 
 def paired_bootstrap(a: np.ndarray, b: np.ndarray, samples: int = 10_000, seed: int = 0) -> tuple[float, float]:

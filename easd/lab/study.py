@@ -1,16 +1,19 @@
-"""`python -m easd study`: does EASD help on this pair and these problems, at what speed, and how robust is that?
+"""`python -m easd study`: does a method (EASD by default, `--method`) help over SD on this pair and these problems, at
+what speed, how robust is that, and how many problems would it take to tell?
 
-One folder answers what the paper's reviewers asked, from runs made for it (docs/evaluation.md, "study"):
+One folder answers what the paper's reviewers asked, from runs made for it (docs/evaluation.md, "study"). "The
+method" below is the one the study compares with SD; its table entry (easd.method.methods) says everything the
+study reads of it: its grid, its interventions, whether it resumes SD's run.
 
-    results.csv, traces/   SD and EASD on every problem, and EASD over the τ_H × τ_O grid on the first
-                           --grid-limit of them, each grid point resuming SD's run at its first penalty
-                           (easd.method.prefix): the eval folder the app's Evaluation tab and links open
-    speed/results.csv      target-only, SD and EASD on the first --speed-limit problems, one row at a time,
+    results.csv, traces/   SD and the method on every problem, and the method over its grid (EASD's τ_H × τ_O) on
+                           the first --grid-limit of them (a method that follows SD resumes SD's run at its first
+                           intervention, easd.method.prefix): the eval folder the app's Evaluation tab and links open
+    speed/results.csv      target-only, SD and the method on the first --speed-limit problems, one row at a time,
                            problem by problem, so their tokens/s compare like with like on this machine
     study.json             every figure of the report, for scripts
     study.md               the report's tables as markdown (docs/ quotes them)
     study.html             the report as one file that opens offline (easd.render.study)
-    differences/           the problems where SD and EASD answer differently, each as the one-file export
+    differences/           the problems where SD and the method answer differently, each as the one-file export
                            (easd.render.export) opened at the token where the two runs part
 
 Target-only's accuracy: in greedy decoding, SD's text *is* the target's (tests/test_decoding.py proves it for
@@ -21,13 +24,14 @@ runs always do). Each phase appends rows as problems finish, so a stopped study 
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import platform
 import sys
 import unicodedata
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -37,78 +41,86 @@ from .._version import __version__
 from ..errors import EasdError, SettingsError
 from ..files import file_stem, writable_folder
 from ..method.compare import first_difference
+from ..method.methods import METHODS, Method, in_batch, knobs, make_settings, own_knobs, settings_values
 from ..method.pair import ModelPair
 from ..method.settings import DecodeSettings
-from ..method.spec_metrics import refused
 from ..traces import files as trace_io
 from .calibrate import nearest_candidate, top_share_mean
-from .evaluate import LocalRunner, Variant, WorkItem, run_evaluation, trace_path
+from .evaluate import LocalRunner, Variant, WorkItem, grid_label, grid_variants, run_evaluation, trace_path
 from .problems import Problem
 from .report import grader_of, graders_compared, paired_row, summary_table
-from .results_table import RESULT_COLUMNS, RESUME_KEYS, check_config, check_folder, load_results, read_config
-from .stats import spread, wilson
+from .results_table import RESULT_COLUMNS, RESUME_KEYS, check_config, check_folder, load_results, read_config, unreadable
+from .stats import detectable_difference, mcnemar_problems, spread, wilson
 
-TAU_HS = (1.0, 1.5, 2.0)  # the paper's sensitivity grid (its Figure 4)
-TAU_OS = (0.2, 0.4, 0.6, 0.8, 1.0)
-POSITION_BINS = 10  # where in the answer a penalty falls: tenths of the run's tokens
-TOP_PAIRS = 15  # refused → chosen pairs listed
+POSITION_BINS = 10  # where in the answer an intervention falls: tenths of the run's tokens
+TOP_PAIRS = 15  # set aside → chosen pairs listed
+# The gain `--effect` asks about by default, in points: the EASD paper's average gain over the target alone with its
+# Qwen2.5 7B → 32B pair (its Table 1); greedy SD equals the target, so it is a gain over SD too
+EFFECT_POINTS = 3.5
+DAY = 24 * 3600
 SPEED_REPEATS = 3  # as bench's default: a median, and a range that shows a busy machine
 # A method's tokens/s over repetitions differing by more than this share of its median says the machine was busy: on
 # a quiet one they agree within a few percent (bench's figures, docs/benchmarks.md)
 BUSY_SPREAD = 0.10
 
 
+def studied() -> dict[str, Method]:
+    """The methods a study compares with SD: every method of the shared batch but SD and target-only themselves."""
+    return {name: method for name, method in in_batch().items() if name not in ("sd", "target")}
+
+
 @dataclass(frozen=True)
 class StudyPlan:
-    """What a study decodes. The EASD variant runs at `base`'s settings; SD and target-only share all but the rule."""
+    """What a study decodes. The method (`base.method`) runs at `base`'s settings; SD and target-only share them."""
 
     problems: list[Problem]
     base: DecodeSettings
-    grid_limit: int  # the first this many problems also run the τ_H × τ_O grid
+    grid_limit: int  # the first this many problems also run the method's grid
     speed_limit: int  # the first this many problems are timed one row at a time
-    tau_hs: tuple[float, ...] = TAU_HS
-    tau_os: tuple[float, ...] = TAU_OS
+    grid: dict[str, tuple[float, ...]] = field(default_factory=dict)  # the values of each setting the method's grid sweeps
     batch_size: int = 8
     target_everywhere: bool = False  # --target-runs all: target-only on every problem, not only the timed ones
     speed_repeats: int = SPEED_REPEATS  # passes over the timed problems, each method timed once a pass
 
+    @property
+    def method(self) -> Method:
+        return METHODS[self.base.method]
+
     def variant(self, method: str) -> Variant:
         return Variant(method, replace(self.base, method=method))
 
-    def grid(self) -> list[Variant]:
-        """EASD at every grid point but the study's own (its "easd" rows fill that cell)."""
-        return [
-            Variant(grid_label(h, o), replace(self.base, method="easd", tau_h=h, tau_o=o))
-            for h in self.tau_hs
-            for o in self.tau_os
-            if (h, o) != (self.base.tau_h, self.base.tau_o)
-        ]
+    def grid_points(self) -> list[Variant]:
+        """The method at every point of its grid but the study's own (its own rows fill that cell)."""
+        if not self.method.grid:
+            return []
+        own = settings_values(self.base)
+        points = grid_variants(self.base, self.base.method, self.grid)[1:]  # the first is its reference run: SD's here
+        return [point for point in points if settings_values(point.settings) != own]
 
     @property
     def greedy(self) -> bool:
         return self.base.temperature == 0
 
 
-def grid_label(tau_h: float, tau_o: float) -> str:
-    return f"easd@{tau_h:g}/{tau_o:g}"  # as `sweep` names its points
-
-
 def run_study(pair: ModelPair, plan: StudyPlan, out: Path, config: dict, resume: bool, progress: bool = True) -> None:
     """Decode whatever the study still lacks, phase by phase; every phase appends rows as its problems finish."""
     batched = LocalRunner(pair, plan.batch_size)
-    sd, easd, target = (plan.variant(m) for m in ("sd", "easd", "target"))
+    name, title = plan.method.name, plan.method.title
+    sd, it, target = (plan.variant(m) for m in ("sd", name, "target"))
     gridded, rest = plan.problems[: plan.grid_limit], plan.problems[plan.grid_limit :]
     timed = plan.problems[: plan.speed_limit]
     # in this order so that a study stopped early already answers every question, on fewer problems
-    _say(f"1/4 SD, EASD and EASD over the τ grid on the first {len(gridded)} problems", progress)
-    run_evaluation(batched, gridded, [sd, easd, *plan.grid()], 1, out, config, resume, keep_traces=True, progress=progress)
+    _say(f"1/4 SD, {title} and {title} over its grid on the first {len(gridded)} problems", progress)
+    run_evaluation(batched, gridded, [sd, it, *plan.grid_points()], 1, out, config, resume, keep_traces=True, progress=progress)
     repeats = plan.speed_repeats
-    _say(f"2/4 speed: target-only, SD and EASD on the first {len(timed)} problems, one row at a time, {repeats} times", progress)
+    _say(
+        f"2/4 speed: target-only, SD and {title} on the first {len(timed)} problems, one row at a time, {repeats} times", progress
+    )
     one_at_a_time = TakingTurns(LocalRunner(pair, 1), timed)
     speed = config | {"samples": repeats}  # a repetition is a sample: seed + r, the same text when greedy
-    run_evaluation(one_at_a_time, timed, [target, sd, easd], repeats, out / "speed", speed, resume, progress=progress)
-    _say(f"3/4 SD and EASD on the other {len(rest)} problems", progress)
-    run_evaluation(batched, rest, [sd, easd], 1, out, config, True, keep_traces=True, progress=progress)
+    run_evaluation(one_at_a_time, timed, [target, sd, it], repeats, out / "speed", speed, resume, progress=progress)
+    _say(f"3/4 SD and {title} on the other {len(rest)} problems", progress)
+    run_evaluation(batched, rest, [sd, it], 1, out, config, True, keep_traces=True, progress=progress)
     proof = target_proof(pd.concat([_results(out), _results(out / "speed")]), plan.greedy)
     if plan.target_everywhere or not plan.greedy or not proof["equal"]:
         _say(f"4/4 target-only on all {len(plan.problems)} problems ({proof['why']})", progress)
@@ -117,8 +129,9 @@ def run_study(pair: ModelPair, plan: StudyPlan, out: Path, config: dict, resume:
         _say(f"4/4 target-only: SD's texts ({proof['why']})", progress)
 
 
-# The speed phase's methods in the two orders it alternates: EASD resumes SD's run, so it always runs right after it
-TURNS = (("target", "sd", "easd"), ("sd", "easd", "target"))
+# The speed phase's methods in the two orders it alternates ("method": the one compared with SD): EASD resumes SD's
+# run, so the method always runs right after it
+TURNS = (("target", "sd", "method"), ("sd", "method", "target"))
 
 
 @dataclass
@@ -138,7 +151,8 @@ class TakingTurns:
 
 def _in_turn(item: WorkItem, turn: int) -> WorkItem:
     order = TURNS[turn % len(TURNS)]
-    return replace(item, variants=tuple(sorted(item.variants, key=lambda v: order.index(v.label))))
+    place = lambda v: order.index(v.label if v.label in order else "method")  # noqa: E731
+    return replace(item, variants=tuple(sorted(item.variants, key=place)))
 
 
 def _say(line: str, progress: bool) -> None:
@@ -151,17 +165,25 @@ def _say(line: str, progress: bool) -> None:
 # what the report reads from run.json: a study's without any of them is cut short or not a study's
 STUDY_NEEDS = (
     *("pair", "data", "format", "command"),
-    *(f"study.{key}" for key in ("problems", "tau_hs", "tau_os", "grid_problems", "speed_problems")),
+    *(f"study.{key}" for key in ("problems", "method", "grid", "grid_problems", "speed_problems")),
     *(f"settings.{key}" for key in ("tau_h", "tau_o", "top_n", "k", "temperature", "top_p", "seed", "max_new_tokens")),
 )
 
 
 def read_study_config(out: Path) -> dict | None:
-    """The run.json of a study's folder; None where the folder holds none, or eval's."""
+    """The run.json of a study's folder; None where the folder holds none, or eval's. A study made before --method
+    compared EASD with SD over τ_H × τ_O (`tau_hs`, `tau_os`): it reads as such."""
     config = read_config(out)
     if config is None or "study" not in config:
         return None
+    study = config["study"]
+    if isinstance(study, dict) and "method" not in study and {"tau_hs", "tau_os"} <= set(study):
+        study["method"], study["grid"] = "easd", {"tau_h": study.pop("tau_hs"), "tau_o": study.pop("tau_os")}
     check_config(out, config, STUDY_NEEDS)
+    if not isinstance(study["method"], str) or study["method"] not in METHODS:
+        raise unreadable(out, f"its study.method {str(study['method'])[:40]!r} is not a method this program has")
+    if not isinstance(study["grid"], dict) or not all(isinstance(values, list) for values in study["grid"].values()):
+        raise unreadable(out, "its study.grid is not the values of each setting its grid sweeps")
     return config
 
 
@@ -197,7 +219,12 @@ PLANNED = {
 
 def check_plan(out: Path, was: dict, now: dict) -> None:
     """A resumed study decodes the problems it began with, so that its rows answer one plan: --limit, --grid-limit
-    and --speed-limit may grow; --offset stays, and --speed-repeats once speed/ holds timings."""
+    and --speed-limit may grow; --method and --offset stay, and --speed-repeats once speed/ holds timings."""
+    if was["method"] != now["method"]:
+        raise SettingsError(
+            "--method",
+            f"{out} holds a study of {was['method']} against SD: resume with --method {was['method']}, or choose another --out",
+        )
     if was.get("offset", 0) != now["offset"]:
         raise SettingsError(
             "--offset", f"{out} holds a study run with --offset {was.get('offset', 0)}: resume with it, or choose another --out"
@@ -249,38 +276,56 @@ def _results(folder: Path) -> pd.DataFrame:
     return load_results(path) if path.exists() else pd.DataFrame(columns=RESULT_COLUMNS)
 
 
-def analyse(out: Path, app_url: str = "http://127.0.0.1:7860/") -> dict:
-    """Every figure of the report, from the folder alone (a resumed or copied folder reads the same)."""
+def analyse(out: Path, app_url: str = "http://127.0.0.1:7860/", effect: float = EFFECT_POINTS) -> dict:
+    """Every figure of the report, from the folder alone (a resumed or copied folder reads the same); `effect`: the
+    gain in points the report says how many problems it would take to detect."""
     config = read_study_config(out)
     if config is None:
         raise EasdError(f"--out: {out} holds no study: run `python -m easd study` with this --out first")
+    method = METHODS[config["study"]["method"]]
+    name = method.name
     results, speed = _results(out), _results(out / "speed")
     proof = target_proof(pd.concat([results, speed]), float(config["settings"]["temperature"]) == 0)
-    runs = {method: _traces(out, results, method) for method in ("sd", "easd")}  # each trace file read once
-    accuracy = _accuracy(results, proof, config)
-    timed = _speed(speed, results)
+    runs = {m: _traces(out, results, m) for m in ("sd", name)}  # each trace file read once
+    timed = _speed(speed, results, name)
+    paired = _paired(results, name)
     study = {
         "folder": str(out),
         "config": config,
-        "accuracy": accuracy,
-        "paired": _paired(results),
+        "method": described(method) | {"label": run_label(method, config["settings"])},
+        "accuracy": _accuracy(results, proof, name),
+        "paired": paired,
+        "power": power(paired, timed, effect),
         "target": proof,
         "speed": timed,
-        "speed_note": speed_note(timed),
-        "grid": _grid(results, config),
-        "fires": where_it_fires(runs["easd"]),
-        "differences": differences(out, results, runs, app_url),
-        "graders": graders_compared(results[results["method"].isin(("target", "sd", "easd"))], config["format"], grader_of(out)),
-        "calibration": _after_the_fact(runs["sd"]),
+        "speed_note": " ".join(filter(None, [speed_note(timed), resumes_note(method)])),
+        "grid": _grid(results, config, method),
+        "interventions": where_it_intervenes(runs[name], method) if method.intervenes else None,
+        "differences": differences(out, results, runs, app_url, name),
+        "graders": graders_compared(results[results["method"].isin(("target", "sd", name))], config["format"], grader_of(out)),
+        # the paper's τ_H calibration, where the method's grid sweeps τ_H (EASD's): it would pick one of them
+        "calibration": _after_the_fact(runs["sd"]) if "tau_h" in method.grid else {},
         "versions": versions(),
     }
-    return {**study, "verdict": verdict(study), "assumptions": assumptions(study)}
+    return {**study, "verdict": verdict(study), "power_lines": power_lines(study), "assumptions": assumptions(study)}
 
 
-def _accuracy(results: pd.DataFrame, proof: dict, config: dict) -> list[dict]:
+def described(method: Method) -> dict:
+    """What the report says of the method compared with SD, from its table entry (the report's HTML is drawn from
+    this alone)."""
+    return {
+        "name": method.name,
+        "title": method.title,
+        "follows": method.follows,
+        "intervention": list(method.intervention),  # one and several, in words: "penalty", "penalties"
+        "intervention_origins": list(method.intervention_origins),  # what "where it intervenes" counts
+    }
+
+
+def _accuracy(results: pd.DataFrame, proof: dict, name: str) -> list[dict]:
     rows = []
     problems = results[results["method"] == "sd"]["problem_id"].nunique()
-    for method in ("target", "sd", "easd"):
+    for method in ("target", "sd", name):
         group = results[results["method"] == method]
         source = "run"
         if method == "target" and group["problem_id"].nunique() < problems:
@@ -295,30 +340,141 @@ def _accuracy(results: pd.DataFrame, proof: dict, config: dict) -> list[dict]:
     return rows
 
 
-def _paired(results: pd.DataFrame) -> dict:
-    """EASD against SD on the same problems: the discordant counts, exact McNemar, a bootstrap interval, and how
-    often the texts and the answers differ at all."""
-    row = paired_row(results, "easd", "sd")
+def _paired(results: pd.DataFrame, name: str) -> dict:
+    """The method against SD on the same problems: the discordant counts, exact McNemar, a bootstrap interval, and
+    how often the texts and the answers differ at all."""
+    row = paired_row(results, name, "sd")
     key = ["problem_id", "sample"]
-    both = results[results["method"] == "easd"].merge(results[results["method"] == "sd"], on=key, suffixes=("_easd", "_sd"))
-    row["texts_differ"] = int((both["text_easd"] != both["text_sd"]).sum())
-    row["answers_differ"] = int((both["prediction_easd"].astype(str) != both["prediction_sd"].astype(str)).sum())
+    both = results[results["method"] == name].merge(results[results["method"] == "sd"], on=key, suffixes=("_a", "_sd"))
+    row["texts_differ"] = int((both["text_a"] != both["text_sd"]).sum())
+    row["answers_differ"] = int((both["prediction_a"].astype(str) != both["prediction_sd"].astype(str)).sum())
     return {
         k: (None if isinstance(v, float) and math.isnan(v) else (v.item() if hasattr(v, "item") else v)) for k, v in row.items()
     }
 
 
-SPEED_METHODS = ("target", "sd", "easd")
+# --- how many problems would it take ------------------------------------------------------------
 
 
-def _speed(speed: pd.DataFrame, results: pd.DataFrame) -> list[dict]:
+def power(paired: dict, speed: list[dict], effect: float) -> dict:
+    """How many problems it would take: the smallest difference this study's problems could have detected, and the
+    problems needed to detect a gain of `effect` points, at 80% power and α = 0.05, two-sided, paired, from the share
+    of problems where the two methods disagreed (easd.lab.stats: McNemar's test, Connor's normal approximation); and
+    what those problems cost on this machine, at the speed the study timed (SD and the method, one row at a time)."""
+    pairs = paired.get("pairs") or 0
+    discordant = (paired["only_a"] + paired["only_b"]) / pairs if pairs else 0.0
+    seconds = [row["seconds_per_problem"] for row in speed if row["method"] != "target"]
+    per_problem = sum(seconds) if len(seconds) == 2 and all(seconds) else None  # SD and the method both timed
+    needed = mcnemar_problems(discordant, effect / 100)
+    return {
+        "alpha": 0.05,
+        "power": 0.8,
+        "how": "paired power calculation from the discordant proportion",
+        "pairs": pairs,
+        "discordant": discordant,
+        "detectable": detectable_difference(discordant, pairs),
+        "effect": effect,
+        "needed": needed,
+        "seconds_per_problem": per_problem,
+        "per_day": int(DAY / per_problem) if per_problem else None,
+        "days": needed * per_problem / DAY if needed and per_problem else None,
+    }
+
+
+def power_words(study: dict) -> list[str]:
+    """What `power` found, in the sentences the verdict ends with: what this study could detect, and what detecting
+    `--effect` would take."""
+    power, title = study["power"], study["method"]["title"]
+    if not power["pairs"]:
+        return []
+    if not power["discordant"]:
+        return [
+            f"SD and {title} were right on the same problems, so what a difference would take rests on how often they "
+            "would part, which must be assumed: this study does not extrapolate"
+        ]
+    said = []
+    if power["detectable"] is None:
+        said.append("it had too few problems to detect even a difference on every problem where they parted")
+    else:
+        said.append(f"it could have detected ±{100 * power['detectable']:.1f} points")
+    effect = power["effect"]
+    if power["needed"] is None:
+        said.append(
+            f"a gain of {effect:g} points is more than the {100 * power['discordant']:.1f}% of problems where they parted allows"
+        )
+    else:
+        cost = ""
+        if power["days"] is not None:
+            hours = power["days"] * 24
+            cost = (
+                f" (~{power['days']:.1f} days on this machine)" if power["days"] > 1 else f" (~{hours:.1f} hours on this machine)"
+            )
+        said.append(f"detecting {effect:+g} points would take ~{power['needed']:,} problems{cost}")
+    return said
+
+
+def power_lines(study: dict) -> list[str]:
+    """The report's section on how many problems it would take, in lines (markdown and HTML alike)."""
+    power, title = study["power"], study["method"]["title"]
+    p = study["paired"]
+    if not power["pairs"]:
+        return ["No problem has been decoded by both SD and the method yet."]
+    lines = [
+        f"Of the {_count(power['pairs'], 'problem')} both ran, one of the two was right and the other wrong on "
+        f"{100 * power['discordant']:.1f}% (only {title} right on {p['only_a']}, only SD on {p['only_b']}): the "
+        "discordant share ψ."
+    ]
+    if not power["discordant"]:
+        lines.append(
+            "They were right on the same problems, so no difference could show, and the problems a difference would "
+            "need rest on a discordance that must be assumed: this study does not extrapolate."
+        )
+        return lines
+    detectable, at = power["detectable"], "At 80% power and α = 0.05 (two-sided, paired)"
+    lines.append(
+        f"{at}, the smallest difference this study could have detected is ±{100 * detectable:.1f} points."
+        if detectable is not None
+        else f"{at}, it could detect no difference: too few problems even for one where every discordant problem goes one way."
+    )
+    effect = power["effect"]
+    if power["needed"] is None:
+        lines.append(
+            f"A gain of {effect:g} points (--effect) needs a discordant share of at least {effect:g}%: at the share seen "
+            "there is no such gain to detect."
+        )
+    else:
+        lines.append(f"Detecting a gain of {effect:g} points (--effect) would take ~{power['needed']:,} problems.")
+        if power["per_day"]:
+            when = (
+                f"more than this machine decodes in a day: ~{power['days']:.1f} days"
+                if power["needed"] > power["per_day"]
+                else f"~{24 * power['days']:.1f} hours"
+            )
+            lines.append(
+                f"At the speed timed here (SD and {title}, one row at a time: {power['seconds_per_problem']:.1f} s a "
+                f"problem, ~{power['per_day']:,} problems a day), that is {when}; decoding in batches is faster."
+            )
+    lines.append(
+        "How: a paired power calculation from the discordant proportion (McNemar's test, normal approximation; "
+        "Connor 1987): n = [z₀.₉₇₅ √ψ + z₀.₈ √(ψ − δ²)]² / δ², ψ the discordant share, δ the difference in "
+        "accuracy; the smallest detectable difference solves it for δ at this study's n. It assumes the discordant "
+        "share seen here holds on more problems."
+    )
+    return lines
+
+
+# --- speed --------------------------------------------------------------------------------------
+
+
+def _speed(speed: pd.DataFrame, results: pd.DataFrame, name: str) -> list[dict]:
     """tokens/s timed one row at a time, as the median over repetitions with its range, and the speed-up over
     target-only as the median of each repetition's own (its rows ran in the same minutes); the acceptance figures over
     every problem (they do not depend on the clock)."""
     every = summary_table(results).set_index("method") if len(results) else pd.DataFrame()
-    rates = _repetitions(speed)
+    methods = ("target", "sd", name)
+    rates = _repetitions(speed, methods)
     rows = []
-    for method in SPEED_METHODS:
+    for method in methods:
         if not rates[method]:
             continue
         timed = speed[speed["method"] == method]
@@ -332,6 +488,7 @@ def _speed(speed: pd.DataFrame, results: pd.DataFrame) -> list[dict]:
                 "repetitions": rate.n,
                 "tokens": int(timed["new_tokens"].sum()),
                 "seconds": float(timed["seconds"].sum()),
+                "seconds_per_problem": float(timed["seconds"].mean()),  # a run of one problem, one row at a time
                 "tokens_per_s": rate.median,
                 "tokens_per_s_range": [rate.low, rate.high],
                 "spread": (rate.high - rate.low) / rate.median if rate.median else None,
@@ -339,22 +496,22 @@ def _speed(speed: pd.DataFrame, results: pd.DataFrame) -> list[dict]:
                 "speedup_range": [ratio.low, ratio.high] if ratio else None,
                 "mean_acceptance_length": _number(every, method, "mean_acceptance_length"),
                 "draft_acceptance_rate": _number(every, method, "draft_acceptance_rate"),
-                "interventions_per_1k": _number(every, method, "interventions_per_1k"),
+                "interventions_per_1k": _number(every, method, "interventions_per_1k") if method == name else None,
             }
         )
     return rows
 
 
-def _repetitions(speed: pd.DataFrame) -> dict[str, list[float]]:
+def _repetitions(speed: pd.DataFrame, methods: tuple[str, ...]) -> dict[str, list[float]]:
     """Each method's tokens/s in each repetition (a sample of speed/results.csv), over the problems every method ran in
     it, so that like is timed with like in a repetition a stopped study left unfinished."""
-    rates = {method: [] for method in SPEED_METHODS}
+    rates = {method: [] for method in methods}
     for _, rows in speed.groupby("sample"):
-        ran = [rows[rows["method"] == method] for method in SPEED_METHODS]
+        ran = [rows[rows["method"] == method] for method in methods]
         common = set.intersection(*(set(group["problem_id"]) for group in ran))
         timed = [group[group["problem_id"].isin(common)] for group in ran]
         if common and all(group["seconds"].sum() > 0 for group in timed):
-            for method, group in zip(SPEED_METHODS, timed):
+            for method, group in zip(methods, timed):
                 rates[method].append(float(group["new_tokens"].sum() / group["seconds"].sum()))
     return rates
 
@@ -387,43 +544,46 @@ def _number(table: pd.DataFrame, method: str, column: str) -> float | None:
     return float(table.at[method, column])
 
 
-def _grid(results: pd.DataFrame, config: dict) -> dict:
-    """Accuracy and penalties per 1,000 tokens at each grid point, over the problems every point ran."""
-    study = config["study"]
-    labels = {(h, o): grid_label(h, o) for h in study["tau_hs"] for o in study["tau_os"]}
-    labels[(config["settings"]["tau_h"], config["settings"]["tau_o"])] = "easd"
+def _grid(results: pd.DataFrame, config: dict, method: Method) -> dict:
+    """Accuracy and interventions per 1,000 tokens at each point of the method's grid, over the problems every point
+    ran; the study's own point is its plain rows (labelled by the method's name)."""
+    study, settings = config["study"], config["settings"]
+    names = [name for name in method.grid if name in study["grid"]]
     gridded = set(study["grid_problems"])
     rows = results[results["problem_id"].isin(gridded)]
     cells = {}
-    for (h, o), label in labels.items():
-        group = rows[rows["method"] == label]
+    for point in itertools.product(*(study["grid"][name] for name in names)) if names else ():
+        own = all(settings.get(name) == value for name, value in zip(names, point))
+        group = rows[rows["method"] == (method.name if own else grid_label(method.name, point))]
         tokens = group["new_tokens"].sum()
-        cells[f"{h:g}/{o:g}"] = {
-            "tau_h": h,
-            "tau_o": o,
+        known = tokens and group["interventions"].notna().all()
+        cells["/".join(f"{value:g}" for value in point)] = {
+            "values": dict(zip(names, point)),
             "runs": len(group),
             "accuracy": float(group["correct"].mean()) if len(group) else None,
-            "penalties_per_1k": float(1000 * group["penalized"].sum() / tokens) if tokens else None,
+            "interventions_per_1k": float(1000 * group["interventions"].sum() / tokens) if known else None,
         }
     sd = rows[rows["method"] == "sd"]
+    known = knobs()
     return {
         "problems": len(gridded),
-        "tau_hs": study["tau_hs"],
-        "tau_os": study["tau_os"],
+        "settings": names,
+        "labels": [known[name].label or name if name in known else name for name in names],
+        "values": {name: study["grid"][name] for name in names},
         "cells": cells,
         "sd_accuracy": float(sd["correct"].mean()) if len(sd) else None,
     }
 
 
-# --- where the penalty fires --------------------------------------------------------------------
+# --- where it intervenes ------------------------------------------------------------------------
 
 TOKEN_KINDS = ("digit", "operator", "word start", "word piece", "punctuation", "whitespace", "other")
 OPERATORS = set("+-*/=×÷^<>%±·√")
 
 
 def token_kind(text: str) -> str:
-    """What kind of token the penalty refused: a digit, an operator, the start of a word (a space, then letters),
-    a piece of a word (letters with no space), punctuation, whitespace, or other."""
+    """What kind of token an intervention set aside (EASD's refused draft): a digit, an operator, the start of a word
+    (a space, then letters), a piece of a word (letters with no space), punctuation, whitespace, or other."""
     bare = text.strip()
     if not bare:
         return "whitespace"
@@ -448,48 +608,61 @@ def _traces(out: Path, results: pd.DataFrame, method: str) -> dict[str, object]:
     return found
 
 
-def where_it_fires(traces: dict) -> dict:
-    """EASD's penalties by where they fall in the answer (tenths of its tokens), by the kind of token refused, and
-    the most frequent refused → chosen pairs."""
-    positions, kinds, pairs, total = [0] * POSITION_BINS, Counter(), Counter(), 0
+def where_it_intervenes(traces: dict, method: Method) -> dict:
+    """The method's interventions (the tokens whose origin its table entry names as its own: EASD's penalties) by
+    where they fall in the answer (tenths of its tokens), by the kind of token they set aside (the draft's, where a
+    record names one: EASD's refused draft; else the token written instead), and the most frequent set aside →
+    chosen pairs (set aside: None where the record names none)."""
+    positions, kinds, pairs, total, set_aside = [0] * POSITION_BINS, Counter(), Counter(), 0, 0
     for trace in traces.values():
         length = len(trace.records)
         for record in trace.records:
-            if not refused(record):
+            if not method.intervened(record.origin):
                 continue
             total += 1
+            aside = record.draft_token_text if record.draft_token_id is not None else None
+            set_aside += aside is not None
             positions[min(POSITION_BINS - 1, POSITION_BINS * record.position // max(1, length))] += 1
-            kinds[token_kind(record.draft_token_text or "")] += 1
-            pairs[(record.draft_token_text or "", record.token_text)] += 1
+            kinds[token_kind(record.token_text if aside is None else aside)] += 1
+            pairs[(aside, record.token_text)] += 1
     return {
-        "penalties": total,
+        "count": total,
+        "set_aside": set_aside,  # of them, those whose record names the token set aside
+        "kind_of": kind_of(total, set_aside),
         "by_tenth": positions,
         "by_kind": {kind: kinds[kind] for kind in TOKEN_KINDS},
-        "pairs": [{"refused": a, "chosen": b, "count": n} for (a, b), n in pairs.most_common(TOP_PAIRS)],
+        "pairs": [{"set_aside": a, "chosen": b, "count": n} for (a, b), n in pairs.most_common(TOP_PAIRS)],
     }
 
 
-def differences(out: Path, results: pd.DataFrame, runs: dict[str, dict], app_url: str) -> list[dict]:
-    """Each problem where SD and EASD answer differently: both answers, the gold one, the token where the runs part,
-    a link that opens the two runs there in the app (`python app.py --eval-dir FOLDER`), and the one-file export."""
-    sd, easd = runs["sd"], runs["easd"]
+def kind_of(count: int, set_aside: int) -> str:
+    """What `where_it_intervenes` sorted by kind: the tokens set aside, the tokens written instead, or both."""
+    if set_aside == count:
+        return "kind of token set aside"
+    return "kind of token written" if not set_aside else "kind of token set aside (else written)"
+
+
+def differences(out: Path, results: pd.DataFrame, runs: dict[str, dict], app_url: str, name: str) -> list[dict]:
+    """Each problem where SD (left) and the method (right) answer differently: both answers, the gold one, the token
+    where the runs part, a link that opens the two runs there in the app (`python app.py --eval-dir FOLDER`), and the
+    one-file export."""
     rows = results[results["sample"] == 0]
-    answers = {m: rows[rows["method"] == m].set_index("problem_id") for m in ("sd", "easd")}
+    answers = {m: rows[rows["method"] == m].set_index("problem_id") for m in ("sd", name)}
     found = []
-    for problem in answers["easd"].index.intersection(answers["sd"].index):
-        a, b = answers["sd"].loc[problem], answers["easd"].loc[problem]
+    for problem in answers[name].index.intersection(answers["sd"].index):
+        a, b = answers["sd"].loc[problem], answers[name].loc[problem]
         if str(a["prediction"]) == str(b["prediction"]):
             continue
-        token = first_difference(sd.get(problem), easd.get(problem))
-        query = {"eval": out.resolve().name, "problem": problem, "sample": 0, "left": "sd", "right": "easd", "lane": "right"}
+        token = first_difference(runs["sd"].get(problem), runs[name].get(problem))
+        query = {"eval": out.resolve().name, "problem": problem, "sample": 0, "left": "sd", "right": name, "lane": "right"}
         found.append(
             {
                 "problem_id": str(problem),
                 "gold": str(a["gold"]),
-                "sd": str(a["prediction"]),
-                "sd_correct": bool(a["correct"]),
-                "easd": str(b["prediction"]),
-                "easd_correct": bool(b["correct"]),
+                "left": str(a["prediction"]),
+                "left_correct": bool(a["correct"]),
+                "right": str(b["prediction"]),
+                "right_correct": bool(b["correct"]),
                 "token": token,
                 "app_link": app_url + "?" + urlencode(query | ({"token": token} if token is not None else {})),
                 # a file of its own (5 MB, Plotly inlined) only where one method was right and the other wrong
@@ -498,22 +671,22 @@ def differences(out: Path, results: pd.DataFrame, runs: dict[str, dict], app_url
                 else None,
             }
         )
-    return sorted(found, key=lambda d: (d["sd_correct"] == d["easd_correct"], d["problem_id"]))  # verdicts that part first
+    return sorted(found, key=lambda d: (d["left_correct"] == d["right_correct"], d["problem_id"]))  # verdicts that part first
 
 
-def write_differences(out: Path, found: list[dict]) -> None:
-    """The one-file export of SD against EASD for every problem in `found` that names a file (only its two traces
-    are read)."""
+def write_differences(out: Path, found: list[dict], name: str) -> None:
+    """The one-file export of SD (left) against the method (right) for every problem in `found` that names a file
+    (only its two traces are read)."""
     from ..render.export import comparison_file
 
     folder = out / "differences"
     folder.mkdir(exist_ok=True)
     for difference in found:
         problem = difference["problem_id"]
-        paths = [trace_path(out / "traces", {"problem_id": problem, "method": m, "sample": 0}) for m in ("sd", "easd")]
+        paths = [trace_path(out / "traces", {"problem_id": problem, "method": m, "sample": 0}) for m in ("sd", name)]
         if difference["file"] and all(path.exists() for path in paths):
-            sd, easd = (trace_io.read_json(path, capped=False)[0] for path in paths)
-            page = comparison_file({"left": sd, "right": easd})
+            left, right = (trace_io.read_json(path, capped=False)[0] for path in paths)
+            page = comparison_file({"left": left, "right": right})
             (folder / f"{file_stem(problem)}.html").write_text(page, encoding="utf-8")
 
 
@@ -546,7 +719,7 @@ def write_report(out: Path, study: dict) -> None:
     from ..files import write_text_whole
     from ..render.study import study_file
 
-    write_differences(out, study["differences"])
+    write_differences(out, study["differences"], study["method"]["name"])
     write_text_whole(out / "study.json", json.dumps(study, indent=1, ensure_ascii=False, default=_plain))
     write_text_whole(out / "study.md", markdown(study))
     write_text_whole(out / "study.html", study_file(study), errors="replace")
@@ -557,10 +730,11 @@ def _plain(value):
 
 
 def verdict(study: dict) -> str:
-    """The study's answer in one sentence: EASD against SD, the difference with its interval and McNemar's p."""
-    p = study["paired"]
+    """The study's answer in one sentence: the method against SD, the difference with its interval and McNemar's p,
+    and how many problems it would take to tell (`power_words`)."""
+    p, title = study["paired"], study["method"]["title"]
     if not p.get("pairs"):
-        return "No problem has both an SD and an EASD run yet."
+        return f"No problem has been decoded by both SD and {title} yet."
     planned = study["config"]["study"].get("problems", p["pairs"])
     unfinished = f" (unfinished: {p['pairs']} of {planned} problems so far; rerun with --resume)" if p["pairs"] < planned else ""
     difference, low, high = p["difference"], p["boot95_low"], p["boot95_high"]
@@ -569,12 +743,14 @@ def verdict(study: dict) -> str:
     elif high < 0:
         word = "hurt"
     else:
-        word = "did not differ from SD by more than these problems' noise"
+        word = "not told from noise"
     return (
-        f"On {_count(p['pairs'], 'problem')}, EASD {word}: {100 * p['accuracy_a']:.1f}% correct against SD's "
+        f"On {_count(p['pairs'], 'problem')}, {title} vs SD: {word}: {100 * p['accuracy_a']:.1f}% correct against SD's "
         f"{100 * p['accuracy_b']:.1f}%, a difference of {100 * difference:+.1f} points (paired bootstrap 95%: "
-        f"{100 * low:+.1f} to {100 * high:+.1f}; exact McNemar p = {p['mcnemar_p']:.3g}: only EASD was right on "
-        f"{_count(p['only_a'], 'problem')}, only SD on {p['only_b']}){unfinished}."
+        f"{100 * low:+.1f} to {100 * high:+.1f}; exact McNemar p = {p['mcnemar_p']:.3g}: only {title} was right on "
+        f"{_count(p['only_a'], 'problem')}, only SD on {p['only_b']}){unfinished}"
+        + "".join(f"; {words}" for words in power_words(study))
+        + "."
     )
 
 
@@ -582,35 +758,57 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
+def run_label(method: Method, settings: dict) -> str:
+    """The method's row as the report names it: its name, its lane's title under the study's settings, and the
+    values of the settings its grid sweeps (and SD's k where it verifies drafts): easd (EASD, rule full; k = 4, …)."""
+    known = knobs()
+    values = [("k", settings["k"])] if method.verifies else []
+    values += [(known[name].label or name, settings[name]) for name in method.grid if name in settings]
+    lane = method.lane_title(make_settings({k: v for k, v in settings.items() if k in known}, method=method.name))
+    inside = [lane, *([", ".join(f"{label} = {value:g}" for label, value in values)] if values else [])]
+    return f"{method.name} ({'; '.join(inside)})"
+
+
+def resumes_note(method: Method) -> str:
+    """Why the method's time up to its first intervention is SD's, where it resumes SD's run; "" where it does not."""
+    if method.follows != "sd":
+        return ""
+    return (
+        f"{method.title} resumes SD's run at its first {method.intervention[0] or 'intervention'}, so its time up to "
+        "there is SD's (the same passes); a run where it never intervenes times as SD's."
+    )
+
+
 def markdown(study: dict) -> str:
     """The report's tables as markdown."""
     from ..render.study import ranged
 
-    config, settings = study["config"], study["config"]["settings"]
-    lines = [f"# Does EASD help? {config['pair']} on {Path(config['data']).name}", "", study["verdict"], ""]
+    config, method = study["config"], study["method"]
+    title = method["title"]
+    lines = [f"# Does {title} help? {config['pair']} on {Path(config['data']).name}", "", study["verdict"], ""]
     lines += ["## Accuracy", "", "| method | problems | correct | accuracy (95% Wilson) | from |", "|---|---:|---:|---|---|"]
     for row in study["accuracy"]:
         low, high = row["ci95"]
-        label = (
-            f"easd (k = {settings['k']}, τ_H = {settings['tau_h']:g}, τ_O = {settings['tau_o']:g})"
-            if row["method"] == "easd"
-            else row["method"]
-        )
+        label = method["label"] if row["method"] == method["name"] else row["method"]
         lines.append(
             f"| {label} | {row['problems']} | {row['correct']} | {100 * row['accuracy']:.1f}% ({100 * low:.1f}–{100 * high:.1f}) | {row['source']} |"
         )
     p, target = study["paired"], study["target"]
     lines += [
         "",
-        f"EASD's text differs from SD's on {p.get('texts_differ', 0)} problems, its answer on {p.get('answers_differ', 0)}. "
+        f"{title}'s text differs from SD's on {p.get('texts_differ', 0)} problems, its answer on {p.get('answers_differ', 0)}. "
         f"Target-only: {target['why']}.",
+        "",
+        "## How many problems would it take?",
+        "",
+        *study["power_lines"],
         "",
         "## Speed",
         "",
-        study["speed_note"] + " EASD's time up to its first penalty is SD's (it resumes SD's run: the same passes); "
-        "acceptance over every problem.",
+        study["speed_note"] + " Acceptance over every problem.",
         "",
-        "| method | problems timed | tokens | tokens/s | speed-up over target-only | mean acceptance length | draft acceptance rate | penalties / 1k tokens |",
+        "| method | problems timed | tokens | tokens/s | speed-up over target-only | mean acceptance length | draft acceptance rate "
+        f"| {method['intervention'][1] or 'interventions'} / 1k tokens |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in study["speed"]:
@@ -622,43 +820,67 @@ def markdown(study: dict) -> str:
             ranged(row["speedup"], row["speedup_range"], "{:.2f}×"),
             _figure(row["mean_acceptance_length"], "{:.2f}"),
             _figure(row["draft_acceptance_rate"], "{:.3f}"),
-            _figure(row["interventions_per_1k"], "{:.1f}") if row["method"] == "easd" else "—",
+            _figure(row["interventions_per_1k"], "{:.1f}"),
         ]
         lines.append("| " + " | ".join(cells) + " |")
-    grid = study["grid"]
-    lines += ["", f"## Sensitivity: accuracy (penalties per 1,000 tokens) on {grid['problems']} problems", ""]
-    lines += ["| τ_H \\ τ_O | " + " | ".join(f"{o:g}" for o in grid["tau_os"]) + " |", "|---|" + "---:|" * len(grid["tau_os"])]
-    for h in grid["tau_hs"]:
-        cells = [grid["cells"][f"{h:g}/{o:g}"] for o in grid["tau_os"]]
-        lines.append(f"| {h:g} | " + " | ".join(_cell(c) for c in cells) + " |")
-    lines += ["", f"SD on the same problems: {_figure(grid['sd_accuracy'], '{:.0%}')}.", ""]
-    fires = study["fires"]
-    lines += ["## Where the penalty fires", "", f"{fires['penalties']} penalties in EASD's runs.", ""]
-    lines += [
-        "| tenth of the answer | " + " | ".join(str(i + 1) for i in range(POSITION_BINS)) + " |",
-        "|---|" + "---:|" * POSITION_BINS,
-    ]
-    lines += ["| penalties | " + " | ".join(str(n) for n in fires["by_tenth"]) + " |", ""]
-    lines += ["| kind of token refused | " + " | ".join(fires["by_kind"]) + " |", "|---|" + "---:|" * len(fires["by_kind"])]
-    lines += ["| penalties | " + " | ".join(str(n) for n in fires["by_kind"].values()) + " |", ""]
-    if fires["pairs"]:
-        lines += ["| refused | chosen | times |", "|---|---|---:|"]
-        lines += [f"| `{_code(a['refused'])}` | `{_code(a['chosen'])}` | {a['count']} |" for a in fires["pairs"]]
-        lines.append("")
-    lines += ["## Where SD and EASD answer differently", ""]
+    lines += ["", *grid_markdown(study), *interventions_markdown(study)]
+    lines += [f"## Where SD and {title} answer differently", ""]
     if study["differences"]:
-        lines += ["| problem | gold | SD | EASD | parts at token |", "|---|---|---|---|---:|"]
+        lines += [f"| problem | gold | SD | {title} | parts at token |", "|---|---|---|---|---:|"]
         for d in study["differences"]:
             mark = lambda ok: "✓" if ok else "✗"  # noqa: E731
             lines.append(
-                f"| {_code(d['problem_id'])} | {_code(d['gold'])} | {_code(d['sd'])} {mark(d['sd_correct'])} | "
-                f"{_code(d['easd'])} {mark(d['easd_correct'])} | {d['token'] if d['token'] is not None else '—'} |"
+                f"| {_code(d['problem_id'])} | {_code(d['gold'])} | {_code(d['left'])} {mark(d['left_correct'])} | "
+                f"{_code(d['right'])} {mark(d['right_correct'])} | {d['token'] if d['token'] is not None else '—'} |"
             )
     else:
         lines.append("None.")
     lines += ["", "## Graders", "", *graders_markdown(study["graders"])]
     lines += ["", "## What was assumed", ""] + [f"- {line}" for line in study["assumptions"]]
     return "\n".join(lines) + "\n"
+
+
+def grid_markdown(study: dict) -> list[str]:
+    """The grid's cells as a table: over two settings, a row per value of the first; over one, a row."""
+    grid, title = study["grid"], study["method"]["title"]
+    if not grid["settings"]:
+        return ["## Sensitivity", "", f"{title} declares no grid: no setting was varied.", ""]
+    many = study["method"]["intervention"][1]  # "" for a method that never intervenes: its cells give accuracy alone
+    cell = lambda key: _cell(grid["cells"][key], many)  # noqa: E731
+    lines = [f"## Sensitivity: accuracy{f' ({many} per 1,000 tokens)' if many else ''} on {grid['problems']} problems", ""]
+    if len(grid["settings"]) == 2:
+        (first, second), (rows, across) = grid["labels"], grid["values"].values()
+        lines += [f"| {first} \\ {second} | " + " | ".join(f"{o:g}" for o in across) + " |", "|---|" + "---:|" * len(across)]
+        lines += [f"| {h:g} | " + " | ".join(cell(f"{h:g}/{o:g}") for o in across) + " |" for h in rows]
+    else:
+        (label,), (values,) = grid["labels"], grid["values"].values()
+        lines += [f"| {label} | " + " | ".join(f"{v:g}" for v in values) + " |", "|---|" + "---:|" * len(values)]
+        lines.append("| accuracy | " + " | ".join(cell(f"{v:g}") for v in values) + " |")
+    return [*lines, "", f"SD on the same problems: {_figure(grid['sd_accuracy'], '{:.0%}')}.", ""]
+
+
+def interventions_markdown(study: dict) -> list[str]:
+    """Where the method intervenes: by tenth of the answer, by the kind of token, the most frequent pairs."""
+    method, found = study["method"], study["interventions"]
+    title, many = method["title"], method["intervention"][1]
+    if found is None:
+        return [f"## Where {title} intervenes", "", f"{title} declares no interventions: every token is its own choice.", ""]
+    lines = [f"## Where {title} intervenes", "", f"{found['count']} {many} in {title}'s runs.", ""]
+    lines += [
+        "| tenth of the answer | " + " | ".join(str(i + 1) for i in range(POSITION_BINS)) + " |",
+        "|---|" + "---:|" * POSITION_BINS,
+    ]
+    lines += [f"| {many} | " + " | ".join(str(n) for n in found["by_tenth"]) + " |", ""]
+    lines += [f"| {found['kind_of']} | " + " | ".join(found["by_kind"]) + " |", "|---|" + "---:|" * len(found["by_kind"])]
+    lines += [f"| {many} | " + " | ".join(str(n) for n in found["by_kind"].values()) + " |", ""]
+    if found["pairs"]:
+        lines += ["| set aside | chosen | times |", "|---|---|---:|"]
+        lines += [
+            f"| {'—' if a['set_aside'] is None else '`' + _code(a['set_aside']) + '`'} | `{_code(a['chosen'])}` | {a['count']} |"
+            for a in found["pairs"]
+        ]
+        lines.append("")
+    return lines
 
 
 def graders_markdown(compared: dict) -> list[str]:
@@ -683,20 +905,35 @@ def graders_markdown(compared: dict) -> list[str]:
 def assumptions(study: dict) -> list[str]:
     """Everything a reader needs to rerun the study from the report alone."""
     config, settings, plan = study["config"], study["config"]["settings"], study["config"]["study"]
+    method = METHODS[study["method"]["name"]]
     calibration = study.get("calibration") or {}
+    grid = study["grid"]
+    varied = " × ".join(
+        f"{label} ∈ {{{', '.join(f'{v:g}' for v in values)}}}" for label, values in zip(grid["labels"], grid["values"].values())
+    )
+    own = [(knobs()[name].label or name, settings[name]) for name in own_knobs(method) if name in settings]
     found = [
         f"pair: {config['pair']}",
         f"data: {config['data']} ({config['format']}), prompt style {config['prompt_style']}, "
         f"{'shuffled with seed ' + str(config['shuffle']) if config.get('shuffle') is not None else 'in file order'}",
-        f"τ_H = {settings['tau_h']:g} ({config.get('tau_h_source') or plan.get('tau_h_source', 'not recorded')}), τ_O = {settings['tau_o']:g}, n = {settings['top_n']}, "
-        f"k = {settings['k']}, rule {settings.get('rule', 'full')}",
+        f"compared with SD: {study['method']['label']}",
+    ]
+    if own:
+        found.append(f"{method.title}'s own settings: " + ", ".join(f"{label} = {value}" for label, value in own))
+    if method.refuses:  # EASD's rule reads τ_H, τ_O and n
+        found.append(
+            f"τ_H = {settings['tau_h']:g} ({config.get('tau_h_source') or plan.get('tau_h_source', 'not recorded')}), "
+            f"τ_O = {settings['tau_o']:g}, n = {settings['top_n']}, k = {settings['k']}, rule {settings.get('rule', 'full')}"
+        )
+    else:
+        found.append(f"k = {settings['k']} (SD's drafts)")
+    found += [
         f"temperature {settings['temperature']:g}, top-p {settings['top_p']:g}, seed {settings['seed']}, "
         f"at most {settings['max_new_tokens']:,} new tokens a problem, signals {settings.get('signals', 'float32')}, "
         f"H of {'the sampling distribution' if settings.get('entropy') == 'sampling' else 'the models at temperature 1'}",
         f"grader: {config.get('grader', 'math-verify')} (easd.lab.problems.is_correct; the option formats compare the letter)",
-        f"grid: τ_H ∈ {{{', '.join(f'{h:g}' for h in plan['tau_hs'])}}} × τ_O ∈ {{{', '.join(f'{o:g}' for o in plan['tau_os'])}}} "
-        f"on the first {len(plan['grid_problems'])} problems; speed on the first {len(plan['speed_problems'])}, one row at a time; "
-        f"the rest decoded {plan['batch_size']} rows at a time",
+        f"grid: {varied or 'none'} on the first {len(plan['grid_problems'])} problems; speed on the first "
+        f"{len(plan['speed_problems'])}, one row at a time; the rest decoded {plan['batch_size']} rows at a time",
         f"command: {config['command']}",
     ]
     if calibration:
@@ -713,10 +950,13 @@ def _figure(value, form: str) -> str:
     return "—" if value is None else form.format(value)
 
 
-def _cell(cell: dict) -> str:
+def _cell(cell: dict, interventions: str) -> str:
+    """A grid point's accuracy, and its interventions per 1,000 tokens where the method has any (`interventions`: their
+    name, "" for none)."""
     if cell["accuracy"] is None:
         return "—"
-    return f"{100 * cell['accuracy']:.0f}% ({_figure(cell['penalties_per_1k'], '{:.1f}')})"
+    rate = f" ({_figure(cell['interventions_per_1k'], '{:.1f}')})" if interventions else ""
+    return f"{100 * cell['accuracy']:.0f}%{rate}"
 
 
 def _code(text: str) -> str:

@@ -73,14 +73,15 @@ def run_page(traces: dict, depth: int = 1, drawn: Callable[[], object] = lambda:
 
 def study_page(study: dict, runs: dict[str, str], depth: int = 1) -> str:
     """The study's report; `runs` maps each problem whose answers part to its run page (from the site's root)."""
-    title, body = study_body(study, above=home_link(depth))
+    title = study["method"]["title"]
     links = [
-        tag("li", tag("a", f"problem {problem}: SD and EASD, at the token where they part", href="../" * depth + href))
+        tag("li", tag("a", f"problem {problem}: SD and {title}, at the token where they part", href="../" * depth + href))
         for problem, href in runs.items()
     ]
+    heading, body = study_body(study, above=home_link(depth))
     if links:
         body = join([body, tag("h2", "The runs where the answers part, on this site"), tag("ul", *links)])
-    return page(title, body, depth, STUDY_CSS)
+    return page(heading, body, depth, STUDY_CSS)
 
 
 def evaluation_page(entry: Entry, differences: list[dict], depth: int = 1) -> str:

@@ -1,6 +1,6 @@
-"""A study's report as one HTML file (`python -m easd study`): the verdict, accuracy with paired statistics, speed,
-the τ_H × τ_O heatmaps, where the penalty fires, the problems whose answers part (each a link into the app and a
-one-file export), and what was assumed.
+"""A study's report as one HTML file (`python -m easd study`): the verdict, accuracy with paired statistics, how many
+problems it would take, speed, the method's grid (easd.render.grid: heatmaps over two settings, a line over one), where
+it intervenes, the problems whose answers part (each a link into the app and a one-file export), and what was assumed.
 
 Built like the one-file export (easd.render.export): every text through `tag`, which escapes it (token texts and
 answers are model output), Plotly inlined, figures as JSON drawn by one hashed script, and a policy under which
@@ -9,9 +9,11 @@ nothing else runs and nothing is fetched.
 
 from __future__ import annotations
 
+import pandas as pd
 import plotly.graph_objects as go
 
 from .export import DRAW_FIGURES, figure_box, standalone_page
+from .grid import grid_figures
 from .html import Html, join, tag
 
 CSS = """
@@ -33,16 +35,17 @@ def study_file(study: dict) -> str:
 
 def study_body(study: dict, above: Html | None = None) -> tuple[str, Html]:
     """(title, body) of the report (`above` goes first: a static site's way home)."""
-    title = f"Does EASD help? {study['config']['pair']}"
+    title = f"Does {study['method']['title']} help? {study['config']['pair']}"
     body = join(
         [
             above or Html(""),
             tag("h1", title),
             tag("p", study["verdict"], class_="verdict"),
             _accuracy(study),
+            _power(study),
             _speed(study),
             _grid(study),
-            _fires(study),
+            _interventions(study),
             _differences(study),
             _graders(study),
             tag("h2", "What was assumed"),
@@ -64,12 +67,11 @@ def _percent(value) -> str:
 
 
 def _accuracy(study: dict) -> Html:
-    settings = study["config"]["settings"]
+    method = study["method"]
+    title = method["title"]
     rows = []
     for row in study["accuracy"]:
-        label = row["method"]
-        if label == "easd":
-            label = f"easd (k = {settings['k']}, τ_H = {settings['tau_h']:g}, τ_O = {settings['tau_o']:g})"
+        label = method["label"] if row["method"] == method["name"] else row["method"]
         low, high = row["ci95"]
         rows.append(
             [
@@ -83,10 +85,10 @@ def _accuracy(study: dict) -> Html:
     p, target = study["paired"], study["target"]
     paired = table(
         [
-            "EASD against SD",
+            f"{title} against SD",
             "pairs",
             "both right",
-            "only EASD",
+            f"only {title}",
             "only SD",
             "both wrong",
             "difference",
@@ -109,11 +111,16 @@ def _accuracy(study: dict) -> Html:
         numeric={1, 2, 3, 4, 5, 6, 8},
     )
     note = (
-        f"EASD's text differs from SD's on {p.get('texts_differ', 0)} problems, its answer on {p.get('answers_differ', 0)}. "
+        f"{title}'s text differs from SD's on {p.get('texts_differ', 0)} problems, its answer on {p.get('answers_differ', 0)}. "
         f"Target-only: {target['why']}."
     )
     header = ["method", "problems", "correct", "accuracy (95% Wilson)", "from"]
     return join([tag("h2", "Accuracy"), table(header, rows, numeric={1, 2}), paired, tag("p", note)])
+
+
+def _power(study: dict) -> Html:
+    """How many problems it would take: the lines the study wrote (easd.lab.study.power_lines)."""
+    return join([tag("h2", "How many problems would it take?"), *[tag("p", line) for line in study["power_lines"]]])
 
 
 def _graders(study: dict) -> Html:
@@ -161,11 +168,7 @@ def _speed(study: dict) -> Html:
         "mean acceptance length",
         "draft acceptance rate",
     ]
-    note = (
-        f"{study['speed_note']} EASD resumes SD's run at its first penalty, so its time up to there is SD's (the same "
-        "passes: SD computes the same signals); a run where EASD never fires times as SD's. The acceptance figures "
-        "(vLLM's definitions) count every problem's drafts."
-    )
+    note = f"{study['speed_note']} The acceptance figures (vLLM's definitions) count every problem's drafts."
     return join([tag("h2", "Speed"), tag("p", note), table(header, rows, numeric={1, 2, 3, 4, 5, 6})])
 
 
@@ -179,64 +182,61 @@ def ranged(value: float | None, bounds: list[float] | None, form: str) -> str:
 
 
 def _grid(study: dict) -> Html:
-    grid = study["grid"]
-    hs, os_ = grid["tau_hs"], grid["tau_os"]
-    figures = []
-    for name, key, title, scale in (
-        ("accuracy", "accuracy", "accuracy", "Blues"),
-        ("penalties", "penalties_per_1k", "penalties per 1,000 tokens", "Oranges"),
-    ):
-        z = [[grid["cells"][f"{h:g}/{o:g}"][key] for o in os_] for h in hs]
-        figure = go.Figure(
-            go.Heatmap(
-                z=z,
-                x=[f"{o:g}" for o in os_],
-                y=[f"{h:g}" for h in hs],
-                colorscale=scale,
-                texttemplate="%{z:.2f}",
-                hovertemplate="τ_H %{y}, τ_O %{x}: %{z:.3f}<extra></extra>",
-            )
-        )
-        subtitle = f" (SD: {grid['sd_accuracy']:.2f})" if key == "accuracy" and grid["sd_accuracy"] is not None else ""
-        figure.update_layout(title=f"EASD's {title}{subtitle}", xaxis_title="τ_O", yaxis_title="τ_H", height=340)
-        figures += figure_box(f"grid_{name}", f"EASD's {title} over τ_H and τ_O", figure)
-    note = (
-        f"EASD over the paper's grid on the first {grid['problems']} problems, each point resuming SD's run at its first penalty."
+    grid, title = study["grid"], study["method"]["title"]
+    if not grid["settings"]:
+        return join([tag("h2", "Sensitivity"), tag("p", f"{title} declares no grid: no setting was varied.")])
+    cells = pd.DataFrame(
+        [
+            {**cell["values"], "accuracy": cell["accuracy"], "interventions_per_1k": cell["interventions_per_1k"]}
+            for cell in grid["cells"].values()
+        ],
+        columns=[*grid["settings"], "accuracy", "interventions_per_1k"],
+    ).astype(float)
+    figures = grid_figures(cells, title, tuple(grid["settings"]), {"SD": grid["sd_accuracy"]})
+    boxes = [part for i, figure in enumerate(figures) for part in figure_box(f"grid_{i}", figure.layout.title.text, figure)]
+    varied = " × ".join(grid["labels"])
+    resumes = (
+        f", each point resuming SD's run at its first {study['method']['intervention'][0]}"
+        if study["method"]["follows"] == "sd"
+        else ""
     )
-    return join([tag("h2", "Sensitivity to τ_H and τ_O"), tag("p", note), tag("div", *figures, class_="figures")])
+    note = f"{title} over its grid ({varied}) on the first {grid['problems']} problems{resumes}."
+    return join([tag("h2", f"Sensitivity to {varied}"), tag("p", note), tag("div", *boxes, class_="figures")])
 
 
-def _fires(study: dict) -> Html:
-    fires = study["fires"]
-    tenths = go.Figure(go.Bar(x=[f"{10 * i}–{10 * (i + 1)}%" for i in range(len(fires["by_tenth"]))], y=fires["by_tenth"]))
+def _interventions(study: dict) -> Html:
+    method, found = study["method"], study["interventions"]
+    title, many = method["title"], method["intervention"][1]
+    heading = tag("h2", f"Where {title} intervenes")
+    if found is None:
+        return join([heading, tag("p", f"{title} declares no interventions: every token is its own choice.")])
+    tenths = go.Figure(go.Bar(x=[f"{10 * i}–{10 * (i + 1)}%" for i in range(len(found["by_tenth"]))], y=found["by_tenth"]))
     tenths.update_layout(
-        title="Penalties by where they fall in the answer", xaxis_title="share of the answer's tokens", height=320
+        title=f"{many.capitalize()} by where they fall in the answer", xaxis_title="share of the answer's tokens", height=320
     )
-    kinds = go.Figure(go.Bar(x=list(fires["by_kind"]), y=list(fires["by_kind"].values())))
-    kinds.update_layout(title="Penalties by the kind of token refused", height=320)
+    kinds = go.Figure(go.Bar(x=list(found["by_kind"]), y=list(found["by_kind"].values())))
+    kinds.update_layout(title=f"{many.capitalize()} by the {found['kind_of']}", height=320)
     boxes = [
-        *figure_box("fires_position", "penalties by position", tenths),
-        *figure_box("fires_kind", "penalties by kind", kinds),
+        *figure_box("interventions_position", f"{many} by position", tenths),
+        *figure_box("interventions_kind", f"{many} by kind", kinds),
     ]
     pairs = table(
-        ["refused", "chosen instead", "times"],
-        [[tag("code", p["refused"]), tag("code", p["chosen"]), p["count"]] for p in fires["pairs"]],
+        ["set aside", "chosen instead", "times"],
+        [
+            ["—" if p["set_aside"] is None else tag("code", p["set_aside"]), tag("code", p["chosen"]), p["count"]]
+            for p in found["pairs"]
+        ],
         numeric={2},
     )
-    return join(
-        [
-            tag("h2", "Where the penalty fires"),
-            tag("p", f"{fires['penalties']} penalties in EASD's runs; the most frequent refused → chosen pairs below."),
-            tag("div", *boxes, class_="figures"),
-            pairs,
-        ]
-    )
+    said = f"{found['count']} {many} in {title}'s runs; the most frequent set aside → chosen pairs below (—: the record names no token set aside)."
+    return join([heading, tag("p", said), tag("div", *boxes, class_="figures"), pairs])
 
 
 def _differences(study: dict) -> Html:
-    found = study["differences"]
+    found, title = study["differences"], study["method"]["title"]
+    heading = tag("h2", f"Where SD and {title} answer differently")
     if not found:
-        return join([tag("h2", "Where SD and EASD answer differently"), tag("p", "Nowhere: every answer is the same.")])
+        return join([heading, tag("p", "Nowhere: every answer is the same.")])
     rows = []
     for d in found:
         token = "—" if d["token"] is None else d["token"]
@@ -248,16 +248,16 @@ def _differences(study: dict) -> Html:
             [
                 tag("code", d["problem_id"]),
                 tag("code", d["gold"]),
-                join([tag("code", d["sd"]), f" {verdicts(d['sd_correct'])}"]),
-                join([tag("code", d["easd"]), f" {verdicts(d['easd_correct'])}"]),
+                join([tag("code", d["left"]), f" {verdicts(d['left_correct'])}"]),
+                join([tag("code", d["right"]), f" {verdicts(d['right_correct'])}"]),
                 token,
                 links,
             ]
         )
     note = (
-        "Each link opens SD (left) and EASD (right) at the token where they part: in the app started with "
+        f"Each link opens SD (left) and {title} (right) at the token where they part: in the app started with "
         f"python app.py --eval-dir {study['folder']}, or, where one method was right and the other wrong, as the "
         "one-file export in differences/ beside this report."
     )
-    header = ["problem", "gold", "SD", "EASD", "parts at token", "open"]
-    return join([tag("h2", "Where SD and EASD answer differently"), tag("p", note), table(header, rows, numeric={4})])
+    header = ["problem", "gold", "SD", title, "parts at token", "open"]
+    return join([heading, tag("p", note), table(header, rows, numeric={4})])
