@@ -24,7 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import EasdError, SettingsError
@@ -213,10 +213,15 @@ class RayRunner:
     def summary(self) -> str:
         return "\n".join(actor.line() for actor in self.actors)
 
+    def alone(self) -> RayRunner:
+        """A runner on one of these actors (the first alive), one row at a time in the order given: a study's timings,
+        like with like in one process. It shares this runner's actors, so one that replaces a dead actor joins them."""
+        return RayRunner(self.load_pair, replace(self.plan, actors=1, batch_size=1), self.actors, self.pair_description)
+
     def __call__(self, items: list[WorkItem]) -> Iterator[tuple[WorkItem, list[tuple[dict, Trace]]]]:
         import ray
 
-        size = max(1, min(self.plan.batch_size, -(-len(items) // (CALLS_IN_FLIGHT * len(self.actors)))))  # small jobs spread too
+        size = max(1, min(self.plan.batch_size, -(-len(items) // (CALLS_IN_FLIGHT * self.plan.actors))))  # small jobs spread too
         queue = deque(items[i : i + size] for i in range(0, len(items), size))
         in_flight: dict = {}  # ObjectRef -> (Actor, the items of that call)
         attempts: dict[tuple, int] = {}
@@ -246,10 +251,12 @@ class RayRunner:
                 in_flight[ref][0].calls -= 1
 
     def _submit(self, queue: deque, in_flight: dict) -> None:
-        """Top every live actor up to CALLS_IN_FLIGHT calls, one call per actor per round, so all get a share."""
+        """Top the plan's number of live actors up to CALLS_IN_FLIGHT calls, one call per actor per round, so all get a
+        share (all of them: each dead one is replaced; `alone`'s runner: the first)."""
+        live = [actor for actor in self.actors if actor.alive][: self.plan.actors]
         for _ in range(CALLS_IN_FLIGHT):
-            for actor in self.actors:
-                if actor.alive and actor.calls < CALLS_IN_FLIGHT and queue:
+            for actor in live:
+                if actor.calls < CALLS_IN_FLIGHT and queue:
                     chunk = queue.popleft()
                     in_flight[actor.handle.decode.remote(chunk, self.plan.batch_size)] = (actor, chunk)
                     actor.calls += 1

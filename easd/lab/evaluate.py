@@ -228,6 +228,10 @@ class LocalRunner:
         check_batch_fits(self.pair, min(self.batch_size, len(settings)), longest + max((s.k + 1 for s in settings), default=0))
         return decode_items(self.pair, items, self.batch_size)
 
+    def alone(self) -> LocalRunner:
+        """The same pair one row at a time, in the order given: for timings that compare like with like."""
+        return LocalRunner(self.pair, 1)
+
 
 def _encoded(pair: ModelPair, problem: Problem) -> list[int]:
     """The problem's prompt as token ids, or a SettingsError in the words of a command that reads problems from --data."""
