@@ -46,7 +46,7 @@ from ..method.pair import ModelPair
 from ..method.settings import DecodeSettings
 from ..traces import files as trace_io
 from .calibrate import nearest_candidate, top_share_mean
-from .evaluate import LocalRunner, Variant, WorkItem, grid_label, grid_variants, run_evaluation, trace_path
+from .evaluate import LocalRunner, Runner, Variant, WorkItem, grid_label, grid_variants, run_evaluation, trace_path
 from .problems import Problem
 from .report import grader_of, graders_compared, paired_row, summary_table
 from .results_table import RESULT_COLUMNS, RESUME_KEYS, check_config, check_folder, load_results, read_config, unreadable
@@ -70,6 +70,19 @@ def studied() -> dict[str, Method]:
 
 
 @dataclass(frozen=True)
+class Shard:
+    """The index-th of `count` shares of a study's problems (easd.lab.shards says which), and the problems it times."""
+
+    index: int  # 1 … count
+    count: int
+    timed: tuple[Problem, ...] = ()  # shard 1: the whole plan's first --speed-limit problems; the others: none
+
+    @property
+    def name(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+@dataclass(frozen=True)
 class StudyPlan:
     """What a study decodes. The method (`base.method`) runs at `base`'s settings; SD and target-only share them."""
 
@@ -81,6 +94,7 @@ class StudyPlan:
     batch_size: int = 8
     target_everywhere: bool = False  # --target-runs all: target-only on every problem, not only the timed ones
     speed_repeats: int = SPEED_REPEATS  # passes over the timed problems, each method timed once a pass
+    shard: Shard | None = None  # one machine's share of a larger study (easd.lab.shards); None: the whole study
 
     @property
     def method(self) -> Method:
@@ -101,14 +115,21 @@ class StudyPlan:
     def greedy(self) -> bool:
         return self.base.temperature == 0
 
+    @property
+    def timed(self) -> list[Problem]:
+        """The problems timed one row at a time: the first speed_limit, or those a shard times (`Shard.timed`)."""
+        return self.problems[: self.speed_limit] if self.shard is None else list(self.shard.timed)
 
-def run_study(pair: ModelPair, plan: StudyPlan, out: Path, config: dict, resume: bool, progress: bool = True) -> None:
-    """Decode whatever the study still lacks, phase by phase; every phase appends rows as its problems finish."""
-    batched = LocalRunner(pair, plan.batch_size)
+
+def run_study(decoder: ModelPair | Runner, plan: StudyPlan, out: Path, config: dict, resume: bool, progress: bool = True) -> None:
+    """Decode whatever the study still lacks, phase by phase; every phase appends rows as its problems finish.
+    `decoder`: a pair, decoded in this process, or a runner whose `alone()` times the speed phase (`RayRunner`'s: Ray
+    actors, easd.lab.cluster)."""
+    batched = LocalRunner(decoder, plan.batch_size) if isinstance(decoder, ModelPair) else decoder
     name, title = plan.method.name, plan.method.title
     sd, it, target = (plan.variant(m) for m in ("sd", name, "target"))
     gridded, rest = plan.problems[: plan.grid_limit], plan.problems[plan.grid_limit :]
-    timed = plan.problems[: plan.speed_limit]
+    timed = plan.timed
     # in this order so that a study stopped early already answers every question, on fewer problems
     _say(f"1/4 SD, {title} and {title} over its grid on the first {len(gridded)} problems", progress)
     run_evaluation(batched, gridded, [sd, it, *plan.grid_points()], 1, out, config, resume, keep_traces=True, progress=progress)
@@ -116,13 +137,15 @@ def run_study(pair: ModelPair, plan: StudyPlan, out: Path, config: dict, resume:
     _say(
         f"2/4 speed: target-only, SD and {title} on the first {len(timed)} problems, one row at a time, {repeats} times", progress
     )
-    one_at_a_time = TakingTurns(LocalRunner(pair, 1), timed)
+    one_at_a_time = TakingTurns(batched.alone(), timed)
     speed = config | {"samples": repeats}  # a repetition is a sample: seed + r, the same text when greedy
     run_evaluation(one_at_a_time, timed, [target, sd, it], repeats, out / "speed", speed, resume, progress=progress)
     _say(f"3/4 SD and {title} on the other {len(rest)} problems", progress)
     run_evaluation(batched, rest, [sd, it], 1, out, config, True, keep_traces=True, progress=progress)
     proof = target_proof(pd.concat([_results(out), _results(out / "speed")]), plan.greedy)
-    if plan.target_everywhere or not plan.greedy or not proof["equal"]:
+    if plan.shard is not None and plan.greedy and not plan.target_everywhere and not proof["checked"]:
+        _say("4/4 target-only: left to `study merge` (this shard timed no problem to compare SD's texts with)", progress)
+    elif plan.target_everywhere or not plan.greedy or not proof["equal"]:
         _say(f"4/4 target-only on all {len(plan.problems)} problems ({proof['why']})", progress)
         run_evaluation(batched, plan.problems, [target], 1, out, config, True, keep_traces=True, progress=progress)
     else:
@@ -140,7 +163,7 @@ class TakingTurns:
     and then last, turn by turn, as bench rotates its methods (easd.lab.bench), so that the slow drift of a shared
     machine's speed favours no method and shows in the spread of the repetitions."""
 
-    runner: LocalRunner
+    runner: Runner
     problems: list[Problem]
 
     def __call__(self, items: list[WorkItem]):
@@ -219,7 +242,14 @@ PLANNED = {
 
 def check_plan(out: Path, was: dict, now: dict) -> None:
     """A resumed study decodes the problems it began with, so that its rows answer one plan: --limit, --grid-limit
-    and --speed-limit may grow; --method and --offset stay, and --speed-repeats once speed/ holds timings."""
+    and --speed-limit may grow; --method, --offset and --shard stay, and --speed-repeats once speed/ holds timings."""
+    if was.get("shard") != now.get("shard"):
+        raise SettingsError(
+            "--shard",
+            f"{out} holds shard {was['shard']} of a study: resume with --shard {was['shard']}, or choose another --out"
+            if was.get("shard")
+            else f"{out} holds a study run without --shard: resume without it, or choose another --out",
+        )
     if was["method"] != now["method"]:
         raise SettingsError(
             "--method",
@@ -236,7 +266,7 @@ def check_plan(out: Path, was: dict, now: dict) -> None:
             f"{out} holds a study timed with --speed-repeats {repeats}: resume with it, or delete {out / 'speed'} to time again",
         )
     for key, (flag, holding) in PLANNED.items():
-        before, after = was[key], now[key]
+        before, after = was.get("whole", was)[key], now.get("whole", now)[key]  # a shard's: the whole plan's
         count = before if isinstance(before, int) else len(before)
         if (after if isinstance(after, int) else len(after)) < count:
             raise SettingsError(
@@ -272,8 +302,13 @@ def target_proof(rows: pd.DataFrame, greedy: bool) -> dict:
 
 
 def _results(folder: Path) -> pd.DataFrame:
+    """A folder's rows by problem, each problem's in the order written: the report's ties (the refused → chosen pairs
+    of one count, the graders' list) fall alike whatever order the problems finished in, as in a merged study's
+    folder (easd.lab.shards), whose problems come shard by shard."""
     path = folder / "results.csv"
-    return load_results(path) if path.exists() else pd.DataFrame(columns=RESULT_COLUMNS)
+    if not path.exists():
+        return pd.DataFrame(columns=RESULT_COLUMNS)
+    return load_results(path).sort_values(["problem_id", "sample"], kind="stable", ignore_index=True)
 
 
 def analyse(out: Path, app_url: str = "http://127.0.0.1:7860/", effect: float = EFFECT_POINTS) -> dict:

@@ -1,0 +1,345 @@
+"""A study on more than one machine: `study --shard I/N`, `study merge`, and what the two compare.
+
+A shard is a study folder of its own, made by the same command with `--shard I/N`: it decodes the problems whose id
+hashes to I (`owner`), so every problem of the plan is in exactly one of the N shards, whatever their order, --offset
+or --limit, and on every machine. What the unsharded plan calls "the first --grid-limit problems" stays that plan's:
+each shard runs the method's grid on those of them it owns. The timed problems are the exception: shard 1 times all of them,
+so that the speed table is one process's, like with like, as one machine's study is; the other shards time none.
+
+Greedy target-only is read from SD's texts where SD's equal the target's on the timed problems (easd.lab.study). A
+shard that timed nothing cannot tell, so it leaves target-only to the merge, which reads the timings from shard 1; if
+they differ, one line says to run target-only on every problem (`--target-runs all --resume` on each shard).
+
+`study merge` checks that the shards are those of one study (`check_shards`: each of 1..N once, one pair, one data
+file and model files by their hashes, one set of settings, grader and versions, no problem in two of them) and writes
+one folder as one machine would have: results.csv, traces/, speed/, a run.json of the whole plan, and its report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ..errors import EasdError, SettingsError, shown
+from ..files import temporary_path, writable_folder, write_text_whole
+from .evaluate import trace_name, trace_path
+from .results_table import ResultsFile
+from .study import Shard, StudyPlan, read_study_config
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """`--shard I/N` → (I, N), or one line naming the flag."""
+    found = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not found:
+        raise SettingsError("--shard", f"must be I/N, the I-th of N shares of the problems, e.g. 1/4 (got {shown(text)})")
+    index, count = int(found[1]), int(found[2])
+    if not 1 <= index <= count:
+        raise SettingsError("--shard", f"{index}/{count} names no shard: I runs from 1 to N, e.g. 1/{max(count, 2)}")
+    return index, count
+
+
+def owner(problem_id: str, count: int) -> int:
+    """The shard (1 … count) that decodes a problem: by a SHA-256 of its id, the same on every machine and in every
+    process (Python's hash() of a str is salted per process), and for a problem whatever the others are."""
+    digest = hashlib.sha256(str(problem_id).encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big") % count + 1
+
+
+def shard_of(plan: StudyPlan, config: dict, index: int, count: int) -> tuple[StudyPlan, dict]:
+    """A shard's plan and run.json from the whole study's: its own problems, in the plan's order (so its grid problems
+    come first, as the whole plan's do), and in run.json its own lists beside the whole plan's (`whole`), which the
+    merge puts back."""
+    mine = [p for p in plan.problems if owner(p.id, count) == index]
+    gridded = [p for p in plan.problems[: plan.grid_limit] if owner(p.id, count) == index]
+    timed = plan.problems[: plan.speed_limit] if index == 1 else []
+    shard = Shard(index, count, tuple(timed))
+    study = config["study"]
+    whole = {key: study[key] for key in WHOLE}
+    own = {"problems": len(mine), "grid_problems": [p.id for p in gridded], "speed_problems": [p.id for p in timed]}
+    shard_plan = replace(plan, problems=mine, grid_limit=len(gridded), speed_limit=len(timed), shard=shard)
+    return shard_plan, config | {"study": study | own | {"shard": shard.name, "whole": whole}}
+
+
+WHOLE = ("problems", "grid_problems", "speed_problems")  # what a shard's run.json holds of its own, and of the whole plan
+
+
+# --- what the shards record, for the merge to compare ---------------------------------------------------------------
+
+
+def recorded_files(data: Path, pair: str | None, draft: str | None, target: str | None) -> dict[str, str]:
+    """The data file's and each model's identity (`model_files`), for run.json."""
+    return {"data": "sha256:" + _file_sha(data), **model_files(pair, draft, target)}
+
+
+# named pairs whose files this program fixes: the embedded pair's GGUFs are pinned by their sha256 (checked when their
+# parts are joined), and the tiny pair is built from a seed by easd.pairs.tiny
+PINNED = {"qwen-coder": "the embedded pair", "tiny-random": "the tiny pair"}
+
+
+def model_files(pair: str | None, draft: str | None, target: str | None) -> dict[str, str]:
+    """What the weights each model ran are: a file's or a folder's sha256 (a folder: its files' names and contents),
+    a hub model's revision in this machine's hub cache, or a named pair's pinned files. Reading a model's files takes
+    about a second a GB, once a run."""
+    from ..pairs.registry import PAIRS, default_pair_name
+
+    if draft is None:
+        name = pair or default_pair_name()
+        if name == "qwen-coder":
+            from ..pairs.packaged import DRAFT, TARGET
+
+            return {"draft": "sha256:" + DRAFT.sha256, "target": "sha256:" + TARGET.sha256}
+        if name in PINNED:
+            return {"draft": f"{PINNED[name]}'s, built by easd", "target": f"{PINNED[name]}'s, built by easd"}
+        draft, target = PAIRS[name].draft, PAIRS[name].target
+    return {"draft": _model_identity(draft), "target": _model_identity(target)}
+
+
+def _model_identity(reference: str) -> str:
+    path = Path(reference).expanduser()
+    if path.is_file():
+        return "sha256:" + _file_sha(path)
+    if path.is_dir():
+        digest = hashlib.sha256()
+        for file in sorted(p for p in path.rglob("*") if p.is_file() and not p.relative_to(path).as_posix().startswith(".")):
+            digest.update(f"{file.relative_to(path).as_posix()}\0{_file_sha(file)}\n".encode())
+        return "sha256:" + digest.hexdigest()
+    return f"hub {reference}@{_cached_revision(reference) or 'not in the hub cache of the machine that ran it'}"
+
+
+def _file_sha(path: Path) -> str:
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def _cached_revision(repo_id: str) -> str | None:
+    """The commit of the hub cache's snapshot of `repo_id`, which names its files' contents."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(repo_id, "config.json")
+    except Exception:  # not a repository id the hub library accepts: nothing cached under it
+        return None
+    return Path(found).parent.name if isinstance(found, str) else None
+
+
+# --- the merge ------------------------------------------------------------------------------------------------------
+
+# What every shard of one study shares, named as a line says it (the versions compared, a key a later version added
+# reads as missing). Not compared: the data file's path and the machine (each machine has its own), the command (each
+# names its own --shard and --out), and each shard's own problems.
+SAME_KEYS = {
+    "pair": "pair",
+    "files": "files (data and models, by hash)",
+    "format": "format",
+    "shuffle": "--shuffle",
+    "prompt_style": "prompt style",
+    "grader": "grader",
+    "samples": "samples",
+    "settings": "settings",
+    "tau_h_source": "τ_H's source",
+    "versions": "versions",
+}
+NOT_VERSIONS = ("machine", "python")  # of run.json's versions: each machine's own
+
+
+@dataclass(frozen=True)
+class ShardFolder:
+    """A shard's folder and its run.json."""
+
+    folder: Path
+    config: dict
+    index: int
+    count: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+def read_shard(folder: Path) -> ShardFolder:
+    if not folder.is_dir():
+        raise EasdError(f"study merge: {folder} is not a folder; give the folders of `study --shard I/N`")
+    config = read_study_config(folder)
+    if config is None:
+        raise EasdError(f"study merge: {folder} holds no study; give the folders of `study --shard I/N`")
+    if "shard" not in config["study"]:
+        raise EasdError(f"study merge: {folder} is a whole study, made without --shard; merge the folders of its shards")
+    try:
+        index, count = parse_shard(str(config["study"]["shard"]))
+    except SettingsError as err:
+        raise EasdError(f"study merge: {folder / 'run.json'} names no shard ({err.message})") from None
+    return ShardFolder(folder, config, index, count)
+
+
+def check_shards(shards: list[ShardFolder]) -> None:
+    """One line, naming the folders, unless the shards are every shard of one study, once each."""
+    first = shards[0]
+    seen: dict[int, ShardFolder] = {}
+    for shard in shards:
+        if shard.count != first.count:
+            raise EasdError(
+                f"study merge: {shard.folder} is shard {shard.name} but {first.folder} shard {first.name}: "
+                "merge the shards of one study"
+            )
+        if shard.index in seen:
+            raise EasdError(
+                f"study merge: {seen[shard.index].folder} and {shard.folder} are both shard {shard.name}; give each once"
+            )
+        seen[shard.index] = shard
+        differs = what_differs(first.config, shard.config)
+        if differs:
+            raise EasdError(
+                f"study merge: {shard.folder} was run with other {differs} than {first.folder}; merge the shards of one study"
+            )
+    missing = [f"{i}/{first.count}" for i in range(1, first.count + 1) if i not in seen]
+    if missing:
+        raise EasdError(f"study merge: shard {missing[0]} is missing; give the folders of all {first.count} shards")
+
+
+def what_differs(a: dict, b: dict) -> str | None:
+    """What two shards' run.json disagree on, as the line names it with the first differing values, or None."""
+    for key, said in SAME_KEYS.items():
+        first, second = _compared(a, key), _compared(b, key)
+        if first != second:
+            return f"{said} ({_first_difference(second, first)})"
+    plan, other = (whole_plan(c["study"]) for c in (a, b))
+    if plan != other:
+        return f"plan ({_first_difference(other, plan)})"
+    return None
+
+
+def whole_plan(study: dict) -> dict:
+    """A shard's run.json study as the whole study's: its own problems replaced by the whole plan's."""
+    return {k: v for k, v in study.items() if k not in ("shard", "whole")} | study["whole"]
+
+
+def _compared(config: dict, key: str):
+    value = config.get(key)
+    return {k: v for k, v in value.items() if k not in NOT_VERSIONS} if key == "versions" and value else value
+
+
+def _first_difference(value, than) -> str:
+    """`value` against `than` where they first part: "k: 2, not 4"."""
+    if isinstance(value, dict) and isinstance(than, dict):
+        key = next(k for k in sorted({*value, *than}, key=str) if value.get(k) != than.get(k))
+        return f"{key}: {_first_difference(value.get(key), than.get(key))}"
+    if isinstance(value, str) and isinstance(than, str):  # from a little before where they part, so that it shows
+        cut = max(0, len(os.path.commonprefix([value, than])) - 8)
+        value, than = (("…" if cut else "") + text[cut:] for text in (value, than))
+    return f"{shown(value)}, not {shown(than)}"
+
+
+def merge_shards(folders: list[Path], out: Path, command: str) -> None:
+    """Check the shards (`check_shards`), then write them into `out` as one study folder, as if one machine had run it
+    all: built aside and renamed into place. The report is the caller's to draw."""
+    shards = sorted((read_shard(folder) for folder in folders), key=lambda s: s.index)
+    check_out(out, [s.folder for s in shards])
+    check_shards(shards)
+    rows = {shard.folder: _rows(shard.folder) for shard in shards}
+    holder: dict[str, Path] = {}
+    for folder, found in rows.items():
+        for problem in dict.fromkeys(row["problem_id"] for row in found):
+            if problem in holder:
+                raise EasdError(
+                    f"study merge: {holder[problem]} and {folder} both hold problem {shown(problem)}; merge the shards of one study"
+                )
+            holder[problem] = folder
+    build = temporary_path(out)
+    try:
+        writable_folder(build)
+    except OSError as err:
+        raise SettingsError("--out", f"{out} cannot be written ({err.strerror}: {err.filename})") from None
+    try:
+        _write_merged(shards, rows, build, command)
+        _into_place(build, out)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+
+
+def check_out(out: Path, shards: list[Path]) -> None:
+    """--out: a new or empty folder, never a shard nor in or around one. Not an earlier merge's either: it may have been
+    resumed as one study since, and what it holds would be lost."""
+    where = out.resolve()
+    for shard in shards:
+        here = shard.resolve()
+        if where == here or here in where.parents or where in here.parents:
+            relation = "is" if where == here else "is inside" if here in where.parents else "holds"
+            raise SettingsError("--out", f"{out} {relation} the shard {shard}: write the merged study to a folder of its own")
+    if out.exists() and not out.is_dir():
+        raise SettingsError("--out", f"{out} is a file, not a folder")
+    if out.is_dir() and any(out.iterdir()):
+        raise SettingsError("--out", f"{out} holds files already: give a new or empty folder")
+
+
+def _rows(folder: Path) -> list[dict]:
+    """A folder's results.csv rows written whole, the shard left as it is: read from a copy, since reading repairs a
+    cut last row (ResultsFile.read) and the shard's own study may be writing it now."""
+    if not (folder / "results.csv").exists():
+        return []
+    with tempfile.TemporaryDirectory() as copy:
+        shutil.copyfile(folder / "results.csv", Path(copy) / "results.csv")
+        return ResultsFile(Path(copy)).read()
+
+
+def _write_merged(shards: list[ShardFolder], rows: dict[Path, list[dict]], build: Path, command: str) -> None:
+    (build / "traces").mkdir()
+    merged = []
+    for shard in shards:
+        for row in rows[shard.folder]:
+            trace = trace_path(shard.folder / "traces", row)
+            if trace.is_file():
+                _link_or_copy(trace, build / "traces" / trace_name(row))
+            merged.append(row)
+    if merged:  # a results.csv holds rows, or is not there yet
+        ResultsFile(build).rewrite(merged)
+    config = whole_config(shards, command)
+    write_text_whole(build / "run.json", json.dumps(config, indent=1, ensure_ascii=False))
+    timer = shards[0].folder / "speed"  # shard 1 times every timed problem
+    timings = _rows(timer)
+    if timings:
+        (build / "speed").mkdir()
+        ResultsFile(build / "speed").rewrite(timings)
+        repeats = json.loads((timer / "run.json").read_text(encoding="utf-8"))["samples"]
+        write_text_whole(build / "speed" / "run.json", json.dumps(config | {"samples": repeats}, indent=1, ensure_ascii=False))
+
+
+def whole_config(shards: list[ShardFolder], command: str) -> dict:
+    """The run.json of the whole study: shard 1's, with the whole plan's problems, and where each shard came from."""
+    first = shards[0].config
+    made = [{"shard": s.name, "folder": str(s.folder.resolve()), "command": s.config["command"]} for s in shards]
+    return first | {"study": whole_plan(first["study"]), "command": command, "shards": made}
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    """A hard link where the two share a file system (a trace is never written again in place: easd.files writes aside
+    and renames), else a copy."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+def _into_place(build: Path, out: Path) -> None:
+    """Rename the built folder to `out`: a rename replaces an empty folder there, never one that holds files (one put
+    there meanwhile stops it, and is kept)."""
+    try:
+        os.rename(build, out)
+    except OSError as err:
+        raise SettingsError("--out", f"{out} cannot take the merged study ({err.strerror}): give a new or empty folder") from None
+
+
+def target_note(study: dict) -> str | None:
+    """What a merged greedy study lacks where SD's texts cannot stand for the target's (easd.lab.study's phase 4): the
+    shards that timed nothing left target-only to the merge, which found it unproven."""
+    if any(row["method"] == "target" for row in study["accuracy"]):
+        return None
+    return (
+        f"note: no target-only accuracy ({study['target']['why']}), so target-only must run on every problem: rerun "
+        "each shard with --target-runs all --resume, then merge again"
+    )
