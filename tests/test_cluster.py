@@ -70,7 +70,7 @@ def every_key(problems: int):
 def evaluation(data, runner, out, resume=False):
     problems = load_problems(data, "gsm8k")
     variants = parse_methods(METHODS, DecodeSettings(max_new_tokens=12))
-    return run_evaluation(runner, problems, variants, 1, out, {"pair": "tiny"}, resume=resume, progress=False)
+    return run_evaluation(runner, problems, variants, 1, out, {"pair": "tiny", "settings": {}}, resume=resume, progress=False)
 
 
 def untimed(found):
