@@ -9,9 +9,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from easd.cli import main
@@ -189,3 +191,37 @@ def test_an_actor_that_dies_while_loading_the_pair_is_one_clear_line(cluster):
     with pytest.raises(SettingsError, match="--ray-actors: an actor died while loading the pair"):
         with ray_runner(_dies_while_loading, ClusterSettings(actors=1), work=4):
             pass
+
+
+def test_a_study_on_ray_whose_worker_is_killed_mid_study_writes_a_local_studys_rows_once(cluster, data, tmp_path, capsys):
+    """`study --ray ADDRESS`, one of its actors' processes SIGKILLed when the first row is written: its problems run
+    again on a fresh actor and the folder holds a local study's rows, each once (the driver alone writes results.csv).
+    The timed phase runs on one actor, one row at a time."""
+    address = ray.get_runtime_context().gcs_address
+    command = ["study", "--pair", "tiny-random", "--backend", "transformers", "--data", str(data), "--limit", "12"]
+    command += ["--max-new-tokens", "12", "--grid-limit", "2", "--speed-limit", "2", "--speed-repeats", "1"]
+    command += ["--tau-hs", "1", "--tau-os", "0.4", "--tau-h", "0.5", "--batch-size", "3"]
+    assert main([*command, "--out", str(tmp_path / "local")]) == 0
+    out, killed = tmp_path / "ray", []
+
+    def kill_a_worker_at_the_first_row():
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not ((out / "results.csv").exists() and rows(out)):
+            time.sleep(0.02)
+        workers = [p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [""])[0] == "ray::Decoder"]
+        os.kill(workers[0].pid, signal.SIGKILL)  # an actor's process, as the OOM killer or a lost node ends it
+        killed.append(workers[0].pid)
+
+    killer = threading.Thread(target=kill_a_worker_at_the_first_row)
+    killer.start()
+    capsys.readouterr()
+    assert main([*command, "--out", str(out), "--ray", address, "--ray-actors", "2"]) == 0
+    killer.join()
+    assert killed and "replaced actor" in capsys.readouterr().out
+    for folder in (Path(), Path("speed")):
+        local, remote = rows(tmp_path / "local" / folder), rows(out / folder)
+        assert keys(remote) == keys(local) and len(set(keys(remote))) == len(remote), folder
+        assert untimed(remote) == untimed(local), folder
+    # timed in turns, one row at a time: target-only first on the first problem, last on the next
+    assert [row["method"] for row in rows(out / "speed")] == ["target", "sd", "easd", "sd", "easd", "target"]
+    assert json.loads((out / "run.json").read_text())["pair"] == json.loads((tmp_path / "local" / "run.json").read_text())["pair"]
