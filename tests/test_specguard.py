@@ -90,3 +90,22 @@ def test_the_command_line_names_the_flag_on_llama_cpp(capsys):
     assert main(command) == 2
     last = capsys.readouterr().err.splitlines()[-1]  # after the lines naming the pair it loaded
     assert last.startswith("error: --specguard-grounding: attention needs the draft's attention weights")
+
+
+def test_the_attention_share_is_that_of_one_whole_pass(hf_tiny_pair):
+    """The seam's attention_share (the context cached, then the step with its attention weights) against one eager pass
+    over the whole text: the step's rows of every layer's and head's attention, the first key left out."""
+    model = hf_tiny_pair.draft.module
+    tokens = encode_prompt(hf_tiny_pair, PROMPTS[0], chat=True) + [5, 17, 33, 60]
+    start = len(tokens) - 4
+    kind = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        with torch.no_grad():
+            weights = model(torch.tensor([tokens]), output_attentions=True).attentions
+    finally:
+        model.set_attn_implementation(kind)
+    rows = torch.stack([layer[0, :, start:, 1:] for layer in weights]).float()  # [layers, heads, step, keys but the first]
+    expected = float((rows[..., : start - 1].sum(-1) / rows.sum(-1)).mean())
+    assert hf_tiny_pair.draft.attention_share(tokens, start) == pytest.approx(expected, rel=1e-4)
+    assert model.config._attn_implementation == kind  # the shared model is left as it was

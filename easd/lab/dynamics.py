@@ -25,13 +25,12 @@ import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
 
 import numpy as np
 import pandas as pd
 
-from ..errors import SettingsError
-from ..files import write_text_whole
+from ..errors import EasdError, SettingsError
+from ..files import file_stem, write_text_whole
 from ..method.origins import DRAFT_ACCEPTED
 from ..method.pair import ModelPair
 from ..method.settings import DecodeSettings
@@ -71,8 +70,9 @@ class Answered:
 
 
 def question_file(out: Path, question_id: int | str) -> Path:
-    """The file under --out/questions/ that holds a question's runs (its id quoted, so any id names one file)."""
-    return out / "questions" / f"{quote(str(question_id), safe='')}.json"
+    """The file under --out/questions/ that holds a question's runs (named by easd.files.file_stem: one file an id,
+    whatever it holds)."""
+    return out / "questions" / f"{file_stem(str(question_id))}.json"
 
 
 def check_folder(out: Path, config: dict, resume: bool) -> None:
@@ -135,21 +135,24 @@ def read_answers(out: Path) -> list[Answered]:
     found = []
     for path in (out / "questions").glob("*.json"):
         traces = trace_io.read_json(path, capped=False)
-        info = traces[0].info
-        found.append(Answered(info[f"{INFO}question"], info[f"{INFO}category"], int(info[f"{INFO}line"]), traces))
+        info = traces[0].info if traces else {}
+        try:
+            found.append(Answered(info[f"{INFO}question"], info[f"{INFO}category"], int(info[f"{INFO}line"]), traces))
+        except (KeyError, TypeError, ValueError):
+            raise EasdError(f"{path}: not a question's runs of `python -m easd acceptance`; move it out of questions/") from None
     return sorted(found, key=lambda a: a.line)
 
 
 def observations(traces: list[Trace]) -> pd.DataFrame:
     """One row per examined position of these runs: its place in its draft (1..k), whether it was accepted, the
     draft's and the target's entropy there, and whether EASD's rule fired there (`triggered`, recorded in SD's runs)."""
+    drafts = [judged for trace in traces for _, _, judged in verified_drafts(trace)]
     rows = [
-        (place, record.origin == DRAFT_ACCEPTED.name, record.h_draft, record.h_target, bool(record.triggered))
-        for trace in traces
-        for _, _, judged in verified_drafts(trace)
+        (draft, place, record.origin == DRAFT_ACCEPTED.name, record.h_draft, record.h_target, bool(record.triggered))
+        for draft, judged in enumerate(drafts)
         for place, record in enumerate(judged, 1)
     ]
-    columns = ["position", "accepted", "h_draft", "h_target", "triggered"]
+    columns = ["draft", "position", "accepted", "h_draft", "h_target", "triggered"]
     return pd.DataFrame(rows, columns=columns).astype({"h_draft": float, "h_target": float})
 
 
@@ -191,7 +194,10 @@ def group_figures(name: str, answers: list[Answered], seen: dict[int | str, pd.D
     frames = [seen[a.question_id] for a in answers]
     table = pd.concat(frames, ignore_index=True) if frames else observations([])
     tokens = sum(len(t.records) for t in traces)
-    penalties = int((table["accepted"] & table["triggered"]).sum())  # kept by the standard test, refused by the rule
+    # kept by the standard test, refused by the rule: EASD's block ends at the first, so one a draft at most (a
+    # question's drafts are numbered apart from another's, so the count is of (question, draft) pairs)
+    fired = [frame[frame["accepted"] & frame["triggered"]]["draft"].nunique() for frame in frames]
+    penalties = int(sum(fired))
     return {
         "name": name,
         "questions": len(answers),

@@ -305,7 +305,10 @@ def _write_merged(shards: list[ShardFolder], rows: dict[Path, list[dict]], build
     if timings:
         (build / "speed").mkdir()
         ResultsFile(build / "speed").rewrite(timings)
-        repeats = json.loads((timer / "run.json").read_text(encoding="utf-8"))["samples"]
+        try:
+            repeats = json.loads((timer / "run.json").read_text(encoding="utf-8"))["samples"]
+        except (OSError, ValueError, KeyError, TypeError):
+            raise EasdError(f"{timer}: its run.json is missing or not a timing's; run shard 1 again with --resume") from None
         write_text_whole(build / "speed" / "run.json", json.dumps(config | {"samples": repeats}, indent=1, ensure_ascii=False))
 
 

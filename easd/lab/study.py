@@ -39,9 +39,9 @@ import pandas as pd
 
 from .._version import __version__
 from ..errors import EasdError, SettingsError
-from ..files import file_stem, writable_folder
+from ..files import file_stem, writable_folder, write_text_whole
 from ..method.compare import first_difference
-from ..method.methods import METHODS, Method, in_batch, knobs, make_settings, own_knobs, settings_values
+from ..method.methods import METHODS, Method, in_batch, knobs, lookup, make_settings, own_knobs, settings_values
 from ..method.pair import ModelPair
 from ..method.settings import DecodeSettings
 from ..traces import files as trace_io
@@ -716,13 +716,15 @@ def write_differences(out: Path, found: list[dict], name: str) -> None:
 
     folder = out / "differences"
     folder.mkdir(exist_ok=True)
+    for old in folder.glob("*.html"):  # an earlier report's: its problems may part no more
+        old.unlink()
     for difference in found:
         problem = difference["problem_id"]
         paths = [trace_path(out / "traces", {"problem_id": problem, "method": m, "sample": 0}) for m in ("sd", name)]
         if difference["file"] and all(path.exists() for path in paths):
             left, right = (trace_io.read_json(path, capped=False)[0] for path in paths)
             page = comparison_file({"left": left, "right": right})
-            (folder / f"{file_stem(problem)}.html").write_text(page, encoding="utf-8")
+            write_text_whole(folder / f"{file_stem(problem)}.html", page)
 
 
 def _after_the_fact(traces: dict) -> dict:
@@ -805,12 +807,14 @@ def run_label(method: Method, settings: dict) -> str:
 
 
 def resumes_note(method: Method) -> str:
-    """Why the method's time up to its first intervention is SD's, where it resumes SD's run; "" where it does not."""
-    if method.follows != "sd":
+    """Why the method's time up to its first intervention is another's, where it resumes that one's run (EASD: SD's);
+    "" where it does not."""
+    if not method.follows:
         return ""
+    leader = lookup(method.follows).title
     return (
-        f"{method.title} resumes SD's run at its first {method.intervention[0] or 'intervention'}, so its time up to "
-        "there is SD's (the same passes); a run where it never intervenes times as SD's."
+        f"{method.title} resumes {leader}'s run at its first {method.intervention[0] or 'intervention'}, so its time up "
+        f"to there is {leader}'s (the same passes); a run where it never intervenes times as {leader}'s."
     )
 
 

@@ -4,8 +4,8 @@ row of it must carry). The five below belong to no one method (every speculative
 a method with an origin of its own declares it in its module (EASD's penalty, MTI's guided token) and lists it in
 its `origins`. easd.method.methods.origins() is every origin of the table, by name.
 
-Roles: what the token is to a speculative block, which the counts (easd.method.spec_metrics, summary), the stepper
-and the what-if read instead of names:
+Roles: what the token is to a speculative block, which the lanes, the stepper and the inspector read instead of names
+(the counts, easd.method.spec_metrics, read a drafted position's outcome: kept, rejected, or refused by a rule):
   accepted   a drafted token the target's test kept
   rejected   the target's token after its test rejected a draft (the block's end)
   refused    the target's token after the method's own rule refused a draft the test kept (EASD's penalty)
@@ -37,6 +37,7 @@ class Origin:
     # acceptance probability
     says: str
     ended: str = ""  # the stepper's "why the block ended", for a role that ends a block
+    writer: str = "target"  # the model whose token it is (its top candidates are the inspector's), "draft" or "target"
     needs: tuple[str, ...] = ()  # trace fields every row of this origin carries (the schema checks them)
 
     def __post_init__(self):
@@ -67,6 +68,7 @@ DRAFT_ACCEPTED = Origin(
     "The draft proposed {drafted} {odds}; the target's test kept it.",
     ended="the run ended inside the block (an end token, or the token limit)",
     needs=TESTED,
+    writer="draft",
 )
 TARGET_RESAMPLE = Origin(
     "target_resample",
@@ -88,5 +90,8 @@ BONUS = Origin(
 TARGET = Origin(
     "target", "target only", "background: #e6e6e6;", "chosen", "The target alone chose {chosen}.", needs=("h_target",)
 )
-DRAFT = Origin("draft", "draft only", "background: #e6e6e6;", "chosen", "The draft alone chose {chosen}.", needs=("h_draft",))
+DRAFT = Origin(
+    "draft", "draft only", "background: #e6e6e6;", "chosen", "The draft alone chose {chosen}.", needs=("h_draft",), writer="draft"
+)
+ALONE = (TARGET.name, DRAFT.name)  # a model alone's tokens: plain grey, left out of the legend
 SPECULATIVE = (DRAFT_ACCEPTED, TARGET_RESAMPLE, BONUS)  # the origins of SD's block

@@ -20,7 +20,8 @@ STOP_REASONS = ("eos", "max_new_tokens", "context", "stopped", "left", "unread",
 MARGIN_COLUMNS = [f.name for f in fields(Margins)]  # a record's margin fields are the fields of acceptance.Margins
 SIGNAL_FIELDS = ("h_draft", "h_target", "overlap", "triggered")  # EASD's rule at a drafted position (methods that show it)
 
-Candidate = tuple[int, str, float]  # (token id, token text, probability at temperature 1)
+Candidate = tuple[int, str, float]  # (token id, token text, probability at temperature 1); a method's own list may
+# hold (its own number, a text, a score) instead: SpecGuard's candidate steps, SMC-SD's particles (Column.ids)
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class Column:
     label: str = ""  # the inspector's name for it; the field's name where empty
     beside: str = "target token"  # a candidate list: the inspector's header of the model's list shown beside it
     values: str = "p̃"  # a candidate list: the inspector's header of its third entries (a probability, a weight)
+    ids: bool = True  # a candidate list's first entries are token ids (MTI's), not numbers of the method's own
 
 
 def recorded(help: str, kind: str, **declared):  # noqa: A002 (a column's help is its help)

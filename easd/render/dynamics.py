@@ -37,7 +37,8 @@ DEFINITIONS = (
     "questions, since the positions of one answer are not independent.",
     "Rule fires: EASD's rule holds at an examined position (both entropies ≥ τ_H and overlap ≥ τ_O, for the full "
     "rule). Penalty would fire: the rule holds where the standard test accepted, so EASD would have refused the "
-    "token. Both are read along SD's runs: after a penalty, EASD's own text would go elsewhere.",
+    "token; counted once a draft, at the first such position, since EASD's block ends there. Both are read along SD's "
+    "runs: after a penalty, EASD's own text would go elsewhere.",
 )
 
 

@@ -7,6 +7,7 @@ import re
 from ..method.acceptance import RULE_CONDITIONS, rule_conditions
 from ..method.methods import METHODS, columns_of, origins
 from ..method.settings import overlap_needed
+from ..method.spec_metrics import refused
 from ..method.trace import Column, TokenRecord, Trace
 from ..method.whatif import RuleView, record_overlap
 from .html import Html, join, number, tag
@@ -127,7 +128,7 @@ def _margins(record: TokenRecord) -> Html:
             flips.append(f"{name} had been more than {abs(margin):.4f} nats {'lower' if fired else 'higher'}")
     if record.overlap_swap:
         flips.append("a model's n-th and (n+1)-th candidates had swapped places")
-    if record.origin == "easd_penalty":
+    if refused(record):
         what = "this penalty would not have fired"
     else:
         what = f"the rule would {'not ' if fired else ''}have fired"
@@ -162,17 +163,18 @@ def _candidates(record: TokenRecord, top_n: int, declared) -> Html:
     own = _own_candidates(record, declared)
     if own is not None:
         column, candidates = own
-        beside = record.target_top or record.draft_top  # the model that wrote the token (SpecGuard's kept: the draft)
-        lists = [(column.beside, "p", beside[:n]), (column.label, column.values, candidates[:n])]
+        origin = origins().get(record.origin) if isinstance(record.origin, str) else None
+        writer = record.draft_top if origin is not None and origin.writer == "draft" else record.target_top
+        lists = [(column.beside, "p", writer[:n], True), (column.label, column.values, candidates[:n], column.ids)]
     else:
-        lists = [("draft token", "q", record.draft_top[:n]), ("target token", "p", record.target_top[:n])]
-    shared = {t for t, _, _ in lists[0][2]} & {t for t, _, _ in lists[1][2]}
-    head = tag("tr", tag("th", "rank"), *(tag("th", name) for token, prob, _ in lists for name in (token, prob)))
+        lists = [("draft token", "q", record.draft_top[:n], True), ("target token", "p", record.target_top[:n], True)]
+    shared = {t for t, _, _ in lists[0][2]} & {t for t, _, _ in lists[1][2]} if lists[1][3] else set()
+    head = tag("tr", tag("th", "rank"), *(tag("th", name) for token, prob, _, _ in lists for name in (token, prob)))
     rows = [head]
-    for rank in range(max(len(candidates) for _, _, candidates in lists)):
+    for rank in range(max(len(candidates) for _, _, candidates, _ in lists)):
         cells = [tag("td", rank + 1)]
-        for _, _, candidates in lists:
-            cells += _candidate_cells(candidates[rank] if rank < len(candidates) else None, record, shared)
+        for _, _, candidates, ids in lists:
+            cells += _candidate_cells(candidates[rank] if rank < len(candidates) else None, record, shared, ids)
         rows.append(tag("tr", *cells))
     hint = tag("p", "bold: in both top lists · ▸ drafted · ★ emitted", class_="hint")
     return join([tag("table", *rows, class_="candidates"), hint])
@@ -188,9 +190,13 @@ def _own_candidates(record: TokenRecord, declared) -> tuple[Column, list] | None
     return None
 
 
-def _candidate_cells(candidate, record: TokenRecord, shared: set) -> list[Html]:
+def _candidate_cells(candidate, record: TokenRecord, shared: set, ids: bool) -> list[Html]:
+    """A candidate's text (marked where it is the drafted or the emitted token, bold where both lists hold it) and its
+    number; a method's own list of other things (SpecGuard's steps, SMC-SD's particles) is shown as it is."""
     if candidate is None:
         return [tag("td"), tag("td")]
-    token, text, prob = candidate
-    marks = ("▸" if token == record.draft_token_id else "") + ("★" if token == record.token_id else "")
-    return [tag("td", marks, _code(text), class_="shared" if token in shared else None), tag("td", number(prob))]
+    key, text, value = candidate
+    if not ids:
+        return [tag("td", _code(text)), tag("td", number(value))]
+    marks = ("▸" if key == record.draft_token_id else "") + ("★" if key == record.token_id else "")
+    return [tag("td", marks, _code(text), class_="shared" if key in shared else None), tag("td", number(value))]

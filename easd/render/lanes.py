@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..method.methods import METHODS, origins
+from ..method.origins import ALONE
+from ..method.spec_metrics import refused
 from ..method.trace import TokenRecord, Trace
 from .html import Html, join, number, tag
 
@@ -47,9 +49,7 @@ def origin_css() -> str:
 def legend_html() -> Html:
     """Every origin a lane may show (a model alone's are plain grey, and left out), then the marks."""
     items = [
-        tag("span", origin.label, class_=["tok", origin_class(name)])
-        for name, origin in origins().items()
-        if name not in ("target", "draft")
+        tag("span", origin.label, class_=["tok", origin_class(name)]) for name, origin in origins().items() if name not in ALONE
     ]
     refusal = next((name for name, origin in origins().items() if origin.role == "refused"), None)
     items += [
@@ -149,7 +149,7 @@ def lane_html(
 def _span(
     lane: str, index: int, record: TokenRecord, selected: bool, fork: bool, whatif: bool, entry: bool, found: bool = False
 ) -> Html:
-    fragile = record.fragile is True and _refused(record.origin)  # marked by "≈" and a dashed frame, not colour alone
+    fragile = record.fragile is True and refused(record)  # marked by "≈" and a dashed frame, not colour alone
     classes = [
         "tok",
         origin_class(record.origin),
@@ -170,12 +170,6 @@ def _span(
         tabindex=0 if entry else -1,
         aria_pressed="true" if selected else "false",
     )
-
-
-def _refused(origin) -> bool:
-    """A token that a method's rule put in place of a draft the test kept (EASD's penalty)."""
-    known = origins().get(origin) if isinstance(origin, str) else None
-    return known is not None and known.role == "refused"
 
 
 def tooltip(record: TokenRecord) -> str:

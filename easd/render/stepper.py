@@ -14,7 +14,7 @@ from ..method.trace import TokenRecord, Trace
 from .html import Html, join, number, tag
 from .lanes import visible_text
 
-ALONE = "one model, one token per step"  # why a block of a model alone ended (its origin says no more)
+ALONE = "the method's step ended here"  # why a block ended where its last token's origin says no more
 STATUSES = {"accepted": ("kept", "✓ kept"), "rejected": ("rejected", "✗ rejected"), "refused": ("refused", "⚠ refused")}
 
 

@@ -196,9 +196,7 @@ def _grid(study: dict) -> Html:
     boxes = [part for i, figure in enumerate(figures) for part in figure_box(f"grid_{i}", figure.layout.title.text, figure)]
     varied = " × ".join(grid["labels"])
     resumes = (
-        f", each point resuming SD's run at its first {study['method']['intervention'][0]}"
-        if study["method"]["follows"] == "sd"
-        else ""
+        f", each point resuming SD's run at its first {study['method']['intervention'][0]}" if study["method"]["follows"] else ""
     )
     note = f"{title} over its grid ({varied}) on the first {grid['problems']} problems{resumes}."
     return join([tag("h2", f"Sensitivity to {varied}"), tag("p", note), tag("div", *boxes, class_="figures")])

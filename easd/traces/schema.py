@@ -274,17 +274,17 @@ def check_row(row: dict, method: str, top: int) -> None:
         if row.get(name) is None:
             raise SchemaError(name, f"is empty, but a {origin.name} row needs it ({method} runs)")
     mine = methods.columns_of(runs.record)
-    for name in methods.record_columns():
-        if name not in mine and _given(row, name):
+    for name, column in methods.record_columns().items():
+        if name not in mine and _given(row, name, column):
             raise SchemaError(name, f"is not recorded by {method} runs: leave it empty")
     _check_paired(row, "draft_token_id", "draft_token_text")
     for side in sides():
         check_candidates(row, side, top)
 
 
-def _given(row: dict, name: str) -> bool:
+def _given(row: dict, name: str, column: Column) -> bool:
     """Whether a row holds a value in a column of a method's own record (a candidate list's first id for one)."""
-    return row.get(f"{name}1_id" if name.endswith("_top") else name) is not None
+    return row.get(f"{name.removesuffix('_top')}_top1_id" if column.kind == "candidates" else name) is not None
 
 
 def _check_paired(row: dict, id_name: str, text_name: str) -> None:

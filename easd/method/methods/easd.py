@@ -35,11 +35,12 @@ class Refusing(Speculative):
 
     def refusal(self, plan, signals: Signals | None) -> Refusal:
         """Where the rule fires, the kept draft c_i is refused: the target draws from p̃_i with c_i masked."""
-        settings, logits = plan.generation.settings, plan.p_logits  # [k+1, V]
+        _, target = self.sampling(plan.generation.settings)  # the replacement is drawn as the target draws its tokens
+        logits = plan.p_logits  # [k+1, V]
 
         def instead(n: int) -> torch.Tensor:  # [1, V]
             refused = torch.tensor([plan.drafted[n]], device=logits.device)
-            return acc.penalty_probs(logits[n : n + 1], refused, settings.temperature, settings.top_p)
+            return acc.penalty_probs(logits[n : n + 1], refused, target.temperature, target.top_p)
 
         return Refusal(signals.triggered, instead, EASD_PENALTY.name)
 

@@ -13,15 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
-
 from ...errors import SettingsError
-from ..judging import Block, Proposal
+from ..judging import Block
 from ..knobs import Control, knob
 from ..origins import DRAFT, TARGET
 from ..trace import recorded
-from .base import Method, draw_one
-from .steps import step_ends, step_text
+from .base import draw_one
+from .steps import Stepwise, step_ends, step_text
 
 
 @dataclass(frozen=True)
@@ -104,7 +102,7 @@ class Segments:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Rewarded(Method):
+class Rewarded(Stepwise):
     """Segments written by the draft, kept where the process reward model's reward reaches δ, else by the target."""
 
     def check(self, pair, settings) -> None:
@@ -118,18 +116,6 @@ class Rewarded(Method):
 
     def copy_state(self, state: Segments) -> Segments:
         return state.copy()
-
-    def plan(self, generation) -> tuple[int, bool]:
-        """The draft writes on until its segment ends (at most the room left), with no target pass; the target writes
-        a token a block of a segment it writes again."""
-        return (generation.room(), False) if generation.state.writer == "draft" else (0, True)
-
-    def propose(self, plan, logits: torch.Tensor) -> Proposal:
-        """The draft's next token of the segment; the segment ends with the delimiter or an end token. Its q̃ is not
-        kept: no test reads it (the reward model judges the segment).  logits: [1, V]"""
-        token = draw_one(plan.generation, logits)
-        plan.drafting_done = plan.generation.state.ends(plan.generation, [*plan.drafted, token])
-        return Proposal(token, None)
 
     def after_passes(self, plan) -> None:
         """The reward model's reward for the segment the draft wrote."""

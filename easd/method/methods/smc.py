@@ -100,6 +100,8 @@ SMC_DRAFT = Origin(
     "chosen",
     "The draft proposed {chosen} for the particle this text comes from; SMC-SD kept it without a test, and weighed "
     "the particle by how much likelier the target found its tokens than the draft did.",
+    ended="every particle agrees up to here: later tokens are still in play",
+    writer="draft",
 )
 SMC_BONUS = Origin(
     "smc_bonus",
@@ -107,6 +109,7 @@ SMC_BONUS = Origin(
     "background: #b3e3d3; border-bottom: 2px dashed #009E73;",  # bluish green, dashed: the target's token of a cycle
     "bonus",
     "After the particle's drafts, the target added {chosen} from its own distribution, as every cycle does.",
+    ended="the cycle's tokens every particle agrees on end with a target's bonus token",
 )
 
 
@@ -132,6 +135,7 @@ class SmcRecord:
         label="particle, its cycle's text",
         beside="token",
         values="weight",
+        ids=False,
     )
 
 
@@ -370,8 +374,8 @@ def _records(generation, cycle, particle, tokens, origins, q_rows, p_logits) -> 
 
 
 def _caches(generation, population: Population) -> tuple:
-    """The particles' caches: the prompt computed once a model and copied to each particle's row, then each
-    particle's tokens (all but the newest, which the next pass computes)."""
+    """The particles' caches: the prompt (but its last token) computed once a model and copied to each particle's row;
+    the next pass computes the rest of each particle's tokens (all of them, where a snapshot resumes elsewhere)."""
     pair, room, prompt = generation.pair, _room(generation), generation.prompt_ids
     made = []
     for model in (pair.draft, pair.target):

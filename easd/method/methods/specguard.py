@@ -29,13 +29,13 @@ import torch
 
 from ...errors import SettingsError
 from .. import acceptance as acc
-from ..judging import Block, Proposal
+from ..judging import Block
 from ..knobs import Control, knob
 from ..origins import Origin
 from ..settings import MIN_TEMPERATURE
 from ..trace import Candidate, TokenRecord, recorded
-from .base import Method, draw_one
-from .steps import step_ends
+from .base import draw_one
+from .steps import Stepwise, step_ends
 
 GROUNDINGS = ("attention", "none")
 
@@ -97,6 +97,8 @@ SPECGUARD_KEPT = Origin(
     "chosen",
     "The draft wrote {chosen} as part of the step SpecGuard chose among its candidates, and its score reached the "
     "threshold, so the step was kept without the target.",
+    ended="a reasoning step was kept whole, or its candidates are still being drafted",
+    writer="draft",
 )
 SPECGUARD_TARGET = Origin(
     "specguard_target",
@@ -104,6 +106,7 @@ SPECGUARD_TARGET = Origin(
     "background: #f7d9a0; border-bottom: 2px dotted #D55E00;",  # orange, vermilion dots: the target's, written again
     "chosen",
     "The draft's chosen step scored below the threshold, so the target wrote the step again: it chose {chosen}.",
+    ended="the target wrote one token of a step it writes again",
     needs=("h_target",),
 )
 
@@ -130,6 +133,7 @@ class SpecGuardRecord:
         label="candidate step (the chosen first)",
         beside="token",
         values="consistency",
+        ids=False,
     )
 
 
@@ -162,7 +166,7 @@ class Steps:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Guarded(Method):
+class Guarded(Stepwise):
     """Candidate steps from the draft, one kept by its scores or written again by the target (the module's docstring)."""
 
     def check(self, pair, settings) -> None:
@@ -179,18 +183,9 @@ class Guarded(Method):
     def copy_state(self, state: Steps) -> Steps:
         return state.copy()
 
-    def plan(self, generation) -> tuple[int, bool]:
-        """A candidate: the draft writes on until the step ends (at most the room left); the target writes a token a
-        block of a step it writes again."""
-        return (generation.room(), False) if generation.state.writer == "draft" else (0, True)
-
-    def propose(self, plan, logits) -> Proposal:
-        """The candidate's next token, at SpecGuard's own temperature; the step ends at its delimiter or an end token.
-        logits: [1, V]"""
-        generation, steps = plan.generation, plan.generation.state
-        token = draw_one(generation, logits, acc.Sampling(steps.settings.temperature))
-        plan.drafting_done = step_ends(generation, steps.start, [*plan.drafted, token], steps.settings.delimiter)
-        return Proposal(token, None)
+    def draft_sampling(self, settings) -> acc.Sampling:
+        """Candidates are sampled at SpecGuard's own temperature, so that they differ."""
+        return acc.Sampling(self.own(settings).temperature)
 
     def after_passes(self, plan) -> None:
         """Keep the candidate the draft wrote; after the last one, choose and score the most consistent."""
