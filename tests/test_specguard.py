@@ -15,7 +15,7 @@ from easd.method.methods.specguard import SpecGuardRecord, consistency, score
 from easd.method.prompts import encode_prompt
 from easd.render.lanes import lane_title
 
-SPECGUARD = dict(method="specguard", max_new_tokens=48, specguard_delimiter=" ")
+SPECGUARD = dict(method="specguard", max_new_tokens=48, specguard_delimiter=" ", specguard_weight=0.5)
 
 
 def test_consistency_and_score():

@@ -531,7 +531,7 @@ def test_a_study_of_specguard_by_confidence_alone_on_llama_cpp_draws_its_one_set
     out = tmp_path / "confidence"
     assert main([*argv, "--specguard-grounding", "none", "--out", str(out)]) == 0
     found = json.loads((out / "study.json").read_text())
-    assert found["method"]["label"] == "specguard (SpecGuard, confidence only; SpecGuard threshold = 0.6)"
+    assert found["method"]["label"] == "specguard (SpecGuard, confidence only; SpecGuard threshold = 0.7)"
     assert set(found["grid"]["cells"]) == {"0.3", "0.9"} and found["grid"]["labels"] == ["SpecGuard threshold"]
     report = (out / "study.md").read_text()
     assert "| SpecGuard threshold | 0.3 | 0.9 |" in report and "recomputed tokens per 1,000 tokens" in report
