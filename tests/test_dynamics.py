@@ -61,7 +61,8 @@ def folder(tiny_pair, tmp_path_factory):
 
 def test_the_folder_holds_a_file_per_question_the_figures_and_both_reports(folder, capsys):
     assert sorted(p.name for p in (folder / "questions").iterdir()) == sorted(
-        question_file(folder, q["question_id"]).name for q in QUESTIONS  # "mt/131" too: one plain file name an id
+        question_file(folder, q["question_id"]).name
+        for q in QUESTIONS  # "mt/131" too: one plain file name an id
     )
     assert {"run.json", "figures.json", "report.md", "report.html"} <= {p.name for p in folder.iterdir()}
     config = json.loads((folder / "run.json").read_text())
