@@ -109,3 +109,17 @@ def test_the_attention_share_is_that_of_one_whole_pass(hf_tiny_pair):
     expected = float((rows[..., : start - 1].sum(-1) / rows.sum(-1)).mean())
     assert hf_tiny_pair.draft.attention_share(tokens, start) == pytest.approx(expected, rel=1e-4)
     assert model.config._attn_implementation == kind  # the shared model is left as it was
+
+
+def test_bench_runs_it_on_llama_cpp_by_confidence_where_told(capsys):
+    """bench takes every method's own settings as generate does: on llama.cpp SpecGuard's row is left out, saying why,
+    unless --specguard-grounding none, which every row then holds and the header says."""
+    command = ["bench", "--pair", "tiny-random", "--backend", "llama.cpp", "--methods", "specguard"]
+    command += ["--prompts", "1", "--max-new-tokens", "8", "--repeats", "1"]
+    assert main(command) == 0
+    out = capsys.readouterr().out
+    assert "SpecGuard (threshold=0.7): not run here: --specguard-grounding: attention needs the draft's attention" in out
+    assert main([*command, "--specguard-grounding", "none"]) == 0
+    out = capsys.readouterr().out
+    assert "methods' own settings, every row: specguard_grounding=none" in out and "not run here" not in out
+    assert "llama.cpp SpecGuard (threshold=0.7) ÷ target-only" in out

@@ -7,9 +7,9 @@ import argparse
 from pathlib import Path
 
 from ..errors import SettingsError
-from ..method.methods import METHODS, knobs, settings_values, with_values
+from ..method.methods import METHODS, knobs, own_knobs, settings_values, with_values
 from ..method.settings import DecodeSettings
-from .flags import add_model_flags, load_models, numbers, runtime_of, whole_numbers
+from .flags import add_decode_flags, add_model_flags, load_models, numbers, runtime_of, whole_numbers
 
 TIMED_TOKENS = 64  # new tokens per prompt, by default, in the timed comparison
 LONG_TOKENS = 128  # … and per row with --batch-sizes, per question with --suite (as before the comparison was repeated)
@@ -40,6 +40,9 @@ def add(parser: argparse.ArgumentParser) -> None:
             default=_default(setting),
             help=f"{knobs()[setting].help}; several (comma-separated) give a {owners} row each",
         )
+    # every method's other settings at one value for all its rows, as `generate` takes them (--specguard-grounding
+    # none runs SpecGuard on llama.cpp, --smc-final sample, …)
+    add_decode_flags(parser, include=(), leave=tuple(values_flags()))
     parser.add_argument(
         "--repeats",
         type=int,
@@ -67,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise SettingsError("--repeats", f"must be ≥ 1 (got {args.repeats})")
     values = bench_values(args)
+    own = {name: getattr(args, name) for m in METHODS.values() for name in own_knobs(m) if name not in values_flags()}
+    with_values(DecodeSettings(), **own).validate()  # a bad value is refused naming its flag, before any model loads
     backends = [b.strip() for b in args.backend.split(",") if b.strip()]
     transformers_only = {"dtype": "auto", "int8": "none"}  # --dtype and --int8 are transformers' own
     each_backend = [
@@ -80,7 +85,13 @@ def run(args: argparse.Namespace) -> int:
         k, tau_h = values["sd"][0], numbers("--tau-h", args.tau_h)[0]
         return max(run_batched_benchmark(load_models(each), sizes, args.max_new_tokens, k, tau_h) for each in each_backend)
     pairs = [load_models(each) for each in each_backend]
-    return run_benchmark(pairs, BenchPlan(PROMPTS[: args.prompts], args.max_new_tokens, values, args.repeats))
+    plan = BenchPlan(PROMPTS[: args.prompts], args.max_new_tokens, values, args.repeats, own)
+    return run_benchmark(pairs, plan)
+
+
+def values_flags() -> set[str]:
+    """The settings whose values give bench rows (--k, --tau-h, --specguard-threshold, …): lists, not one value."""
+    return {m.bench for m in METHODS.values() if m.bench}
 
 
 def bench_values(args: argparse.Namespace) -> dict[str, list]:

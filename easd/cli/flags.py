@@ -91,11 +91,12 @@ def add_decode_flags(
     max_new_tokens: int | None = None,
     include: tuple[str, ...] | None = None,
     budget_by_format: bool = False,
+    leave: tuple[str, ...] = (),
 ):
     """A flag for every setting (easd.method.methods.knobs: --tau-h, each method's own such as --mti-tau), made from
     its declaration, with its default; `include` keeps only those of the settings every method reads that it names
-    (every method's own are always there); `budget_by_format` leaves --max-new-tokens to the data's format
-    (`apply_budget`)."""
+    (every method's own are always there, but those in `leave`, which the command declares its own way);
+    `budget_by_format` leaves --max-new-tokens to the data's format (`apply_budget`)."""
     defaults = settings_values(DecodeSettings())
     group = parser.add_argument_group("decoding")
     titles = ", ".join(f"{name} ({method.title})" for name, method in METHODS.items())
@@ -103,7 +104,7 @@ def add_decode_flags(
         group.add_argument("--method", default=defaults["method"], choices=tuple(METHODS), help=f"the decoding method: {titles}")
     for name, knob in knobs().items():
         common = owner(name)[0] is None
-        if name in ("method", "record_top") or (common and include is not None and name not in include):
+        if name in ("method", "record_top", *leave) or (common and include is not None and name not in include):
             continue
         flag, default = "--" + name.replace("_", "-"), defaults[name]
         if name == "max_new_tokens" and budget_by_format:

@@ -36,7 +36,7 @@ import torch
 from ..backends.transformers import float32_head
 from ..errors import SettingsError
 from ..method.generation import Generation
-from ..method.methods import knobs, lookup, with_values
+from ..method.methods import knobs, lookup, settings_values, with_values
 from ..method.pair import ModelPair
 from ..method.prompts import encode_prompt
 from ..method.settings import DecodeSettings
@@ -107,6 +107,7 @@ class BenchPlan:
     max_new_tokens: int
     values: dict[str, list]  # method name -> the values of its bench setting, a row each
     repeats: int = 1
+    own: dict = field(default_factory=dict)  # the methods' other own settings, by flat name, one value for every row
 
     @property
     def ks(self) -> list[int]:
@@ -131,6 +132,10 @@ def run_benchmark(pairs: list[ModelPair], plan: BenchPlan) -> int:
     print(
         f"{len(plan.prompts)} prompts × {plan.repeats}, {plan.max_new_tokens} new tokens, greedy, {torch.get_num_threads()} threads"
     )
+    defaults = settings_values(DecodeSettings())
+    changed = [f"{name}={value}" for name, value in plan.own.items() if value != defaults[name]]
+    if changed:  # a row's name gives its bench setting; these hold for all of them
+        print(f"methods' own settings, every row: {', '.join(changed)}")
     rows = {}
     for pair in pairs:
         print(f"bench: {pair.describe()}")
@@ -168,7 +173,7 @@ def run_benchmark(pairs: list[ModelPair], plan: BenchPlan) -> int:
 def methods_of(pair: ModelPair, plan: BenchPlan) -> dict:
     """Name -> prompt -> tokens (or a Trace): our runs, and the backend's own peers."""
     b, k = pair.backend, plan.ks[0]
-    base = DecodeSettings(method="sd", k=k, max_new_tokens=plan.max_new_tokens)
+    base = with_values(DecodeSettings(method="sd", k=k, max_new_tokens=plan.max_new_tokens), **plan.own)
     methods = {row_name(b, "target"): lambda p: _ours(pair, p, replace(base, method="target"))}
     if b == "transformers":
         methods["transformers assisted (defaults)"] = lambda p: _assisted(pair, p, plan.max_new_tokens, constant_k=None)
