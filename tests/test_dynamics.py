@@ -19,7 +19,8 @@ from test_app_browser import CHROMEDRIVER, CHROMIUM
 from test_spec_metrics import hand_made
 
 from easd.cli import main
-from easd.lab.dynamics import DOMAINS, analyse, observations, question_file, read_answers
+from easd.lab.dynamics import DOMAINS, analyse, observations, question_file, read_answers, round_robin
+from easd.lab.specbench import load_questions
 from easd.lab.stats import average_ranks, cluster_bootstrap, spearman
 from easd.method.spec_metrics import SpecMetrics
 from tools.offline import open_offline, requests_made
@@ -249,6 +250,21 @@ def test_sampled_runs_are_allowed_and_recorded(tmp_path):
 
 
 @pytest.mark.slow  # a killed process, then --resume: no finished question is lost or decoded again
+def test_questions_are_decoded_a_category_at_a_time_in_turn(tmp_path):
+    """A run stopped early holds some of every category, each category's questions in file order."""
+    questions = load_questions(write_questions(tmp_path / "q.jsonl", QUESTIONS), 10)
+    order = [(q.category, q.question_id) for q in round_robin(questions)]
+    assert order == [
+        ("writing", 81),
+        ("coding", 101),
+        ("math_reasoning", "gsm-1"),
+        ("translation", 121),
+        (HOSTILE, "mt/131"),
+        ("writing", 82),
+        ("coding", 102),
+    ]
+
+
 def test_resume_after_a_kill_loses_nothing(tmp_path):
     rows = [{"question_id": i, "category": ("writing", "coding", "qa")[i % 3], "turns": [f"Count to {i}."]} for i in range(15)]
     data = write_questions(tmp_path / "q.jsonl", rows)

@@ -108,7 +108,7 @@ def run_questions(
     for leftover in folder.glob(".*.tmp-*"):  # a file a kill interrupted: its question is decoded again
         leftover.unlink()
     write_text_whole(out / "run.json", json.dumps(config, indent=1, ensure_ascii=False))
-    missing = [q for q in questions if not question_file(out, q.question_id).exists()]
+    missing = round_robin([q for q in questions if not question_file(out, q.question_id).exists()])
     if progress and len(missing) < len(questions):
         print(f"resuming: {len(questions) - len(missing)} of {len(questions)} questions already done", file=sys.stderr)
     for number, question in enumerate(missing, 1):
@@ -125,6 +125,16 @@ def run_questions(
         if progress:
             tokens = sum(len(t.records) for t in traces)
             print(f"  question {number}/{len(missing)} ({question.category}) done: {tokens} tokens", file=sys.stderr, flush=True)
+
+
+def round_robin(questions: list[Question]) -> list[Question]:
+    """The questions a category at a time in turn (each category's in file order), so that a run stopped early has as
+    many of every category as it could, not all of the first ones and none of the last."""
+    by_category: dict[str, list[Question]] = {}
+    for question in questions:
+        by_category.setdefault(question.category, []).append(question)
+    rounds = max((len(group) for group in by_category.values()), default=0)
+    return [group[i] for i in range(rounds) for group in by_category.values() if i < len(group)]
 
 
 # --- reading the folder ---------------------------------------------------------------------------
