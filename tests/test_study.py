@@ -231,6 +231,7 @@ def test_the_command_line_says_what_is_wrong_before_loading_a_model(data, tmp_pa
         (["--data", str(data), "--tau-h", "1", "--calibration", str(calibration)], "--tau-h: and --calibration both set"),
         (["--data", str(data), "--calibration", str(data)], "--calibration: .* is not a calibration.json"),
         (["--data", str(data), "--app-url", "javascript:alert(1)"], "--app-url: must be the app's address"),
+        (["--data", str(data), "--ray-actors", "2"], "--ray-actors: needs --ray"),
     ]
     # a method the study cannot compare with SD: SD and target-only themselves, beam search (it decodes alone), none
     for method in ("sd", "target", "beam", "easd:no_overlap"):
@@ -245,6 +246,7 @@ def test_the_command_line_says_what_is_wrong_before_loading_a_model(data, tmp_pa
         assert main(["study", "--pair", "tiny-random", "--out", str(tmp_path / "out"), *extra]) == 2
         err = capsys.readouterr().err
         assert re.search(message, err) and err.count("\n") == 1 and "models:" not in err, (message, err)
+        assert not (tmp_path / "out").exists(), message  # nothing made for a command refused
 
 
 def test_the_command_line_study_reads_tau_h_from_a_calibration_and_says_so(data, tmp_path, capsys):

@@ -24,6 +24,7 @@ from .flags import (
     apply_budget,
     check_batch_size,
     check_prm_flag,
+    check_ray_flags,
     load_models,
     model_args,
     print_tables,
@@ -151,11 +152,8 @@ def runner(args: argparse.Namespace, work: int):
     """(runner, the pair's description): the pair loaded here, or with --ray, Ray actors that each load it."""
     from ..lab.evaluate import LocalRunner
 
-    ray_flags = {"--ray-actors": args.ray_actors, "--ray-gpus-per-actor": args.ray_gpus_per_actor}
+    check_ray_flags(args)
     if args.ray is None:
-        stray = [flag for flag, value in ray_flags.items() if value is not None]
-        if stray:
-            raise SettingsError(stray[0], "needs --ray (it sizes the Ray actors)")
         pair = load_models(args)
         if args.batch_size > 1 and pair.info.get("int8") in ("draft", "both"):
             print(INT8_BATCH_NOTE, file=sys.stderr)

@@ -335,6 +335,15 @@ def add_ray_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--ray-gpus-per-actor", type=float, help="GPUs per actor (default: 1 when the cluster has GPUs)")
 
 
+def check_ray_flags(args: argparse.Namespace) -> None:
+    """The flags that size Ray's actors, refused without --ray (before a folder is made or a model loads)."""
+    if args.ray is None:
+        given = {"--ray-actors": args.ray_actors, "--ray-gpus-per-actor": args.ray_gpus_per_actor}
+        stray = [flag for flag, value in given.items() if value is not None]
+        if stray:
+            raise SettingsError(stray[0], "needs --ray (it sizes the Ray actors)")
+
+
 def print_tables(*tables) -> None:
     import pandas as pd
 

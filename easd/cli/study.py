@@ -24,6 +24,7 @@ from .flags import (
     add_tau_h_flags,
     apply_budget,
     check_batch_size,
+    check_ray_flags,
     folder,
     grid_flag,
     grid_of,
@@ -140,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, option) < least:
             raise SettingsError(f"--{option.replace('_', '-')}", f"must be ≥ {least} (got {getattr(args, option)})")
     check_batch_size(args)
+    check_ray_flags(args)
     chosen = problems(args)
     apply_budget(args)
     args.tau_h, source = tau_h_of(args)
