@@ -70,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise SettingsError("--repeats", f"must be ≥ 1 (got {args.repeats})")
     values = bench_values(args)
-    own = {name: getattr(args, name) for m in METHODS.values() for name in own_knobs(m) if name not in values_flags()}
+    rowed = values_flags()
+    own = {name: getattr(args, name) for m in METHODS.values() for name in own_knobs(m) if name not in rowed}
     with_values(DecodeSettings(), **own).validate()  # a bad value is refused naming its flag, before any model loads
     backends = [b.strip() for b in args.backend.split(",") if b.strip()]
     transformers_only = {"dtype": "auto", "int8": "none"}  # --dtype and --int8 are transformers' own
