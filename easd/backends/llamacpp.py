@@ -152,7 +152,7 @@ class LlamaModel:
     def caches(self, vocab_size: int, use_cache: bool = True) -> LlamaCaches:
         return LlamaCaches(self, vocab_size, use_cache)
 
-    def attention_share(self, tokens: list[int], start: int) -> float:
+    def attention_rows(self, tokens: list[int], start: int, layers: int):
         raise NotImplementedError("llama.cpp exposes no attention weights")
 
 

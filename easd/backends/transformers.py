@@ -85,8 +85,8 @@ class HFModel:
         return HFCaches(self.module, vocab_size, self.pad_id, use_cache)
 
     @torch.no_grad()
-    def attention_share(self, tokens: list[int], start: int) -> float:
-        """easd.method.seam.Model.attention_share: the context before `start` computed once, then the rest with its
+    def attention_rows(self, tokens: list[int], start: int, layers: int) -> torch.Tensor:
+        """easd.method.seam.Model.attention_rows: the context before `start` computed once, then the rest with its
         attention weights, which only the eager attention gives (switched to for this pass, then back)."""
         device, module = self.device, self.module
         cache = DynamicCache(config=module.config)
@@ -97,10 +97,7 @@ class HFModel:
             out = module(input_ids=torch.tensor([tokens[start:]], device=device), cache=cache, output_attentions=True)
         finally:
             module.set_attn_implementation(kind)
-        weights = torch.stack([layer[0].float() for layer in out.attentions])  # [layers, heads, queries, keys]
-        keys = weights[..., 1:]  # the first token left out: an attention sink
-        context = keys[..., : start - 1].sum(-1) / keys.sum(-1).clamp_min(1e-30)  # [layers, heads, queries]
-        return float(context.mean())
+        return torch.stack([layer[0].float().mean(0) for layer in out.attentions[-layers:]]).cpu()  # [layers, n, T]
 
 
 @dataclass(eq=False)

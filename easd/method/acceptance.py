@@ -13,6 +13,7 @@ columns, which is how the app re-evaluates a finished trace under other threshol
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -261,6 +262,16 @@ class Sampling:
         """The distribution tokens are drawn from.  [B, V] -> [B, V]"""
         return sampling_probs(logits, self.temperature, self.top_p)
 
+    def log_probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """log p̃, computed in log space: finite for every token of the nucleus however far in the tail (log of a
+        float32 softmax is -inf below about e^-103), -inf outside it. Sampling only (T > 0).  [B, V] -> [B, V]"""
+        log_p = torch.log_softmax(logits.double() / self.temperature, dim=-1)
+        if self.top_p >= 1:
+            return log_p
+        kept = _nucleus(log_p.exp(), self.top_p) > 0
+        log_p = log_p.masked_fill(~kept, float("-inf"))
+        return log_p - torch.logsumexp(log_p, dim=-1, keepdim=True)
+
 
 def sampling_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
     """The distribution tokens are actually drawn from: one-hot at temperature 0, else
@@ -357,3 +368,88 @@ def draw(probs: torch.Tensor, generator: torch.Generator | None, greedy: bool = 
     if greedy:
         return probs.argmax(dim=-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+# --- relaxed acceptance: a draft kept by a rule on the target's own distribution --------------------------------
+# Typical acceptance (Medusa, Cai et al. 2024, §3.3.1; vLLM's TypicalAcceptanceSampler) and the relaxed rules of "When
+# Is a Draft Accepted?" (arXiv 2606.30265: additive, multiplicative, top-m). Each reads p, the target's distribution
+# a rule judges on (easd.method.methods.relaxing says which), and keeps a drafted token c outright where p(c) reaches
+# a bar; none reads q. All [k, V] -> [k].
+
+RELAXED_RULES = ("additive", "multiplicative", "top_m")
+
+
+def typical_bar(p: torch.Tensor, epsilon: float, alpha: float) -> torch.Tensor:
+    """min(ε, α·exp(−H(p))): typical acceptance keeps c where p(c) exceeds it, so more where the target is unsure."""
+    return torch.clamp(alpha * torch.exp(-entropy_of_probs(p)), max=epsilon)
+
+
+def relaxed_bar(p: torch.Tensor, rule: str, delta: float, ratio: float, top: int) -> torch.Tensor:
+    """The least p(c) a rule keeps: additive max p − δ; multiplicative λ·max p (λ = `ratio`); top-m the m-th largest
+    probability (`top`: c is then among the m likeliest, ties counted for it). δ = 0, λ = 1 and m = 1 keep only the
+    target's top token: the strict greedy test."""
+    if rule == "additive":
+        return p.max(dim=-1).values - delta
+    if rule == "multiplicative":
+        return ratio * p.max(dim=-1).values
+    return p.topk(min(top, p.shape[-1]), dim=-1).values[:, -1]
+
+
+def picked(p: torch.Tensor, drafted: torch.Tensor) -> torch.Tensor:
+    """p(c) for each drafted token.  [k, V], [k] -> [k]"""
+    return p.gather(-1, drafted[:, None]).squeeze(-1)
+
+
+def relaxed_certificate(p: torch.Tensor, drafted: torch.Tensor, rule: str, delta: float, ratio: float, top: int) -> torch.Tensor:
+    """How far the target's distribution must move before a kept draft is rejected: min KL(p′ ‖ p) over every p′ under
+    which the rule rejects c, in nats (inf where no p′ that p allows rejects it; NaN where the rule rejected c).
+
+    Each rule rejects where some tokens j overtake c by its margin, a union of half-spaces of p′; the information
+    projection onto a half-space is an exponential tilt of p, so each has a closed form (docs/method.md derives them):
+      multiplicative  λ·p′(j) ≥ p′(c) for one j: p′ ∝ p·e^{θ(λ[j] − [c])} with θ = log(p(c) / (λ p(j))) / (1 + λ),
+                      KL = −log(1 − p(c) − p(j) + p(c)·e^{−θ} + p(j)·e^{λθ}), the least over j
+      additive        p′(j) − p′(c) ≥ δ for one j: u = e^θ solves p(j)(1 − δ)u² − δRu − p(c)(1 + δ) = 0 (R = the rest's
+                      mass), KL = θδ − log(R + p(j)u + p(c)/u), the least over j
+      top-m           m tokens at least p′(c): those above c already, and the likeliest of the rest raised, with c
+                      lowered, to their geometric mean (the binding ones; water-filling), KL = −log(R + (r + 1)·v)
+    [k, V], [k] -> [k] float64"""
+    p = p.double()
+    out = torch.full((len(drafted),), float("nan"), dtype=torch.float64)
+    for i, c in enumerate(drafted.tolist()):
+        row = p[i]
+        if float(row[c]) < float(relaxed_bar(row[None], rule, delta, ratio, top)[0]):
+            continue  # rejected: no certificate (the inspector gives the margin)
+        out[i] = _certificate(row, c, rule, delta, ratio, top)
+    return out
+
+
+def _certificate(p: torch.Tensor, c: int, rule: str, delta: float, ratio: float, top: int) -> float:
+    p_c = float(p[c])
+    others = torch.cat([p[:c], p[c + 1 :]])
+    others = others[others > 0]  # a token p rules out cannot be raised at any finite cost
+    if rule == "top_m":
+        return _top_m_certificate(p_c, others, top)
+    if len(others) == 0 or (rule == "multiplicative" and ratio == 0) or (rule == "additive" and delta >= 1):
+        return float("inf")  # nothing can overtake c
+    rest = 1 - p_c - others
+    if rule == "multiplicative":
+        theta = torch.log(p_c / (ratio * others)) / (1 + ratio)
+        return float((-torch.log(rest + p_c * torch.exp(-theta) + others * torch.exp(ratio * theta))).min())
+    u = (delta * rest + torch.sqrt((delta * rest) ** 2 + 4 * others * (1 - delta) * p_c * (1 + delta))) / (2 * others * (1 - delta))
+    return float((torch.log(u) * delta - torch.log(rest + others * u + p_c / u)).min())
+
+
+def _top_m_certificate(p_c: float, others: torch.Tensor, top: int) -> float:
+    above = int((others > p_c).sum())
+    needed = top - above  # tokens still to raise to c's level
+    below = others[others <= p_c].sort(descending=True).values
+    if needed > len(below):
+        return float("inf")
+    binding = below[:needed]  # the likeliest below c: the cheapest to raise
+    while True:  # water-filling: c and the binding ones meet at their geometric mean; any above it is not binding
+        level = math.exp((math.log(p_c) + float(torch.log(binding).sum())) / (1 + len(binding)))
+        if len(binding) == 1 or float(binding[0]) <= level:
+            break
+        binding = binding[1:]
+    rest = 1 - p_c - float(binding.sum())
+    return -math.log(rest + (1 + len(binding)) * level)

@@ -8,7 +8,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,6 +106,7 @@ class Generation:
             raise SettingsError("method", f"{self.method.name} decodes alone, not as a generation of a batch: use its decode()")
         self.settings.validate()
         self.method.check(self.pair, self.settings)
+        self.settings = self.method.on_pair(self.pair, self.settings)
         self.prompt_ids = encode_prompt(self.pair, self.prompt, self.chat, self.system)
         self.prompt_length = len(self.prompt_ids)
         self.tokens = list(self.prompt_ids)
@@ -125,6 +128,8 @@ class Generation:
             draft_seconds=0.0,
             target_rows=0,
             draft_rows=0,
+            scoring_calls=0,
+            scoring_seconds=0.0,
             stop_reason="stopped",
         )
         self.start: Start | None = None  # the cache states a resumed generation joins with (see resume_at)
@@ -133,6 +138,18 @@ class Generation:
         self.error: EasdError | None = None  # why it failed, when its stop reason is "error"
         self.why_stopped = "stopped"  # the stop reason a stopped generation ends with (see `stop`)
         self._stop = threading.Event()
+
+    @contextmanager
+    def scoring(self) -> Iterator[None]:
+        """A pass outside the batch that scores what was written (SpecGuard's attention, RSD's reward model): counted
+        in the trace's stats, its time beside the batch's passes."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            stats = self.trace.stats
+            stats.scoring_calls = (stats.scoring_calls or 0) + 1
+            stats.scoring_seconds = (stats.scoring_seconds or 0.0) + time.perf_counter() - started
 
     @functools.cached_property
     def generator(self) -> torch.Generator:

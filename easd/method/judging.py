@@ -54,13 +54,23 @@ class Refusal:
 
 
 @dataclass
+class Test:
+    """A method's own test in place of the standard one (typical acceptance, the relaxed rules): the drafts it keeps,
+    deterministically, and what the target draws from at the first it rejects, with that token's origin."""
+
+    keeps: torch.Tensor  # [k] bool
+    instead: Callable[[int], torch.Tensor]  # position n -> [1, V] the distribution to draw the token from
+    origin: str
+
+
+@dataclass
 class Verdict:
     """The decision for one block: accept drafts [0, n_accepted), then emit `token`."""
 
     n_accepted: int
     token: int
     origin: str  # the last token's: a rejection's, a refusal's or the bonus's
-    accept_prob: torch.Tensor  # [k] min(1, p̃(c_i) / q̃(c_i)) as the standard test used it
+    accept_prob: torch.Tensor  # [k] min(1, p̃(c_i) / q̃(c_i)) as the standard test used it (a method's own test: 1 or 0)
 
 
 def judge_block(
@@ -70,6 +80,7 @@ def judge_block(
     generator: torch.Generator | None,
     greedy: bool,  # p̃ is one-hot (the target at temperature 0): its tokens are taken by argmax, with no random numbers
     refusal: Refusal | None = None,  # a method's rule against drafts the test kept (EASD's); None: SD's block
+    test: Test | None = None,  # a method's own test in place of the standard one (typical acceptance); None: SD's
 ) -> Verdict:
     """Steps 3–4 of one block (docs/method.md, "The method"). Pure apart from the random numbers it draws.
 
@@ -79,19 +90,23 @@ def judge_block(
     k = len(drafted)
     accept_prob = acc.accept_probability(p_tilde[:k], q_tilde, drafted)  # [k]
     uniforms = torch.rand(k, generator=generator, device=drafted.device)  # drawn in greedy runs too: SD and EASD stay in step
-    accepted = acc.standard_accept(accept_prob, uniforms)  # [k]
+    accepted = acc.standard_accept(accept_prob, uniforms) if test is None else test.keeps  # [k]
     penalized = accepted & refusal.fires if refusal is not None else torch.zeros_like(accepted)  # EASD's one line
 
     ends = (~accepted | penalized).nonzero()
     n = int(ends[0]) if len(ends) else k
     if n == k:
         probs, origin = p_tilde[k:], BONUS.name
+    elif not accepted[n] and test is not None:
+        probs, origin = test.instead(n), test.origin
     elif not accepted[n]:
         q_n = acc.one_hot(drafted[n : n + 1], p_tilde.shape[-1]) if q_tilde is None else q_tilde[n : n + 1]
         probs, origin = acc.residual_probs(p_tilde[n : n + 1], q_n), TARGET_RESAMPLE.name
     else:
         probs, origin = refusal.instead(n), refusal.origin
     token = int(acc.draw(probs, generator, greedy))
+    if test is not None:  # its test kept or rejected each draft outright
+        accept_prob = test.keeps.to(accept_prob.dtype)
     return Verdict(n, token, origin, accept_prob)
 
 

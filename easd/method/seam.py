@@ -78,10 +78,10 @@ class Model(Protocol):
     def has_attention(self) -> bool:
         """Whether the runtime exposes attention weights (transformers does, llama.cpp does not)."""
 
-    def attention_share(self, tokens: list[int], start: int) -> float:
-        """The share of attention the tokens from `start` on pay to the tokens before it, averaged over every layer,
-        head and one of those tokens; the first token (an attention sink, which takes much of every head's attention
-        whatever it says) left out. Computed alone, outside any batch. Only where `has_attention`."""
+    def attention_rows(self, tokens: list[int], start: int, layers: int) -> torch.Tensor:
+        """The attention weights of the tokens from `start` on, over every token up to each, in the last `layers`
+        layers, averaged over heads: [layers, len(tokens) - start, len(tokens)]. One pass of those tokens after the
+        context, outside any batch. Only where `has_attention`."""
 
 
 class RewardModel(Protocol):

@@ -169,8 +169,9 @@ class Batch:
                 dataclasses.replace(stats),
             )
         )
-        draft_passes, verifies = generation.method.plan(generation)
-        return RowPlan(row, generation, draft_passes, verifies, block, position)
+        method = generation.method
+        draft_passes, verifies = method.plan(generation)
+        return RowPlan(row, generation, draft_passes, verifies, block, position, drafted=list(method.given(generation)))
 
     def _draft(self, plans: list[RowPlan], precise: set[int]) -> None:
         """Every drafting row's draft passes: one pass per drafted position, all drafting rows in it; after each,
@@ -308,7 +309,7 @@ class RowPlan:
     verifies: bool  # it takes the target's pass
     block: int  # the block's index in the row's trace
     position: int  # tokens the row generated before this block
-    drafted: list[int] = field(default_factory=list)  # c_1..c_k, the draft's proposals
+    drafted: list[int] = field(default_factory=list)  # c_1..c_k, the draft's proposals (or tokens its method gave)
     q_tilde: list[torch.Tensor | None] = field(default_factory=list)  # [1, V] per proposal: the q̃_i c_i was drawn from, or None
     q_logits: list[torch.Tensor] = field(default_factory=list)  # [1, V] per draft pass: q_1..q_k (draft-only: its step)
     p_logits: torch.Tensor | None = None  # [k+1, V] p_1..p_{k+1} from the one target pass

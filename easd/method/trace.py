@@ -115,6 +115,10 @@ class RunStats:
     # pass over as many rows (easd.method.speed.PassCost); None in traces from before they were counted
     target_rows: int | None = None
     draft_rows: int | None = None
+    # passes outside the batch that score what was written (SpecGuard's attention pass, RSD's reward model): their
+    # count and wall time (also inside `seconds`); None in traces from before they were counted
+    scoring_calls: int | None = None
+    scoring_seconds: float | None = None
     stop_reason: str | None = None  # one of easd.method.trace.STOP_REASONS ("stopped" while it goes on)
 
 

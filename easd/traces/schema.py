@@ -212,6 +212,8 @@ STATS_FIELDS = {
     "draft_seconds": ENTROPY,
     "target_rows": COUNT,
     "draft_rows": COUNT,
+    "scoring_calls": COUNT,
+    "scoring_seconds": ENTROPY,
     "stop_reason": Field("text", choices=STOP_REASONS),
 }
 CANDIDATE_PARTS = {"id": TOKEN_ID, "text": TEXT, "prob": PROBABILITY}

@@ -8,8 +8,11 @@ one DecodeSettings, a *plan* its part in one step (step.RowPlan), a *block* what
 
 The hooks a method may fill, in the order the step calls them:
   check(pair, settings)    whether this pair can run it at all (RSD needs a reward model), before anything decodes
+  on_pair(pair, settings)  its settings as they run on this pair (SpecGuard's grounding "auto": attention or none)
   start(generation)        its own state for a generation (MTI's negative prompt, RSD's segments), once
   plan(generation)         how many draft passes the row takes part in this step, and whether it takes the target's
+  given(generation)        tokens the row already holds for this step's passes, read after its own without drafting
+                           (SpecGuard's chosen step, which the target scores): its `drafted` as the step starts
   propose(plan, logits)    after each draft pass: the token it proposes and the distribution it drew it from
                            (a Proposal; None proposes nothing: the step keeps the logits in plan.q_logits either way)
   second_look(plan)        after the target's pass: tokens after which the target should look again (MTI), or None
@@ -105,6 +108,11 @@ class Method:
         """SettingsError, naming the setting or flag, if `pair` cannot run it under `settings` (RSD without a process
         reward model; SpecGuard's attention on llama.cpp): asked before anything decodes."""
 
+    def on_pair(self, pair, settings):
+        """`settings` (DecodeSettings) as they run on `pair`, where a setting of its own says "whatever this pair
+        can" (SpecGuard's grounding "auto"): what the trace records. Unchanged by default."""
+        return settings
+
     def start(self, generation) -> Any:
         """Its own state for a new generation (`generation.state`); None if it keeps none."""
         return None
@@ -121,6 +129,10 @@ class Method:
         """(draft passes it takes part in this step, whether it takes the target's pass): its one model's pass."""
         alone = self.one_model == "draft"
         return int(alone), not alone
+
+    def given(self, generation) -> list[int]:
+        """Tokens this step's passes read after the row's own, before any drafting (none)."""
+        return []
 
     def propose(self, plan, logits: torch.Tensor) -> Proposal | None:
         """After a draft pass: the token the draft alone chooses (its logits are kept in plan.q_logits).  logits: [1, V]"""

@@ -122,7 +122,8 @@ class Rewarded(Stepwise):
         generation = plan.generation
         if generation.state.writer == "draft" and plan.drafted:
             question = generation.prompt if generation.question is None else generation.question
-            plan.score = generation.state.reward_for(generation, plan.drafted, question)
+            with generation.scoring():
+                plan.score = generation.state.reward_for(generation, plan.drafted, question)
 
     def judge(self, plan) -> Block:
         """The draft's segment, kept whole if its reward reaches δ (else nothing yet: the target writes the segment again,

@@ -5,6 +5,7 @@ them in one pass and keeps those its standard test accepts; lossless.
   sampling(settings)       each model's temperature and top-p (SD: the run's, for both)
   propose(plan, logits)    how c_i is drawn, and the q̃_i it was drawn from (None for a deterministic draft)
   refusal(plan, signals)   a rule against drafts the standard test kept (EASD's, easd.py; SD has none)
+  test(plan)               a test of its own in place of the standard one (typical acceptance, relaxing.py)
 and `signals`, whether its records carry EASD's signals (SD's do, so its lane can say what EASD would do).
 """
 
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import acceptance as acc
-from ..judging import Block, Proposal, Refusal, Signals, block_signals, judge_block
+from ..judging import Block, Proposal, Refusal, Signals, Test, block_signals, judge_block
 from ..origins import SPECULATIVE
 from .base import Method
 
@@ -47,6 +48,10 @@ class Speculative(Method):
         """Its rule against drafts the standard test kept: SD has none."""
         return None
 
+    def test(self, plan) -> Test | None:
+        """Its test of the drafts in place of the standard one: SD has none (the standard test decides)."""
+        return None
+
     def judge(self, plan) -> Block:
         generation = plan.generation
         _, target = self.sampling(generation.settings)
@@ -56,7 +61,13 @@ class Speculative(Method):
         q_tilde = None if k == 0 or plan.q_tilde[0] is None else torch.cat(plan.q_tilde)  # [k, V]
         signals = block_signals(q_logits, plan.p_logits, generation.settings, generation.pair.rounding) if self.signals else None
         verdict = judge_block(
-            target.probs(plan.p_logits), q_tilde, drafted, generation.generator, target.greedy, self.refusal(plan, signals)
+            target.probs(plan.p_logits),
+            q_tilde,
+            drafted,
+            generation.generator,
+            target.greedy,
+            self.refusal(plan, signals),
+            self.test(plan),
         )
         records = generation.recorder.block_records(
             plan.block, plan.position, plan.drafted, verdict, q_logits, plan.p_logits, signals

@@ -2,20 +2,23 @@
 decoding without rejection. N particles each draft k tokens; the target scores every particle's tokens in one pass of
 fixed size; each particle keeps all its tokens, one more from the target (the bonus), and a weight for how much
 likelier the target finds them than the draft did; when the weights grow uneven the particles are resampled by
-weight, and at the end the particle of highest weight is the output. Nothing is ever rolled back.
+weight, and at the end one particle, drawn by weight, is the output. Nothing is ever rolled back.
 
 One cycle, for every unfinished particle i (docs/method.md, "SMC-SD"; as the authors' code abdelfattah-lab/smcsd
 does it, the paper's text beyond its abstract was not reachable here):
   1. the draft proposes y_1..y_k, each drawn from q̃ (the draft at `draft_temperature`);
   2. the target scores context + y_1..y_k in one pass: p̃_1..p̃_{k+1} (at `target_temperature`);
-  3. the particle's log-weight grows by Σ_j log p̃_j(y_j) − log q̃_j(y_j);
+  3. the particle's log-weight grows by Σ_j log p̃_j(y_j) − log q̃_j(y_j), computed in log space (`weigh`);
   4. it takes all k tokens and a bonus b ~ p̃_{k+1};
   5. if the effective sample size 1 / Σ w̄_i² of the normalised weights w̄ falls below `ess` × N, the particles are
-     resampled by weight (systematic, or multinomial) and every weight starts again from 0.
-This samples approximately from the target at its temperature: as the particles grow in number their population
-approaches it (exact as N → ∞, consistent for each sequence); with one particle it is the draft's distribution
-followed by the target's bonus tokens. `final` = "sample" draws the output particle by weight, which is that
-population's sample; "max-weight" (the authors' released code) takes the heaviest, which leans to likelier text.
+     resampled by weight (systematic, or multinomial) and every weight starts again from 0 (`after_cycle`).
+This is sequential importance resampling of the draft's sequences towards the target's at its temperature. With
+`final` = "sample" (the default, as the authors' code finalizes: a particle drawn from softmax of the log-weights)
+the output's distribution approaches the target's as N grows (exact as N → ∞); with one particle it is the draft's
+distribution followed by the target's bonus tokens. "max-weight" takes the particle whose weight since the last
+resampling is largest: the largest ratio of target to draft probability of its recent tokens, which is not the
+likeliest text, and does not approach the target as N grows (the authors' branch that tried it found it
+"systematically picked the wrong particle" on math); ties go to the first particle, whatever their lengths.
 
 Here the particles decode on caches of their own (N rows of each model, like beam search's beams): the generation's
 row of the shared batch takes no pass, and its work is done after the batch's passes (`after_passes`, as RSD's
@@ -87,9 +90,10 @@ class SmcSettings:
         choices=("systematic", "multinomial"),
     )
     final: str = knob(
-        "max-weight",
-        "which particle is the output: max-weight (the authors' released code) or sample (drawn by weight)",
-        choices=("max-weight", "sample"),
+        "sample",
+        "which particle is the output: sample (drawn by weight, as the authors' code; approaches the target as N grows) "
+        "or max-weight (the largest weight since the last resampling, which does not)",
+        choices=("sample", "max-weight"),
     )
 
 
@@ -142,11 +146,12 @@ class SmcRecord:
 # --- the maths, pure (SMC-SD's weights, effective sample size, resampling, the final choice) --------------------
 
 
-def log_weight(p_tilde: torch.Tensor, q_tilde: torch.Tensor, tokens: torch.Tensor) -> float:
-    """Σ_j log p̃_j(y_j) − log q̃_j(y_j): how much likelier the target finds a particle's drafts than the draft did.
-    [k, V], [k, V], [k] -> a number (-inf where the target rules a token out)"""
-    picked = tokens[:, None]
-    return float((torch.log(p_tilde.gather(-1, picked)) - torch.log(q_tilde.gather(-1, picked))).sum())
+def weigh(log_p: torch.Tensor, log_q: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Σ_j log p̃_j(y_j) − log q̃_j(y_j): how much likelier the target finds a particle's drafts than the draft did, in
+    log space (a far-tail token's log-probability stays finite); -inf where the target rules a token out.
+    [..., k, V], [..., k, V], [..., k] -> [...]"""
+    picked = tokens[..., None]
+    return (log_p.gather(-1, picked) - log_q.gather(-1, picked)).squeeze(-1).sum(-1)
 
 
 def normalised(log_w: torch.Tensor) -> torch.Tensor:
@@ -175,11 +180,20 @@ def resample(log_w: torch.Tensor, how: str, generator: torch.Generator | None) -
     return torch.searchsorted(weights.cumsum(0), points, right=True).clamp(max=n - 1).tolist()
 
 
-def choose(log_w: torch.Tensor, lengths: list[int], final: str, generator: torch.Generator | None) -> int:
-    """The output particle: the heaviest (ties: the longest, then the first), or one drawn by weight.  [N] -> index"""
+def after_cycle(log_w: torch.Tensor, ess: float, how: str, generator: torch.Generator | None) -> list[int] | None:
+    """After a cycle: each particle's ancestor if the effective sample size fell below `ess` × N (the caller then
+    copies them and starts every weight again from 0), else None.  [N] -> N indices or None"""
+    n = len(log_w)
+    if n == 1 or effective_sample_size(log_w) >= ess * n:
+        return None
+    return resample(log_w, how, generator)
+
+
+def choose(log_w: torch.Tensor, final: str, generator: torch.Generator | None) -> int:
+    """The output particle: drawn by weight (final="sample"), or the heaviest (ties: the first).  [N] -> index"""
     if final == "sample":
         return int(torch.multinomial(normalised(log_w).float(), 1, generator=generator))
-    return max(range(len(lengths)), key=lambda i: (float(log_w[i]), lengths[i], -i))
+    return int(torch.argmax(log_w))  # the first of equal maxima
 
 
 # --- the particles ------------------------------------------------------------------------------------------------
@@ -242,7 +256,7 @@ class Sequential(Method):
             _cycle(generation, population, self.own(generation.settings))
         if all(p.done for p in population.particles) and not population.finished:
             own = self.own(generation.settings)
-            chosen = choose(population.log_w(), [len(p.tokens) for p in population.particles], own.final, generation.generator)
+            chosen = choose(population.log_w(), own.final, generation.generator)
             population.particles = [population.particles[chosen]]  # its rest is the output
             population.finished, population.caches = True, None  # no more passes: the caches go
         agreed = population.agreed() if not population.finished else len(population.particles[0].tokens)
@@ -298,34 +312,29 @@ def _cycle(generation, population: Population, own: SmcSettings) -> None:
     draft, target = acc.Sampling(own.draft_temperature), acc.Sampling(own.target_temperature)
     precise = range(len(population.particles)) if settings.signals == "float32" else ()
     drafted = {i: [] for i in live}
-    q_tilde = {i: [] for i in live}
-    q_raw = {i: [] for i in live}
+    q_raw = {i: [] for i in live}  # [1, V] per drafted token: the draft's logits, q̃ is draft.log_probs of them
     for j in range(max(ks.values(), default=0)):  # the draft's passes: every particle still drafting in each
         asking = [i for i in live if ks[i] > j]
         sequences = {i: prompt + population.particles[i].tokens + drafted[i] for i in asking}
         out = _pass(generation, draft_caches, "draft", sequences, dict.fromkeys(asking, 1), precise)
         for i in asking:
-            probs = draft.probs(out[i])  # [1, V]
-            drafted[i].append(int(acc.draw(probs, generation.generator)))
-            q_tilde[i].append(probs)
+            drafted[i].append(int(acc.draw(draft.probs(out[i]), generation.generator)))
             q_raw[i].append(out[i])
     sequences = {i: prompt + population.particles[i].tokens + drafted[i] for i in live}
     out = _pass(generation, target_caches, "target", sequences, {i: ks[i] + 1 for i in live}, precise)
     texts = {}
     for i in live:
         particle, p_logits = population.particles[i], out[i]  # [k_i + 1, V]
-        p_tilde = target.probs(p_logits)
         tokens = torch.tensor(drafted[i], dtype=torch.long, device=p_logits.device)
         kept = _until_end(drafted[i], pair.eos_ids)
+        q_rows = torch.cat(q_raw[i][:kept]) if kept else None  # [kept, V]
         if kept:
-            q = torch.cat(q_tilde[i][:kept])
-            particle.log_w += log_weight(p_tilde[:kept], q, tokens[:kept])
+            particle.log_w += float(weigh(target.log_probs(p_logits[:kept]), draft.log_probs(q_rows), tokens[:kept]))
         new = drafted[i][:kept]
         origins = [SMC_DRAFT.name] * kept
         if kept == len(drafted[i]):  # no end token among the drafts: the target's bonus follows
-            new.append(int(acc.draw(p_tilde[kept : kept + 1], generator=generation.generator)))
+            new.append(int(acc.draw(target.probs(p_logits[kept : kept + 1]), generator=generation.generator)))
             origins.append(SMC_BONUS.name)
-        q_rows = torch.cat(q_raw[i][:kept]) if kept else None
         particle.records += _records(generation, population.cycle, particle, new, origins, q_rows, p_logits)
         particle.tokens += new
         particle.done = new[-1] in pair.eos_ids or len(particle.tokens) >= limit
@@ -339,14 +348,14 @@ def _weigh(generation, population: Population, own: SmcSettings, texts: dict[int
     log_w = population.log_w()
     shares, ess = normalised(log_w).tolist(), effective_sample_size(log_w)
     n = len(population.particles)
-    resampled = n > 1 and ess < own.ess * n
+    parents = after_cycle(log_w, own.ess, own.resampling, generation.generator)
+    resampled = parents is not None
     listing = [(i, texts.get(i, "(finished)")[:200], shares[i]) for i in range(n)]
     for i, particle in enumerate(population.particles):
         for record in particle.records:
             if record.own is None:  # this cycle's
                 record.own = SmcRecord(population.cycle, shares[i], ess, resampled, listing)
     if resampled:
-        parents = resample(log_w, own.resampling, generation.generator)
         for caches in population.caches:  # each row becomes a copy of its ancestor's (both models' caches alike)
             held = [(generation.prompt_ids + population.particles[p].tokens)[: caches.length(p)] for p in parents]
             order = follow(caches, parents, held, _room(generation))

@@ -1,29 +1,36 @@
 """SpecGuard (Purohit, Narayanam and Pal, arXiv 2604.15244): speculative decoding by reasoning steps, verified with
-the draft's own signals. For each step the draft samples several candidates, the most consistent one is chosen, and
-an ensemble of two model-internal scores decides: keep it, or have the target write the step again.
+model-internal signals. For each step the draft samples several candidates, the most consistent one is chosen, and
+an ensemble of two scores decides: keep it, or have the target write the step again.
 
-Only the paper's abstract and readers' notes of its text were reachable here (docs/method.md, "SpecGuard", lists every
-choice and where the notes say the paper differs): its loop is the abstract's; the threshold and weight are the
-paper's by those notes, the other details below are ours.
+Only the paper's abstract (and its earlier version's, "InferSpec") and readers' notes of its text were reachable here;
+docs/method.md, "SpecGuard", lists every choice and its source. In short:
   step          text up to `delimiter` ("\\n\\n", as RSD's), or an end token, or the room left (easd.method.methods.steps)
-  candidates    `candidates` steps drafted from the same prefix at `temperature`, one after another (a step each)
+  candidates    `candidates` steps the draft samples from the same prefix at `temperature` within `top_p` (the
+                notes: 16 at top-p 0.8; 3 by default here, a CPU's budget), one after another (a step each). At
+                temperature 0, one candidate: the paper's greedy variant
   consistency   each candidate's mean Jaccard similarity of its token set with the others'; the highest is chosen
-                (ties: the first): the abstract's "most consistent step"
-  grounding     the share of the draft's attention that the chosen step's tokens pay to the context (the prompt and
-                the steps kept before), averaged over layers, heads and the step's tokens, the first token (an
-                attention sink) left out: the abstract's "attribution to the input and previously accepted steps".
-                It needs the runtime's attention weights: transformers has them, llama.cpp does not, so there it
-                refuses in one line unless `grounding` is "none" (log-probability alone, and the lane says so)
-  confidence    the draft's geometric-mean probability of the chosen step's tokens, exp(mean log q) at temperature 1:
-                the abstract's "log-probability-based score that captures token-level confidence"
-  decision      score = weight × grounding + (1 − weight) × confidence (confidence alone without grounding); the
-                step is kept if the score reaches `threshold`, else the target writes the step again, a token a block
-Both scores are the draft's: a kept step costs the target nothing, which is how SpecGuard can be faster than SD.
+                (ties: the first). Ours: the paper embeds the candidates with a sentence encoder, a third model
+  scorer        whose signals score the chosen step: the draft's (default) or the target's. The abstract says only
+                "model-internal signals"; that uncertain steps "escalate to the target" (InferSpec's abstract) and the
+                claimed saving read as the draft's, but that is a reading. The target's costs one target pass a step
+  confidence    LPBV: the step's least likely token's log-probability at temperature 1, min-max normalised over the
+                vocabulary at that position: (log p(y) − min_v log p(v)) / (max_v log p(v) − min_v log p(v)), 1 for
+                the model's own top token (the notes: min-max normalised; over what, they do not say)
+  grounding     ABGV: attention rollout over the scorer's last 3 layers (heads averaged, weights under 0.01 pruned,
+                the first token, an attention sink, left out, half of each layer the residual identity): the share of
+                each step token's rollout that lands in the context (the prompt and the steps kept before); the
+                step's grounding is its least grounded token's (`rollout_grounding`). It needs the runtime's
+                attention weights (transformers; llama.cpp has none) and one pass of the scorer over the whole text
+                outside the batch (its cost counted in the trace's `scoring_calls` and `scoring_seconds`).
+                `grounding` "auto" uses it where the runtime has attention and runs on confidence alone where not,
+                the trace's settings saying which
+  decision      score = weight × grounding + (1 − weight) × confidence (confidence alone without grounding), both in
+                [0, 1]; kept if the score reaches `threshold` (the notes: 0.7 and 0.7), else the target writes the
+                step again, a token a block, at the run's temperature
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -33,12 +40,15 @@ from .. import acceptance as acc
 from ..judging import Block
 from ..knobs import Control, knob
 from ..origins import Origin
-from ..settings import MIN_TEMPERATURE
+from ..settings import MIN_TEMPERATURE, MIN_TOP_P
 from ..trace import Candidate, TokenRecord, recorded
 from .base import draw_one
 from .steps import Stepwise, step_ends
 
-GROUNDINGS = ("attention", "none")
+GROUNDINGS = ("auto", "attention", "none")
+SCORERS = ("draft", "target")
+ROLLOUT_LAYERS = 3  # the notes: rollout over the last 3 layers
+PRUNED_BELOW = 0.01  # the notes: attention weights under 0.01 pruned
 
 
 @dataclass(frozen=True)
@@ -51,15 +61,26 @@ class SpecGuardSettings:
         label="SpecGuard candidates",
         short="candidate steps drafted",
         control=Control("slider", 1, 8, 1),
-    )  # the paper's 16 (at top-p 0.8, by those notes) would draft 16 steps for every one kept: 3 suits a CPU
+    )  # the paper's 16, by the notes, would draft 16 steps for every one kept: 3 suits a CPU
     temperature: float = knob(
         0.7,
-        "the draft's temperature as it samples the candidate steps (the target writes a step again at the run's)",
+        "the draft's temperature as it samples the candidate steps (0: one greedy candidate, the paper's greedy variant)",
         low=MIN_TEMPERATURE,
         high=2,
+        zero=True,
+        expects=f"0 (one greedy candidate) or a number from {MIN_TEMPERATURE:g} to 2",
         label="SpecGuard draft temperature",
         short="candidates are sampled at",
-        control=Control("slider", 0.05, 1.5, 0.05),
+        control=Control("slider", 0, 1.5, 0.05),
+    )
+    top_p: float = knob(
+        0.8,
+        "the nucleus the candidate steps are sampled within (the notes' 0.8)",
+        low=MIN_TOP_P,
+        high=1,
+        label="SpecGuard top-p",
+        short="candidates' nucleus mass",
+        control=Control("slider", 0.05, 1, 0.05),
     )
     threshold: float = knob(
         0.7,
@@ -70,10 +91,10 @@ class SpecGuardSettings:
         short="keep a step scored at least",
         control=Control("slider", 0, 1, 0.05),
         sweep=(0.5, 0.6, 0.7, 0.8, 0.9),
-    )  # 0.7: the paper's, as three readers' notes of its text give it (0.6 was the worst of its ablation)
+    )  # 0.7: the paper's, as readers' notes of its text give it (0.6 was the worst of its ablation)
     weight: float = knob(
         0.7,
-        "the grounding score's share of a step's score (the rest is the draft's confidence)",
+        "the grounding score's share of a step's score (the rest is the confidence)",
         low=0,
         high=1,
         label="SpecGuard grounding weight",
@@ -81,11 +102,21 @@ class SpecGuardSettings:
         control=Control("slider", 0, 1, 0.05),
     )  # 0.7 grounding, 0.3 log-probability: the paper's ensemble, as those notes give it
     grounding: str = knob(
-        "attention",
-        "attention: score a step's grounding from the draft's attention (transformers only); none: by confidence alone",
+        "auto",
+        "auto: score grounding from attention where the runtime has it (transformers), confidence alone where not "
+        "(llama.cpp); attention: always (refused without it); none: confidence alone",
         choices=GROUNDINGS,
         label="SpecGuard grounding",
-        short="attention, or none (llama.cpp)",
+        short="attention where the runtime has it",
+        control=Control("choice"),
+    )
+    scorer: str = knob(
+        "draft",
+        "whose signals score the chosen step: draft (a kept step costs the target nothing; our reading of the paper) "
+        "or target (one target pass a step)",
+        choices=SCORERS,
+        label="SpecGuard scorer",
+        short="whose signals score a step",
         control=Control("choice"),
     )
     delimiter: str = knob("\n\n", "the text that ends a reasoning step (write \\n for a line break)", low=1, high=16)
@@ -97,7 +128,7 @@ SPECGUARD_KEPT = Origin(
     "background: #cde8f8; border-bottom: 2px dotted #0072B2;",  # sky blue, blue dots: the draft's, kept by the check
     "chosen",
     "The draft wrote {chosen} as part of the step SpecGuard chose among its candidates, and its score reached the "
-    "threshold, so the step was kept without the target.",
+    "threshold, so the step was kept without the target writing it.",
     ended="a reasoning step was kept whole, or its candidates are still being drafted",
     writer="draft",
 )
@@ -116,14 +147,19 @@ SPECGUARD_TARGET = Origin(
 class SpecGuardRecord:
     specguard_step: int = recorded("the reasoning step the token belongs to (0, 1, …)", "int", label="reasoning step")
     specguard_grounding_score: float = recorded(
-        "the draft's attention share to the context of the chosen candidate (empty without attention)",
+        "the chosen candidate's least grounded token's share of attention rollout in the context (empty where "
+        "grounding was not scored)",
         "float",
         low=0,
         high=1,
         label="grounding",
     )
     specguard_confidence: float = recorded(
-        "the draft's geometric-mean probability of the chosen candidate's tokens", "float", low=0, high=1, label="confidence"
+        "the chosen candidate's least likely token's log-probability, min-max normalised over the vocabulary",
+        "float",
+        low=0,
+        high=1,
+        label="confidence",
     )
     specguard_score: float = recorded(
         "the chosen candidate's score, against the threshold", "float", low=0, high=1, label="score"
@@ -144,7 +180,7 @@ class Drafted:
 
     tokens: list[int]
     records: list[TokenRecord]  # one per token, as the draft chose it
-    confidence: float  # exp(mean log q) of its tokens at temperature 1
+    confidence: float  # its LPBV score by the draft's logits (`confidence`)
 
 
 @dataclass
@@ -156,14 +192,23 @@ class Steps:
     settings: SpecGuardSettings
     index: int = 0  # the current step's number
     candidates: list[Drafted] = field(default_factory=list)
-    writer: str = "draft"  # "draft" while candidates are drafted; "target" once the chosen one was refused
+    # "draft" while candidates are drafted; "scoring" while the target scores the chosen one (scorer "target");
+    # "target" once the chosen one was refused and the target writes the step again
+    writer: str = "draft"
+    chosen: int | None = None  # the most consistent candidate, once every candidate is drafted
     verdict: SpecGuardRecord | None = None  # the scores of the current step's chosen candidate
 
     def copy(self) -> Steps:
         return replace(self, candidates=list(self.candidates))
 
     def next_step(self, start: int) -> None:
-        self.start, self.index, self.candidates, self.writer, self.verdict = start, self.index + 1, [], "draft", None
+        self.start, self.index, self.candidates, self.writer = start, self.index + 1, [], "draft"
+        self.chosen, self.verdict = None, None
+
+    @property
+    def wanted(self) -> int:
+        """Candidates to draft: one at temperature 0, where more would be the same step again."""
+        return 1 if self.settings.temperature == 0 else self.settings.candidates
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,12 +216,22 @@ class Guarded(Stepwise):
     """Candidate steps from the draft, one kept by its scores or written again by the target (the module's docstring)."""
 
     def check(self, pair, settings) -> None:
-        if self.own(settings).grounding == "attention" and not pair.draft.has_attention:
+        own = self.own(settings)
+        scorer = pair.draft if own.scorer == "draft" else pair.target
+        if own.grounding == "attention" and not scorer.has_attention:
             raise SettingsError(
                 "specguard_grounding",
-                f"attention needs the draft's attention weights, which {pair.draft.backend} does not expose: "
-                "use the transformers backend, or set it to none to check steps by the draft's confidence alone",
+                f"attention needs the {own.scorer}'s attention weights, which {scorer.backend} does not expose: use "
+                "the transformers backend, or set it to auto or none to check steps by confidence alone",
             )
+
+    def on_pair(self, pair, settings):
+        """Grounding "auto" as it runs here: attention where the scorer's runtime has it, else none."""
+        own = self.own(settings)
+        if own.grounding != "auto":
+            return settings
+        scorer = pair.draft if own.scorer == "draft" else pair.target
+        return settings.with_own(self.name, replace(own, grounding="attention" if scorer.has_attention else "none"))
 
     def start(self, generation) -> Steps:
         return Steps(start=generation.prompt_length, settings=self.own(generation.settings))
@@ -185,11 +240,23 @@ class Guarded(Stepwise):
         return state.copy()
 
     def draft_sampling(self, settings) -> acc.Sampling:
-        """Candidates are sampled at SpecGuard's own temperature, so that they differ."""
-        return acc.Sampling(self.own(settings).temperature)
+        """Candidates are sampled at SpecGuard's own temperature and nucleus, so that they differ."""
+        own = self.own(settings)
+        return acc.Sampling(own.temperature, own.top_p)
+
+    def plan(self, generation) -> tuple[int, bool]:
+        """While the target scores the chosen step: no draft pass, the target's pass over the step (`given`)."""
+        if generation.state.writer == "scoring":
+            return 0, True
+        return super().plan(generation)
+
+    def given(self, generation) -> list[int]:
+        steps = generation.state
+        return list(steps.candidates[steps.chosen].tokens) if steps.writer == "scoring" else []
 
     def after_passes(self, plan) -> None:
-        """Keep the candidate the draft wrote; after the last one, choose and score the most consistent."""
+        """Keep the candidate the draft wrote; after the last one, choose the most consistent, and score it by the
+        draft's signals (scorer "draft"), or hand it to the target's next pass (scorer "target")."""
         generation, steps = plan.generation, plan.generation.state
         if steps.writer != "draft" or not plan.drafted:
             return
@@ -198,19 +265,30 @@ class Guarded(Stepwise):
             recorder.single_record(plan.block, plan.position + i, t, plan.q_logits[i], "draft")
             for i, t in enumerate(plan.drafted)
         ]
-        log_q = [float(torch.log_softmax(plan.q_logits[i].float(), dim=-1)[0, t]) for i, t in enumerate(plan.drafted)]
-        steps.candidates.append(Drafted(list(plan.drafted), records, math.exp(sum(log_q) / len(log_q))))
-        if len(steps.candidates) == steps.settings.candidates:
-            steps.verdict = verdict(generation, steps)
+        logits = torch.cat(plan.q_logits[: len(plan.drafted)])  # [n, V]
+        steps.candidates.append(Drafted(list(plan.drafted), records, confidence(logits, plan.drafted)))
+        if len(steps.candidates) < steps.wanted:
+            return
+        steps.chosen = most_consistent(steps)
+        if steps.settings.scorer == "target":
+            steps.writer = "scoring"
+        else:
+            steps.verdict = verdict(generation, steps, steps.candidates[steps.chosen].confidence)
 
     def judge(self, plan) -> Block:
-        """Nothing while candidates are drafted; then the chosen step whole if kept (else the target writes it again,
-        a token a block), or one token of the target's version of the step."""
+        """Nothing while candidates are drafted or wait for the target's scores; then the chosen step whole if kept
+        (else the target writes it again, a token a block), or one token of the target's version of the step."""
         generation, steps = plan.generation, plan.generation.state
-        if steps.writer == "draft":
-            if steps.verdict is None:  # more candidates to draft from the same prefix
+        if steps.writer == "scoring" and plan.p_logits is not None:  # the target's pass read the chosen step: it scores it
+            chosen = steps.candidates[steps.chosen]
+            steps.verdict = verdict(generation, steps, confidence(plan.p_logits[: len(chosen.tokens)], chosen.tokens))
+            if steps.verdict.specguard_score < steps.settings.threshold:
+                steps.writer = "target"  # and the target's first token of the step is already in this pass
+                return self._target_token(plan, plan.p_logits[:1])
+        if steps.writer in ("draft", "scoring"):
+            if steps.verdict is None:  # more candidates to draft from the same prefix, or the target's scores to come
                 return Block(plan.block, plan.drafted, [], SPECGUARD_KEPT.name, generation)
-            chosen = steps.candidates[_chosen(steps.verdict)]
+            chosen = steps.candidates[steps.chosen]
             if steps.verdict.specguard_score >= steps.settings.threshold:
                 records = [
                     replace(r, position=plan.position + i, block=plan.block, origin=SPECGUARD_KEPT.name, own=steps.verdict)
@@ -220,15 +298,22 @@ class Guarded(Stepwise):
                 return Block(plan.block, chosen.tokens, records, SPECGUARD_KEPT.name, generation)
             steps.writer = "target"
             return Block(plan.block, chosen.tokens, [], SPECGUARD_TARGET.name, generation)
-        token = draw_one(generation, plan.p_logits)
-        record = generation.recorder.single_record(plan.block, plan.position, token, plan.p_logits, "target")
+        return self._target_token(plan, plan.p_logits)
+
+    def _target_token(self, plan, logits: torch.Tensor) -> Block:
+        """One token of the target's version of the step, drawn at the run's temperature.  logits: [1, V]"""
+        generation, steps = plan.generation, plan.generation.state
+        token = draw_one(generation, logits)
+        record = generation.recorder.single_record(plan.block, plan.position, token, logits, "target")
         record.origin, record.own = SPECGUARD_TARGET.name, steps.verdict
         if step_ends(generation, steps.start, [token], steps.settings.delimiter):
             steps.next_step(len(generation.tokens) + 1)
         return Block(plan.block, [], [record], record.origin, generation)
 
     def lane_title(self, settings) -> str:
-        return self.title + (", confidence only" if self.own(settings).grounding == "none" else "")
+        own = self.own(settings)
+        scorer = ", the target's scores" if own.scorer == "target" else ""
+        return self.title + (", confidence only" if own.grounding == "none" else "") + scorer
 
     def explains(self, record, settings) -> str:
         own, found = self.own(settings), record.own
@@ -237,16 +322,17 @@ class Guarded(Stepwise):
         grounding = (
             f"grounding {found.specguard_grounding_score:.3f} × {own.weight:g} + confidence {found.specguard_confidence:.3f} × {1 - own.weight:g}"
             if found.specguard_grounding_score is not None
-            else f"confidence {found.specguard_confidence:.3f} (no attention weights: grounding not scored)"
+            else f"confidence {found.specguard_confidence:.3f} (grounding not scored: no attention weights)"
         )
         kept = "reached" if found.specguard_score >= own.threshold else "fell below"
         return (
-            f"Reasoning step {found.specguard_step}: the draft wrote {len(found.specguard_drafts)} candidates and the most "
-            f"consistent was checked: {grounding} = {found.specguard_score:.3f}, which {kept} the threshold {own.threshold:g}."
+            f"Reasoning step {found.specguard_step}: the draft wrote {len(found.specguard_drafts)} candidate(s) and the most "
+            f"consistent was scored by the {own.scorer}'s signals: {grounding} = {found.specguard_score:.3f}, which {kept} "
+            f"the threshold {own.threshold:g}."
         )
 
     def bench_line(self, traces: list) -> str:
-        """Steps, the share kept, and target passes per token (a kept step costs the target nothing)."""
+        """Steps, the share kept, target passes per token and the scoring passes outside the batch."""
         steps = {
             (i, r.own.specguard_step): r.origin
             for i, t in enumerate(traces)
@@ -255,10 +341,14 @@ class Guarded(Stepwise):
         }
         kept = sum(origin == SPECGUARD_KEPT.name for origin in steps.values())
         tokens, passes = sum(len(t.records) for t in traces), sum(t.stats.target_calls for t in traces)
-        return f"steps {len(steps)}  kept {kept / max(len(steps), 1):.2f}  target passes/token {passes / max(tokens, 1):.3f}"
+        scoring = sum(t.stats.scoring_seconds or 0 for t in traces) / max(sum(t.stats.seconds or 0 for t in traces), 1e-9)
+        return (
+            f"steps {len(steps)}  kept {kept / max(len(steps), 1):.2f}  target passes/token {passes / max(tokens, 1):.3f}  "
+            f"scoring passes {scoring:.0%} of the time"
+        )
 
 
-# --- the checks, on the candidates as written ------------------------------------------------------------------
+# --- the checks, pure (docs/method.md, "SpecGuard") -------------------------------------------------------------
 
 
 def consistency(candidates: list[list[int]]) -> list[float]:
@@ -272,29 +362,64 @@ def consistency(candidates: list[list[int]]) -> list[float]:
     ]
 
 
-def score(grounding: float | None, confidence: float, weight: float) -> float:
+def confidence(logits: torch.Tensor, tokens: list[int]) -> float:
+    """LPBV: the least of the step's tokens' log-probabilities at temperature 1, each min-max normalised over the
+    vocabulary at its position, (log p(y) − min log p) / (max log p − min log p): 1 for the model's top token, 0 for
+    its least likely.  [n, V], n tokens -> a number in [0, 1]"""
+    log_p = torch.log_softmax(logits.float(), dim=-1)  # [n, V]
+    low, high = log_p.min(dim=-1).values, log_p.max(dim=-1).values
+    picked = log_p.gather(-1, torch.tensor(tokens, device=log_p.device)[:, None]).squeeze(-1)
+    return float(((picked - low) / (high - low).clamp_min(1e-30)).min())
+
+
+def rollout_grounding(attention: torch.Tensor, start: int, pruned_below: float = PRUNED_BELOW) -> float:
+    """ABGV: attention rollout (Abnar and Zuidema, 2020) of the step's tokens through the given layers, lowest first,
+    and the least grounded token's share of it in the context (the tokens before `start`).
+
+    attention: [layers, n, T], the step's n tokens' attention over every token up to each (T = start + n), heads
+    averaged. Each layer: the first key (an attention sink) dropped, weights under `pruned_below` pruned, rows
+    renormalised, then half the identity added (the residual), as rollout does. A context token's rollout lies
+    wholly in the context, so only the step's rows are needed: a step token's share after a layer is its weight on
+    the context plus its weights on the step's tokens times their shares after the layer below.  -> a number in [0, 1]"""
+    layers, n, total = attention.shape
+    share = torch.zeros(n, dtype=torch.float64)  # through no layer yet, a step token is all its own
+    for a in attention.double():
+        a = a.clone()
+        a[:, 0] = 0.0
+        a = a / a.sum(-1, keepdim=True).clamp_min(1e-30)
+        a = a.masked_fill(a < pruned_below, 0.0)
+        a = a / a.sum(-1, keepdim=True).clamp_min(1e-30)
+        on_context = a[:, :start].sum(-1)
+        on_step = a[:, start:total] @ share  # [n, n] x [n]
+        share = 0.5 * (on_context + on_step) + 0.5 * share  # the residual keeps half of each token's own share
+    return float(share.min())
+
+
+def score(grounding: float | None, confidence_score: float, weight: float) -> float:
     """weight × grounding + (1 − weight) × confidence; confidence alone where grounding was not measured."""
-    return confidence if grounding is None else weight * grounding + (1 - weight) * confidence
+    return confidence_score if grounding is None else weight * grounding + (1 - weight) * confidence_score
 
 
-def verdict(generation, steps: Steps) -> SpecGuardRecord:
-    """The scores of the most consistent candidate of the current step."""
-    own, texts = steps.settings, [generation.pair.tokenizer.decode(c.tokens) for c in steps.candidates]
+def most_consistent(steps: Steps) -> int:
     agreement = consistency([c.tokens for c in steps.candidates])
-    chosen = max(range(len(agreement)), key=lambda i: (agreement[i], -i))
+    return max(range(len(agreement)), key=lambda i: (agreement[i], -i))
+
+
+def verdict(generation, steps: Steps, confidence_score: float) -> SpecGuardRecord:
+    """The scores of the current step's chosen candidate, given its confidence by the scorer's logits."""
+    own, chosen = steps.settings, steps.candidates[steps.chosen]
     grounding = None
     if own.grounding == "attention":
-        grounding = generation.pair.draft.attention_share(
-            generation.tokens + steps.candidates[chosen].tokens, len(generation.tokens)
-        )
-    confidence = steps.candidates[chosen].confidence
+        scorer = generation.pair.draft if own.scorer == "draft" else generation.pair.target
+        with generation.scoring():
+            rows = scorer.attention_rows(generation.tokens + chosen.tokens, len(generation.tokens), ROLLOUT_LAYERS)
+        grounding = rollout_grounding(rows, len(generation.tokens))
+    agreement = consistency([c.tokens for c in steps.candidates])
+    texts = [generation.pair.tokenizer.decode(c.tokens) for c in steps.candidates]
     listing = [(i, text[:200], agreement[i]) for i, text in enumerate(texts)]
-    listing.insert(0, listing.pop(chosen))  # the chosen first: `_chosen` reads it back
-    return SpecGuardRecord(steps.index, grounding, confidence, score(grounding, confidence, own.weight), listing)
-
-
-def _chosen(found: SpecGuardRecord) -> int:
-    return found.specguard_drafts[0][0]
+    listing.insert(0, listing.pop(steps.chosen))  # the chosen first
+    total = score(grounding, confidence_score, own.weight)
+    return SpecGuardRecord(steps.index, grounding, confidence_score, min(max(total, 0.0), 1.0), listing)
 
 
 SPECGUARD = Guarded(
