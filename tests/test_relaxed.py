@@ -87,7 +87,14 @@ def test_typical_acceptance_keeps_above_its_entropy_scaled_bar(hf_tiny_pair):
     assert rate(trace) > rate(sd)
 
 
-@pytest.mark.parametrize("strict", [{"relaxed_rule": "additive", "relaxed_delta": 0.0}, {"relaxed_rule": "multiplicative", "relaxed_ratio": 1.0}, {"relaxed_rule": "top_m", "relaxed_top": 1}])
+@pytest.mark.parametrize(
+    "strict",
+    [
+        {"relaxed_rule": "additive", "relaxed_delta": 0.0},
+        {"relaxed_rule": "multiplicative", "relaxed_ratio": 1.0},
+        {"relaxed_rule": "top_m", "relaxed_top": 1},
+    ],
+)
 def test_greedy_relaxed_at_its_strict_setting_is_sd(tiny_pair, strict):
     """δ = 0, λ = 1, m = 1 keep only the target's top token: greedy, the run is SD's, token for token (both backends)."""
     for prompt in PROMPTS:
@@ -140,7 +147,12 @@ def test_certificates_are_the_numerical_optimum():
     checked = 0
     for _ in range(8):
         p = rng.dirichlet(np.ones(5) * 0.8)
-        for rule, delta, ratio, top in [("multiplicative", 0, 0.5, 1), ("additive", 0.1, 1, 1), ("top_m", 0, 1, 2), ("top_m", 0, 1, 3)]:
+        for rule, delta, ratio, top in [
+            ("multiplicative", 0, 0.5, 1),
+            ("additive", 0.1, 1, 1),
+            ("top_m", 0, 1, 2),
+            ("top_m", 0, 1, 3),
+        ]:
             for c in np.argsort(-p)[:3].tolist():
                 closed = float(acc.relaxed_certificate(torch.tensor(p)[None], torch.tensor([c]), rule, delta, ratio, top)[0])
                 if np.isnan(closed):

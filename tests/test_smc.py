@@ -12,7 +12,16 @@ from conftest import PROMPTS
 from easd.method import acceptance as acc
 from easd.method.generation import Generation
 from easd.method.methods import make_settings
-from easd.method.methods.smc import SmcRecord, SmcSettings, after_cycle, choose, effective_sample_size, normalised, resample, weigh
+from easd.method.methods.smc import (
+    SmcRecord,
+    SmcSettings,
+    after_cycle,
+    choose,
+    effective_sample_size,
+    normalised,
+    resample,
+    weigh,
+)
 from easd.serving.chunks import GenerationSnapshot, decode_chunk
 from easd.traces import files as trace_io
 
@@ -88,7 +97,9 @@ def test_effective_sample_size_and_systematic_resampling():
         ancestors = resample(weights, "systematic", generator)
         assert [ancestors.count(i) for i in range(4)] in ([2, 1, 1, 0], [2, 1, 0, 1], [2, 1, 1, 0])
     assert sorted(set(resample(lopsided, "multinomial", generator))) == [0]
-    assert after_cycle(even, 0.5, "systematic", generator) is None and len(after_cycle(lopsided, 0.5, "systematic", generator)) == 4
+    assert (
+        after_cycle(even, 0.5, "systematic", generator) is None and len(after_cycle(lopsided, 0.5, "systematic", generator)) == 4
+    )
     assert after_cycle(torch.zeros(1, dtype=torch.float64), 1.0, "systematic", generator) is None  # one particle: never
     # ties of max-weight go to the first particle, whatever its length; a sample is drawn by weight
     assert choose(torch.tensor([-1.0, 0.0, 0.0]), "max-weight", generator) == 1

@@ -435,7 +435,9 @@ def _certificate(p: torch.Tensor, c: int, rule: str, delta: float, ratio: float,
     if rule == "multiplicative":
         theta = torch.log(p_c / (ratio * others)) / (1 + ratio)
         return float((-torch.log(rest + p_c * torch.exp(-theta) + others * torch.exp(ratio * theta))).min())
-    u = (delta * rest + torch.sqrt((delta * rest) ** 2 + 4 * others * (1 - delta) * p_c * (1 + delta))) / (2 * others * (1 - delta))
+    u = (delta * rest + torch.sqrt((delta * rest) ** 2 + 4 * others * (1 - delta) * p_c * (1 + delta))) / (
+        2 * others * (1 - delta)
+    )
     return float((torch.log(u) * delta - torch.log(rest + others * u + p_c / u)).min())
 
 

@@ -32,7 +32,9 @@ from .target import TARGET
 from .typical import TYPICAL
 
 # in the order the page offers them: the comparison's two first; beam search last, as it decodes alone
-METHODS: dict[str, Method] = {method.name: method for method in (SD, EASD, TYPICAL, RELAXED, MTI, RSD, SPECGUARD, SMC, TARGET, DRAFT, BEAM)}
+METHODS: dict[str, Method] = {
+    method.name: method for method in (SD, EASD, TYPICAL, RELAXED, MTI, RSD, SPECGUARD, SMC, TARGET, DRAFT, BEAM)
+}
 
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")  # a method's name is part of flags, API parameters and trace columns

@@ -101,4 +101,3 @@ TYPICAL = Typical(
     settings=TypicalSettings,
     record=TypicalRecord,
 )
-
