@@ -101,7 +101,7 @@ BAD = [  # each wrong value, and the one line the tool answers, in its parameter
     ({"prompt": "  "}, "prompt: is empty"),
     ({"prompt": "x", "max_new_tokens": 2001}, "max_new_tokens: must be a whole number from 1 to 2000"),
     ({"prompt": "x", "tau_o": 2.0}, "tau_o: must be a number from 0 to 1"),
-    ({"prompt": "x", "left": "beam"}, "left: must be one of sd, easd, mti, rsd, specguard, smc, target, draft"),
+    ({"prompt": "x", "left": "beam"}, f"left: must be one of {', '.join(in_batch())}"),
     ({"prompt": "x", "pair": "../../etc/passwd"}, "pair: must be one of tiny-random"),
 ]
 

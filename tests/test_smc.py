@@ -214,6 +214,6 @@ def test_either_lane_runs_it_beside_specguard_and_the_inspector_says_why(hf_tiny
     smc = str(inspector_html("left", traces["left"], traces["left"].records[0], RuleView.of(settings)))
     assert "particles each drafted" in smc and "effective sample size" in smc and "particle, its cycle" in smc
     guard = str(inspector_html("right", traces["right"], traces["right"].records[0], RuleView.of(settings)))
-    assert "candidates and the most consistent was checked" in guard and "threshold 0.7" in guard
+    assert "the most consistent was scored by the draft&#x27;s signals" in guard and "threshold 0.7" in guard
     legend = str(legend_html())
     assert all(label in legend for label in ("particle&#x27;s draft", "draft step kept", "step recomputed (target)"))

@@ -16,7 +16,7 @@ from easd.lab.problems import load_problems
 from easd.lab.report import paired_row
 from easd.lab.results_table import load_results
 from easd.lab.stats import detectable_difference, mcnemar_exact, mcnemar_problems
-from easd.lab.study import StudyPlan, analyse, power_lines, run_study, speed_note, token_kind, write_report
+from easd.lab.study import StudyPlan, analyse, power_lines, run_study, speed_note, studied, token_kind, write_report
 from easd.lab.study import power as study_power
 from easd.method.generation import Generation
 from easd.method.methods import make_settings, settings_values
@@ -235,7 +235,7 @@ def test_the_command_line_says_what_is_wrong_before_loading_a_model(data, tmp_pa
     ]
     # a method the study cannot compare with SD: SD and target-only themselves, beam search (it decodes alone), none
     for method in ("sd", "target", "beam", "easd:no_overlap"):
-        message = f"--method: must be one of easd, mti, rsd, specguard, smc, draft: the methods a study compares with SD (got '{method}')"
+        message = f"--method: must be one of {', '.join(studied())}: the methods a study compares with SD (got '{method}')"
         cases.append((["--data", str(data), "--method", method], re.escape(message)))
     for effect in ("0", "-3.5", "101", "nan", "inf"):
         for extra in (["--data", str(data)], ["--report-only"]):
@@ -525,12 +525,12 @@ def test_a_study_of_specguard_by_confidence_alone_on_llama_cpp_draws_its_one_set
     argv = ["study", "--pair", "tiny-random", "--backend", "llama.cpp", "--data", str(data), "--limit", "2"]
     argv += ["--max-new-tokens", "8", "--grid-limit", "1", "--speed-limit", "1", "--speed-repeats", "1"]
     argv += ["--method", "specguard", "--specguard-thresholds", "0.3,0.9"]
-    # attention grounding needs the draft's attention, which llama.cpp does not expose: one line, nothing decoded
-    assert main([*argv, "--out", str(tmp_path / "attention")]) == 2
+    # attention grounding asked for needs the draft's attention, which llama.cpp does not expose: one line, nothing decoded
+    assert main([*argv, "--specguard-grounding", "attention", "--out", str(tmp_path / "attention")]) == 2
     err = capsys.readouterr().err
     assert "error: --specguard-grounding: attention needs the draft's attention weights" in err and "Traceback" not in err
     assert not (tmp_path / "attention" / "results.csv").exists()
-    out = tmp_path / "confidence"
+    out = tmp_path / "confidence"  # by default (auto), confidence alone where there is no attention
     assert main([*argv, "--specguard-grounding", "none", "--out", str(out)]) == 0
     found = json.loads((out / "study.json").read_text())
     assert found["method"]["label"] == "specguard (SpecGuard, confidence only; SpecGuard threshold = 0.7)"

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from easd.errors import EasdError
-from easd.method.methods import knobs
+from easd.method.methods import METHODS, knobs
 from easd.method.settings import DecodeSettings
 from easd.method.summary import summarize
 from easd.method.trace import BlockInfo, RunStats, TokenRecord, Trace
@@ -214,7 +214,7 @@ def raw_csv(path) -> list[list[str]]:
         (0, "origin", "x", "'x' does not occur in easd runs (only draft_accepted, target_resample, easd_penalty, bonus)"),
         (0, "origin", '"><img src=x>', "does not occur in easd runs"),
         (0, "origin", "target", "'target' does not occur in easd runs"),
-        (0, "method", "foo", "must be one of sd, easd, mti, rsd, specguard, smc, target, draft, beam (got 'foo')"),
+        (0, "method", "foo", f"must be one of {', '.join(METHODS)} (got 'foo')"),
         (0, "rule", "any", "'any' is not one of full, no_overlap"),
         (3, "position", "100000000000000000000", "is not an integer from 0 to 65535"),
         (3, "position", "7", "is 7, but this is token 3 of its run"),
@@ -300,7 +300,7 @@ def set_at(data, path, value):
         (
             ("runs", 0, "settings", "method"),
             "x",
-            "runs[0].settings.method: must be one of sd, easd, mti, rsd, specguard, smc, target, draft, beam",
+            f"runs[0].settings.method: must be one of {', '.join(METHODS)}",
         ),
         (
             ("runs", 0, "blocks", 0, "end"),

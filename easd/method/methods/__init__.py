@@ -31,9 +31,10 @@ from .specguard import SPECGUARD
 from .target import TARGET
 from .typical import TYPICAL
 
-# in the order the page offers them: the comparison's two first; beam search last, as it decodes alone
+# in the order the page offers them: the comparison's two first; beam search last, as it decodes alone; a method added
+# later comes after those before it, so that the API's values in order (/call/compare) keep their places
 METHODS: dict[str, Method] = {
-    method.name: method for method in (SD, EASD, TYPICAL, RELAXED, MTI, RSD, SPECGUARD, SMC, TARGET, DRAFT, BEAM)
+    method.name: method for method in (SD, EASD, MTI, RSD, SPECGUARD, SMC, TYPICAL, RELAXED, TARGET, DRAFT, BEAM)
 }
 
 
