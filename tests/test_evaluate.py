@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -38,6 +39,7 @@ from easd.lab.report import (
     write_sweep,
 )
 from easd.lab.results_table import RESULT_COLUMNS, load_results
+from easd.method.methods import METHODS, make_settings
 from easd.method.settings import DecodeSettings
 from easd.method.summary import summarize
 
@@ -679,3 +681,47 @@ def test_a_cut_or_foreign_run_json_is_one_line_that_says_what_to_do(data, tmp_pa
     message = str(caught.value)
     assert message.startswith(f"{path}: cut short or not a run.json") and why in message and "\n" not in message
     assert "--resume" in message and "another --out" in message
+
+
+def test_one_sampling_protocol_for_every_method_of_a_comparison():
+    """Greedy where every method can (SpecGuard's greedy variant: one greedy candidate); where one cannot (SMC-SD), every
+    method samples at 0.7, SMC-SD's particles and SpecGuard's candidates too; the run's own temperature wins; a method's
+    own temperature set apart, or a nucleus SMC-SD cannot take, refused naming its flag."""
+    from easd.lab.protocol import protocol_for, under
+
+    base = make_settings(method="specguard")
+    greedy = protocol_for(["sd", "easd", "specguard"], base)
+    assert greedy.greedy and "every method has a greedy form" in greedy.line()
+    guard = METHODS["specguard"].own(under(greedy, base))
+    assert (guard.temperature, guard.top_p) == (0, 1.0)
+    sampled = protocol_for(["sd", "specguard", "smc"], base)
+    assert (sampled.temperature, sampled.top_p) == (0.7, 1.0) and "SMC-SD has no greedy form" in sampled.line()
+    for method in ("sd", "specguard", "smc"):
+        placed = under(sampled, replace(base, method=method))
+        assert (placed.temperature, placed.top_p) == (0.7, 1.0)
+    smc = METHODS["smc"].own(under(sampled, replace(base, method="smc")))
+    assert (smc.draft_temperature, smc.target_temperature) == (0.7, 0.7)
+    assert protocol_for(["sd", "smc"], replace(base, temperature=0.9)).temperature == 0.9
+    with pytest.raises(SettingsError) as caught:
+        under(protocol_for(["sd", "smc"], replace(base, top_p=0.8)), make_settings(method="smc", top_p=0.8))
+    assert caught.value.setting == "top_p" and "without a nucleus" in caught.value.message
+    with pytest.raises(SettingsError) as caught:
+        under(sampled, make_settings(method="smc", smc_draft_temperature=0.5))
+    assert caught.value.setting == "smc_draft_temperature" and "one protocol" in caught.value.message
+
+
+def test_eval_decodes_every_method_under_one_protocol_and_says_which(data, tmp_path, capsys):
+    """eval of SD beside SMC-SD at the default temperature: SD samples at 0.7 too; the protocol is printed, recorded in
+    run.json and written under paper.md's table; `table` prints it; a refused nucleus is one line before any model."""
+    out = tmp_path / "out"
+    command = ["eval", "--pair", "tiny-random", "--data", str(data), "--limit", "1", "--max-new-tokens", "6"]
+    assert main([*command, "--methods", "sd,smc", "--smc-particles", "2", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    line = "sampling protocol: every method sampled at temperature 0.7, top-p 1 (SMC-SD has no greedy form, so every method samples alike)"
+    assert line in err and line in (out / "paper.md").read_text()
+    config = json.loads((out / "run.json").read_text())
+    assert config["protocol"]["temperature"] == 0.7 and config["settings"]["temperature"] == 0.7
+    assert main(["table", str(out)]) == 0 and line in capsys.readouterr().out
+    assert main([*command, "--methods", "sd,smc", "--top-p", "0.8", "--out", str(tmp_path / "nucleus")]) == 2
+    assert "error: --top-p: SMC-SD samples without a nucleus" in capsys.readouterr().err
+    assert not (tmp_path / "nucleus").exists()

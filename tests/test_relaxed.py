@@ -160,3 +160,27 @@ def test_certificates_are_the_numerical_optimum():
                 assert closed == pytest.approx(_numerical_certificate(p, c, rule, delta, ratio, top), abs=1e-6), (rule, p, c)
                 checked += 1
     assert checked >= 60
+
+
+@pytest.mark.parametrize(
+    "own", [{"method": "relaxed", "relaxed_ratio": 0.4}, {"method": "relaxed", "relaxed_rule": "top_m"}, {"method": "typical"}]
+)
+def test_the_what_if_reads_each_rule_as_the_run_decides_it(hf_tiny_pair, own):
+    """The what-if (whatif.would_keep) re-reads a finished trace under a rule with no model call, from each row's target
+    candidates and entropy, by the loop's own `bar`: on the rule's own run it says kept exactly where the run kept a
+    draft; on SD's run (greedy) its first draft SD rejected but the rule keeps is where the rule's run first kept one
+    off the target's top."""
+    from easd.method.whatif import would_keep
+
+    settings = make_settings(max_new_tokens=TOKENS, **own)
+    run = Generation(hf_tiny_pair, PROMPTS[0], settings).run()
+    keep = would_keep(run, settings)
+    examined = [i for i, r in enumerate(run.records) if r.draft_token_id is not None]
+    assert [bool(keep[i]) for i in examined] == [run.records[i].origin != "target_own" for i in examined]
+    sd = Generation(hf_tiny_pair, PROMPTS[0], make_settings(method="sd", max_new_tokens=TOKENS, record_top=20)).run()
+    marks = would_keep(sd, settings)
+    first = next(i for i, r in enumerate(sd.records) if r.origin == "target_resample" and marks[i])
+    kept = next(i for i, r in enumerate(run.records) if r.origin.endswith("_kept"))
+    assert first == kept and sd.token_ids[:first] == run.token_ids[:first]
+    sampled = Generation(hf_tiny_pair, PROMPTS[0], make_settings(method="sd", max_new_tokens=8, temperature=0.7)).run()
+    assert would_keep(sampled, settings) is None  # its rules read p at 0.7, which a trace does not record

@@ -8,6 +8,7 @@ import shlex
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import SettingsError
@@ -77,6 +78,7 @@ def add(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..lab.evaluate import parse_methods, run_evaluation
+    from ..lab.protocol import protocol_for, under
     from ..lab.report import grader_lines, graders_compared, write_reports
     from ..lab.results_table import load_results
 
@@ -86,6 +88,10 @@ def run(args: argparse.Namespace) -> int:
     base = settings_from_args(args)
     variants = parse_methods(args.methods, base)
     check_prm_flag(args, [v.settings.method for v in variants])
+    protocol = protocol_for([v.settings.method for v in variants], base)  # one sampling setting for every method
+    variants = [replace(v, settings=under(protocol, v.settings)) for v in variants]
+    base = replace(base, temperature=protocol.temperature, top_p=protocol.top_p)
+    print(protocol.line(), file=sys.stderr)
     if args.samples < 1:
         raise SettingsError("--samples", f"must be ≥ 1 (got {args.samples})")
     check_batch_size(args)
@@ -93,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         with runner(args, len(chosen) * args.samples) as (decoder, pair):
-            config = folder_config(args, pair, base, args.samples) | {"tau_h_source": tau_h_source}
+            config = folder_config(args, pair, base, args.samples) | {"tau_h_source": tau_h_source, "protocol": protocol.as_dict()}
             rows = run_evaluation(decoder, chosen, variants, args.samples, args.out, config, args.resume, args.traces)
             if checked:
                 from ..lab.reproduce import check_reproducible

@@ -121,6 +121,7 @@ def check_report_flags(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..lab.protocol import protocol_for, under
     from ..lab.shards import parse_shard, recorded_files, shard_of
     from ..lab.study import StudyPlan, analyse, check_study_folder, run_study, studied, versions, write_report
 
@@ -146,6 +147,9 @@ def run(args: argparse.Namespace) -> int:
     apply_budget(args)
     args.tau_h, source = tau_h_of(args)
     base = settings_from_args(args)  # the method compared with SD at its settings
+    protocol = protocol_for(["sd", args.method, "target"], base)  # SD and target-only: the study's references
+    base = under(protocol, base)
+    print(protocol.line(), file=sys.stderr)
     grid = grid_of(args, studied()[args.method], base)
     for setting, values in grid.items():
         for number in values:
@@ -165,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
     )
     config = folder_config(args, "", base, 1)  # its pair once loaded
     config["tau_h_source"] = source
+    config["protocol"] = protocol.as_dict()
     config["study"] = {
         "method": args.method,
         "problems": len(chosen),

@@ -55,6 +55,7 @@ def add(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..lab.evaluate import Variant, grid_variants, run_evaluation
+    from ..lab.protocol import protocol_for, under
     from ..lab.report import write_sweep
 
     chosen = problems(args)
@@ -64,6 +65,10 @@ def run(args: argparse.Namespace) -> int:
     variants = grid_variants(base, args.grid, grid_of(args, METHODS[args.grid], base))
     if args.with_target and variants[0].settings.method != "target":
         variants.append(Variant("target", replace(base, method="target")))
+    protocol = protocol_for([v.settings.method for v in variants], base)  # one sampling setting for every run
+    variants = [replace(v, settings=under(protocol, v.settings)) for v in variants]
+    base = replace(base, temperature=protocol.temperature, top_p=protocol.top_p)
+    print(protocol.line(), file=sys.stderr)
     for variant in variants:
         try:
             variant.settings.validate()
@@ -72,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
     check_batch_size(args)
     try:
         with runner(args, len(chosen)) as (decoder, pair):
-            run_evaluation(decoder, chosen, variants, 1, args.out, folder_config(args, pair, base, 1), args.resume)
+            config = folder_config(args, pair, base, 1) | {"protocol": protocol.as_dict()}
+            run_evaluation(decoder, chosen, variants, 1, args.out, config, args.resume)
     except KeyboardInterrupt:
         print("\ninterrupted; rerun with --resume to continue", file=sys.stderr)
         return 130

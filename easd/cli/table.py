@@ -56,6 +56,10 @@ def run(args: argparse.Namespace) -> int:
         ]
         if notes:
             print("\n" + "\n".join(notes))
+    protocols = {names[folder]: _protocol(folder) for folder in args.folders}
+    print("\n" + "\n".join(f"{name}: {line}" for name, line in protocols.items()))
+    if len(set(protocols.values())) > 1:
+        print("the folders were decoded under different sampling protocols: compare rows within a column, not across")
     graders = {names[folder]: grader_of(folder) for folder in args.folders}
     if set(graders.values()) != {GRADERS[0]}:  # ours everywhere goes unsaid, as it always has
         print("\ngraded by " + ", ".join(f"{grader} on {name}" for name, grader in graders.items()))
@@ -151,6 +155,14 @@ def readings(labels: list[str], settings: dict) -> list[tuple[str, list[str]]]:
         if as_omega:
             found.append((f"best of {len(as_omega)} ω at τ = {tau:g} (β read as ω − 1)", as_omega))
     return found or [(f"best of {len(labels)} grid points", labels)]
+
+
+def _protocol(folder: Path) -> str:
+    """How an eval folder's methods sampled (easd.lab.protocol), in a line."""
+    from ..lab.protocol import Protocol
+
+    config = folder / "run.json"
+    return Protocol.of_config(json.loads(config.read_text(encoding="utf-8")) if config.is_file() else {}).line()
 
 
 def _pair_of(folder: Path) -> str:

@@ -15,7 +15,8 @@ from ..method.methods import METHODS
 from ..render.grid import grid_figures
 from .evaluate import GRIDS
 from .problems import GRADERS, is_correct, same_answer
-from .results_table import load_results
+from .protocol import Protocol
+from .results_table import load_results, read_config
 from .stats import majority, mcnemar_exact, paired_bootstrap, wilson
 
 # --- per method -------------------------------------------------------------------------------
@@ -197,7 +198,8 @@ def write_reports(out: Path, format: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     summary, paired = summary_table(results, format, grader_of(out)), paired_table(results)
     summary.to_csv(out / "summary.csv", index=False, float_format="%.4f")
     name = benchmark_name(out)
-    (out / "paper.md").write_text(paper_table({name: summary}, {name: paired}) + "\n", encoding="utf-8")
+    protocol = Protocol.of_config(read_config(out) or {})
+    (out / "paper.md").write_text(paper_table({name: summary}, {name: paired}) + f"\n\n{protocol.line()}\n", encoding="utf-8")
     paired.to_csv(out / "paired.csv", index=False, float_format="%.4f")
     figures = [accuracy_figure(summary), speed_figure(summary), fragility_figure(summary), paired_figure(paired)]
     write_html(out / "report.html", "EASD evaluation", figures)

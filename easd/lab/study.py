@@ -47,6 +47,7 @@ from ..method.settings import DecodeSettings
 from ..traces import files as trace_io
 from .calibrate import nearest_candidate, top_share_mean
 from .evaluate import LocalRunner, Runner, Variant, WorkItem, grid_label, grid_variants, run_evaluation, trace_path
+from .protocol import Protocol
 from .problems import Problem
 from .report import grader_of, graders_compared, paired_row, summary_table
 from .results_table import RESULT_COLUMNS, RESUME_KEYS, check_config, check_folder, load_results, read_config, unreadable
@@ -967,6 +968,7 @@ def assumptions(study: dict) -> list[str]:
     else:
         found.append(f"k = {settings['k']} (SD's drafts)")
     found += [
+        Protocol.of_config(config).line(),
         f"temperature {settings['temperature']:g}, top-p {settings['top_p']:g}, seed {settings['seed']}, "
         f"at most {settings['max_new_tokens']:,} new tokens a problem, signals {settings.get('signals', 'float32')}, "
         f"H of {'the sampling distribution' if settings.get('entropy') == 'sampling' else 'the models at temperature 1'}",

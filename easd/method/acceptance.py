@@ -379,20 +379,21 @@ def draw(probs: torch.Tensor, generator: torch.Generator | None, greedy: bool = 
 RELAXED_RULES = ("additive", "multiplicative", "top_m")
 
 
-def typical_bar(p: torch.Tensor, epsilon: float, alpha: float) -> torch.Tensor:
-    """min(ε, α·exp(−H(p))): typical acceptance keeps c where p(c) exceeds it, so more where the target is unsure."""
-    return torch.clamp(alpha * torch.exp(-entropy_of_probs(p)), max=epsilon)
+def typical_bar(entropy: torch.Tensor, epsilon: float, alpha: float) -> torch.Tensor:
+    """min(ε, α·exp(−H(p))) from H(p) in nats: typical acceptance keeps c where p(c) exceeds it, so more where the
+    target is unsure.  [k] -> [k]"""
+    return torch.clamp(alpha * torch.exp(-entropy), max=epsilon)
 
 
-def relaxed_bar(p: torch.Tensor, rule: str, delta: float, ratio: float, top: int) -> torch.Tensor:
-    """The least p(c) a rule keeps: additive max p − δ; multiplicative λ·max p (λ = `ratio`); top-m the m-th largest
-    probability (`top`: c is then among the m likeliest, ties counted for it). δ = 0, λ = 1 and m = 1 keep only the
-    target's top token: the strict greedy test."""
+def relaxed_bar(top: torch.Tensor, rule: str, delta: float, ratio: float, m: int) -> torch.Tensor:
+    """The least p(c) a rule keeps, from p's largest probabilities in order (`top`, at least m of them): additive
+    max p − δ; multiplicative λ·max p (λ = `ratio`); top-m the m-th largest (c is then among the m likeliest, ties
+    counted for it). δ = 0, λ = 1 and m = 1 keep only the target's top token: the strict greedy test.  [k, n] -> [k]"""
     if rule == "additive":
-        return p.max(dim=-1).values - delta
+        return top[:, 0] - delta
     if rule == "multiplicative":
-        return ratio * p.max(dim=-1).values
-    return p.topk(min(top, p.shape[-1]), dim=-1).values[:, -1]
+        return ratio * top[:, 0]
+    return top[:, m - 1]
 
 
 def picked(p: torch.Tensor, drafted: torch.Tensor) -> torch.Tensor:
@@ -417,7 +418,7 @@ def relaxed_certificate(p: torch.Tensor, drafted: torch.Tensor, rule: str, delta
     out = torch.full((len(drafted),), float("nan"), dtype=torch.float64)
     for i, c in enumerate(drafted.tolist()):
         row = p[i]
-        if float(row[c]) < float(relaxed_bar(row[None], rule, delta, ratio, top)[0]):
+        if float(row[c]) < float(relaxed_bar(row.sort(descending=True).values[None], rule, delta, ratio, top)[0]):
             continue  # rejected: no certificate (the inspector gives the margin)
         out[i] = _certificate(row, c, rule, delta, ratio, top)
     return out

@@ -11,8 +11,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
+import torch
 
 from .acceptance import fragile_decisions, rule_fires
+from .methods import METHODS
+from .methods.relaxing import BAR_TOP
 from .origins import DRAFT_ACCEPTED
 from .settings import DecodeSettings, overlap_needed
 from .trace import TokenRecord, Trace
@@ -114,6 +117,32 @@ def would_penalize(trace: Trace, rule: str, tau_h: float, tau_o: float, top_n: i
     """
     kept = np.array([r.origin == DRAFT_ACCEPTED.name for r in trace.records], dtype=bool)
     return kept & would_fire(trace, rule, tau_h, tau_o, top_n)
+
+
+def would_keep(trace: Trace, settings: DecodeSettings) -> np.ndarray | None:
+    """Rows of a greedy speculative trace whose drafts a relaxed rule would keep: the method `settings.method` (typical
+    acceptance or a relaxed rule) at its own settings in `settings`, its bar read from each row's target candidates and
+    entropy (`Relaxing.bar`, the loop's own), against p(c). Exact for the first row where it differs from what the run
+    did; after it the text would diverge. None where the trace cannot say: a sampled run (its rules read p at its
+    temperature, which the trace does not record), or a method that keeps no draft by a rule of its own."""
+    method = METHODS.get(settings.method)
+    if trace.settings.temperature != 0 or not hasattr(method, "bar"):
+        return None
+    rows = [r for r in trace.records if r.draft_token_id is not None and r.p_target is not None and r.h_target is not None]
+    keep = np.zeros(len(trace.records), dtype=bool)
+    if not rows:
+        return keep
+    top = torch.zeros(len(rows), BAR_TOP, dtype=torch.float64)  # missing candidates: probability 0, below any bar
+    for i, record in enumerate(rows):
+        probs = [p for _, _, p in record.target_top[:BAR_TOP]]
+        top[i, : len(probs)] = torch.tensor(probs, dtype=torch.float64)
+    entropy = torch.tensor([r.h_target for r in rows], dtype=torch.float64)
+    bar = method.bar(top, entropy, settings)
+    kept = method.keeps(torch.tensor([r.p_target for r in rows], dtype=torch.float64), bar)
+    index = {id(record): i for i, record in enumerate(trace.records)}
+    for record, flag in zip(rows, kept.tolist()):
+        keep[index[id(record)]] = flag
+    return keep
 
 
 def first_penalty_block(trace: Trace, rule: str, tau_h: float, tau_o: float) -> int | None:

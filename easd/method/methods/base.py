@@ -31,7 +31,7 @@ rows vary (`bench`).
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -65,6 +65,7 @@ class Method:
     settings: type | None = None  # its own settings: a frozen dataclass of knobs (easd.method.knobs), or None
     record: type | None = None  # its own trace columns: a dataclass of `recorded` fields (easd.method.trace), or None
     variant_form: str = ""  # what an --methods label may add after its name (`variant`), in words; "": nothing
+    greedy_form: bool = True  # it can decode greedily (SMC-SD samples whatever the temperature): a comparison's protocol
 
     def own(self, settings) -> Any:
         """Its own settings in a run's `settings` (DecodeSettings): set there, else as declared."""
@@ -167,6 +168,11 @@ class Method:
         """Its settings for an --methods label NAME:SPEC, from `settings` (DecodeSettings) and the SPEC after the colon;
         ValueError saying what SPEC may be."""
         raise ValueError(f"{self.name} takes nothing after a colon")
+
+    def at_sampling(self, settings, temperature: float, top_p: float):
+        """`settings` (DecodeSettings) decoding at `temperature` (0: greedy) and `top_p`, its own sampling settings
+        included (a comparison's one protocol, easd.lab.protocol); ValueError saying why where it cannot."""
+        return replace(settings, temperature=temperature, top_p=top_p)
 
     def lane_title(self, settings) -> str:
         """How a lane, a table or a page names a run of it under `settings`: its title, and what sets this run apart."""

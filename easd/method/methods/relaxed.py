@@ -19,7 +19,7 @@ from .. import acceptance as acc
 from ..knobs import Control, knob
 from ..origins import BONUS, DRAFT_ACCEPTED
 from ..trace import recorded
-from .relaxing import TARGET_OWN, Relaxing, kept_origin
+from .relaxing import BAR_TOP, TARGET_OWN, Relaxing, kept_origin
 
 SYMBOLS = {"additive": "δ", "multiplicative": "λ", "top_m": "m"}
 
@@ -58,7 +58,7 @@ class RelaxedSettings:
         2,
         "the top-m rule's m: a draft is kept where it is among the target's m likeliest tokens (1: strict)",
         low=1,
-        high=20,
+        high=BAR_TOP,
         label="relaxed m",
         short="top-m: among the m likeliest",
         control=Control("slider", 1, 10, 1),
@@ -94,9 +94,9 @@ class RelaxedRecord:
 
 @dataclass(frozen=True, kw_only=True)
 class Relaxed(Relaxing):
-    def bar(self, p, settings):
+    def bar(self, top, entropy, settings):
         own = self.own(settings)
-        return acc.relaxed_bar(p, own.rule, own.delta, own.ratio, own.top)
+        return acc.relaxed_bar(top, own.rule, own.delta, own.ratio, own.top)
 
     def certificate(self, p, drafted, settings):
         own = self.own(settings)

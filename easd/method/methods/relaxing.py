@@ -21,6 +21,8 @@ from ..judging import Block, Test
 from ..origins import TESTED, Origin
 from .sd import Speculative
 
+BAR_TOP = 20  # the largest probabilities a bar may read: a top-m rule's m at most (the page keeps 20 candidates)
+
 TARGET_OWN = Origin(
     "target_own",
     "target's own token (rule rejected)",
@@ -44,9 +46,20 @@ class Relaxing(Speculative):
         """p, the distribution the rule reads: the run's temperature and top-p, temperature 1 where greedy.  [k, V]"""
         return acc.Sampling(settings.temperature or 1.0, settings.top_p).probs(p_logits)
 
-    def bar(self, p: torch.Tensor, settings) -> torch.Tensor:
-        """The least p(c) the rule keeps at each drafted position.  [k, V] -> [k]"""
+    def bar(self, top: torch.Tensor, entropy: torch.Tensor, settings) -> torch.Tensor:
+        """The least p(c) the rule keeps at each drafted position, from p's largest probabilities in order and its
+        entropy in nats (what a greedy trace records, so the what-if reads the same bar: easd.method.whatif).
+        [k, n], [k] -> [k]"""
         raise NotImplementedError
+
+    def keeps(self, p_c, bar):
+        """Whether p(c) clears the bar (tensors or arrays, element-wise)."""
+        return p_c > bar if self.strict else p_c >= bar
+
+    def bars(self, p: torch.Tensor, settings) -> torch.Tensor:
+        """`bar` of a whole distribution.  [k, V] -> [k]"""
+        top = p.topk(min(BAR_TOP, p.shape[-1]), dim=-1).values
+        return self.bar(top, acc.entropy_of_probs(p), settings)
 
     def certificate(self, p: torch.Tensor, drafted: torch.Tensor, settings) -> torch.Tensor | None:
         """For each kept draft, the least KL(p′ ‖ p) under which the rule would reject it (in nats), where it has a closed
@@ -61,8 +74,8 @@ class Relaxing(Speculative):
         settings, k = plan.generation.settings, len(plan.drafted)
         drafted = torch.tensor(plan.drafted, dtype=torch.long, device=plan.p_logits.device)
         p = self.judged(settings, plan.p_logits[:k])  # [k, V]
-        p_c, bar = acc.picked(p, drafted), self.bar(p, settings)
-        keeps = p_c > bar if self.strict else p_c >= bar
+        p_c, bar = acc.picked(p, drafted), self.bars(p, settings)
+        keeps = self.keeps(p_c, bar)
         _, target = self.sampling(settings)
         p_tilde = target.probs(plan.p_logits)  # [k+1, V] where a rejected draft's token is drawn
 
@@ -81,7 +94,7 @@ class Relaxing(Speculative):
             return block
         drafted = torch.tensor([r.draft_token_id for r in examined], device=plan.p_logits.device)
         p = self.judged(settings, plan.p_logits[: len(examined)])
-        p_c, bar = acc.picked(p, drafted).tolist(), self.bar(p, settings).tolist()
+        p_c, bar = acc.picked(p, drafted).tolist(), self.bars(p, settings).tolist()
         certificates = self.certificate(p, drafted, settings)
         top = p.argmax(dim=-1).tolist()
         for i, record in enumerate(examined):

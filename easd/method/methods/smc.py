@@ -29,7 +29,7 @@ resampling can change) and, at the end, the rest of the chosen particle: a trace
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -238,6 +238,16 @@ class Population:
 class Sequential(Method):
     """SMC-SD: a population of particles on caches of their own, one cycle a step (the module's docstring)."""
 
+    def at_sampling(self, settings, temperature, top_p):
+        """Its draft and target at the protocol's temperature; it has no greedy form and no nucleus (its authors'
+        sampling reads neither top-p nor top-k)."""
+        if temperature == 0:
+            raise ValueError("SMC-SD has no greedy form: compare it at a temperature above 0")
+        if top_p < 1:
+            raise ValueError("SMC-SD samples without a nucleus, as its authors' code: compare it at top-p 1")
+        own = replace(self.own(settings), draft_temperature=temperature, target_temperature=temperature)
+        return super().at_sampling(settings, temperature, top_p).with_own(self.name, own)
+
     def start(self, generation) -> Population:
         return Population([Particle() for _ in range(self.own(generation.settings).particles)])
 
@@ -431,4 +441,5 @@ SMC = Sequential(
     bench="smc_particles",
     settings=SmcSettings,
     record=SmcRecord,
+    greedy_form=False,
 )

@@ -233,6 +233,12 @@ class Guarded(Stepwise):
         scorer = pair.draft if own.scorer == "draft" else pair.target
         return settings.with_own(self.name, replace(own, grounding="attention" if scorer.has_attention else "none"))
 
+    def at_sampling(self, settings, temperature, top_p):
+        """Its candidates at the protocol's temperature and nucleus: at 0, one greedy candidate (the paper's greedy
+        variant); the target writes refused steps at it too."""
+        own = replace(self.own(settings), temperature=temperature, top_p=top_p)
+        return super().at_sampling(settings, temperature, top_p).with_own(self.name, own)
+
     def start(self, generation) -> Steps:
         return Steps(start=generation.prompt_length, settings=self.own(generation.settings))
 

@@ -64,9 +64,9 @@ class TypicalRecord:
 class Typical(Relaxing):
     strict: bool = True  # vLLM's and Medusa's test: p(c) > the bar
 
-    def bar(self, p, settings):
+    def bar(self, top, entropy, settings):
         own = self.own(settings)
-        return acc.typical_bar(p, own.threshold, own.alpha)
+        return acc.typical_bar(entropy, own.threshold, own.alpha)
 
     def record_of(self, p_c, bar, certificate, settings):
         return TypicalRecord(p_c, bar)
