@@ -99,7 +99,10 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         with runner(args, len(chosen) * args.samples) as (decoder, pair):
-            config = folder_config(args, pair, base, args.samples) | {"tau_h_source": tau_h_source, "protocol": protocol.as_dict()}
+            config = folder_config(args, pair, base, args.samples) | {
+                "tau_h_source": tau_h_source,
+                "protocol": protocol.as_dict(),
+            }
             rows = run_evaluation(decoder, chosen, variants, args.samples, args.out, config, args.resume, args.traces)
             if checked:
                 from ..lab.reproduce import check_reproducible

@@ -72,5 +72,3 @@ def under(protocol: Protocol, settings: DecodeSettings) -> DecodeSettings:
         if given[name] != now[name] and given[name] != defaults[name]:  # the user's own value, which the protocol changed
             raise SettingsError(name, f"is set apart from the comparison's one protocol ({protocol.line()}): drop it")
     return placed
-
-

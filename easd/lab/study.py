@@ -47,8 +47,8 @@ from ..method.settings import DecodeSettings
 from ..traces import files as trace_io
 from .calibrate import nearest_candidate, top_share_mean
 from .evaluate import LocalRunner, Runner, Variant, WorkItem, grid_label, grid_variants, run_evaluation, trace_path
-from .protocol import Protocol
 from .problems import Problem
+from .protocol import Protocol
 from .report import grader_of, graders_compared, paired_row, summary_table
 from .results_table import RESULT_COLUMNS, RESUME_KEYS, check_config, check_folder, load_results, read_config, unreadable
 from .stats import detectable_difference, mcnemar_problems, spread, wilson
