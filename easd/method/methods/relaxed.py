@@ -122,7 +122,7 @@ class Relaxed(Relaxing):
         rule = {
             "additive": f"max p − δ ({own.delta:g})",
             "multiplicative": f"λ ({own.ratio:g}) · max p",
-            "top_m": f"the {own.top}-th likeliest token's probability",
+            "top_m": f"the {ordinal(own.top)} likeliest token's probability",
         }[own.rule]
         kept = found.relaxed_p >= found.relaxed_bar
         said = f"Relaxed acceptance ({own.rule}): the target gives the draft p(c) = {found.relaxed_p:.4f} against {rule} = {found.relaxed_bar:.4f}, so it was "
@@ -134,6 +134,12 @@ class Relaxed(Relaxing):
             f"kept. Certificate: the target's distribution would have to move by KL {found.relaxed_certificate:.4f} nats "
             "before the rule rejected it."
         )
+
+
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, …, 11th, 12th, 13th, 21st."""
+    ending = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{ending}"
 
 
 def strength(own: RelaxedSettings) -> float:
