@@ -27,9 +27,14 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # \ud800–\udfff: half of
 
 
 def read_text(path: Path, flag: str, max_bytes: int) -> str:
-    """The UTF-8 text of a user's file (a byte-order mark dropped); refused in one line naming `flag` if it is missing,
-    not a regular file (a pipe or device, which may block or never end: opened without waiting and never read), larger
-    than `max_bytes`, or not UTF-8 (with the line of the first byte that is not)."""
+    """The UTF-8 text of a user's file (a byte-order mark dropped); refused in one line naming `flag` as `read_bytes`
+    refuses it, or if it is not UTF-8 (with the line of the first byte that is not)."""
+    return utf8_text(read_bytes(path, flag, max_bytes), path, flag)
+
+
+def read_bytes(path: Path, flag: str, max_bytes: int) -> bytes:
+    """The bytes of a user's file; refused in one line naming `flag` if it is missing, not a regular file (a pipe or
+    device, which may block or never end: opened without waiting and never read) or larger than `max_bytes`."""
     try:
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO opens at once, unread
     except FileNotFoundError:
@@ -50,6 +55,12 @@ def read_text(path: Path, flag: str, max_bytes: int) -> str:
         os.close(descriptor)
     if len(data) > max_bytes:
         raise EasdError(f"{flag}: {path} grew past the {max_bytes:,} bytes it may be while it was read")
+    return data
+
+
+def utf8_text(data: bytes, path: Path, flag: str) -> str:
+    """`data`, read from `path`, as UTF-8 text (a byte-order mark dropped), or one line naming `flag` and the line of
+    the first byte that is not UTF-8."""
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:

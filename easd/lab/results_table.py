@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import EasdError
-from ..files import temporary_path, write_text_whole
+from ..files import read_bytes, read_json, temporary_path, write_text_whole
 
 RESULT_COLUMNS = [
     "problem_id",
@@ -180,36 +180,45 @@ def _as_run(config: dict, key: str):
     return value
 
 
-def read_config(out: Path) -> dict | None:
-    """The run.json of an output folder, None where there is none; one cut short, not JSON or without settings is one
-    EasdError line that names it and says what to do (`unreadable`)."""
+# run.json holds the settings and, for a study, the ids of its grid's and timed problems: kilobytes
+MAX_CONFIG_BYTES = 64 * 2**20
+
+
+def read_config(out: Path, flag: str = "--out") -> dict | None:
+    """The run.json of an output folder, None where there is none; one that is a pipe, a device or too large
+    (easd.files.read_bytes), cut short, not JSON or without settings is one EasdError line that names it and says what
+    to do (`unreadable`). `flag`: how the user named the folder (`unreadable`)."""
     path = out / "run.json"
     if not path.exists():
         return None
+    data = read_bytes(path, flag, MAX_CONFIG_BYTES)
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
+        config = read_json(data.decode("utf-8"), f"{flag}: {path}")
     except json.JSONDecodeError as err:
-        raise unreadable(out, f"{err.msg} at line {err.lineno}, column {err.colno}") from None
-    except (OSError, ValueError) as err:  # unreadable, not UTF-8
-        raise unreadable(out, type(err).__name__) from None
-    check_config(out, config, ("settings",))
+        raise unreadable(out, f"{err.msg} at line {err.lineno}, column {err.colno}", flag) from None
+    except UnicodeDecodeError as err:
+        raise unreadable(out, type(err).__name__, flag) from None
+    check_config(out, config, ("settings",), flag)
     return config
 
 
-def check_config(out: Path, config, needs: tuple[str, ...]) -> None:
+def check_config(out: Path, config, needs: tuple[str, ...], flag: str = "--out") -> None:
     """`unreadable` unless run.json holds every one of `needs`, a key or a dotted path (study.tau_hs)."""
     for need in needs:
         value = config
         for key in need.split("."):
             if not isinstance(value, dict) or key not in value:
-                raise unreadable(out, f"it has no {need}")
+                raise unreadable(out, f"it has no {need}", flag)
             value = value[key]
 
 
-def unreadable(out: Path, why: str) -> EasdError:
+def unreadable(out: Path, why: str, flag: str = "--out") -> EasdError:
+    """run.json cut short or not ours. `flag`: how the user named the folder, --out (the command's own folder, which
+    may be another) or the command that reads it (`study merge`, its shards)."""
+    said, other = ("", "choose another --out, or, ") if flag == "--out" else (f"{flag}: ", "")
     return EasdError(
-        f"{out / 'run.json'}: cut short or not a run.json of this program ({why}); choose another --out, or, where the "
-        "folder holds results of this program, delete it and rerun the command that made them with --resume (they are kept)"
+        f"{said}{out / 'run.json'}: cut short or not a run.json of this program ({why}); {other}where the folder holds "
+        "results of this program, delete it and rerun the command that made them with --resume (they are kept)"
     )
 
 

@@ -193,21 +193,26 @@ STUDY_NEEDS = (
 )
 
 
-def read_study_config(out: Path) -> dict | None:
+def read_study_config(out: Path, flag: str = "--out") -> dict | None:
     """The run.json of a study's folder; None where the folder holds none, or eval's. A study made before --method
-    compared EASD with SD over τ_H × τ_O (`tau_hs`, `tau_os`): it reads as such."""
-    config = read_config(out)
+    compared EASD with SD over τ_H × τ_O (`tau_hs`, `tau_os`): it reads as such. `flag`: how the user named the folder
+    (easd.lab.results_table.unreadable)."""
+    config = read_config(out, flag)
     if config is None or "study" not in config:
         return None
     study = config["study"]
     if isinstance(study, dict) and "method" not in study and {"tau_hs", "tau_os"} <= set(study):
         study["method"], study["grid"] = "easd", {"tau_h": study.pop("tau_hs"), "tau_o": study.pop("tau_os")}
-    check_config(out, config, STUDY_NEEDS)
+    check_config(out, config, STUDY_NEEDS, flag)
     if not isinstance(study["method"], str) or study["method"] not in METHODS:
-        raise unreadable(out, f"its study.method {str(study['method'])[:40]!r} is not a method this program has")
-    if not isinstance(study["grid"], dict) or not all(isinstance(values, list) for values in study["grid"].values()):
-        raise unreadable(out, "its study.grid is not the values of each setting its grid sweeps")
+        raise unreadable(out, f"its study.method {str(study['method'])[:40]!r} is not a method this program has", flag)
+    if not isinstance(study["grid"], dict) or not all(_numbers(values) for values in study["grid"].values()):
+        raise unreadable(out, "its study.grid is not the values of each setting its grid sweeps", flag)
     return config
+
+
+def _numbers(values) -> bool:
+    return isinstance(values, list) and all(type(v) in (int, float) for v in values)
 
 
 def check_study_folder(out: Path, config: dict, resume: bool) -> None:
