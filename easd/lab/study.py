@@ -584,17 +584,32 @@ def _number(table: pd.DataFrame, method: str, column: str) -> float | None:
     return float(table.at[method, column])
 
 
+def grid_names(study: dict, method: Method) -> list[str]:
+    """The settings the method's grid swept in this study (run.json's study.grid), in its table entry's order."""
+    return [name for name in method.grid if name in study["grid"]]
+
+
+def grid_cells(config: dict, method: Method) -> list[tuple[tuple, str]]:
+    """Each point of the method's grid in run.json, and the method its rows name: the method's own at the study's own
+    settings (its plain rows fill that cell), else the point's label (easd@1/0.4), as `StudyPlan.grid_points` runs them."""
+    names, settings = grid_names(config["study"], method), config["settings"]
+    points = itertools.product(*(config["study"]["grid"][name] for name in names)) if names else ()
+    return [
+        (point, method.name if all(settings.get(n) == v for n, v in zip(names, point)) else grid_label(method.name, point))
+        for point in points
+    ]
+
+
 def _grid(results: pd.DataFrame, config: dict, method: Method) -> dict:
     """Accuracy and interventions per 1,000 tokens at each point of the method's grid, over the problems every point
     ran; the study's own point is its plain rows (labelled by the method's name)."""
-    study, settings = config["study"], config["settings"]
-    names = [name for name in method.grid if name in study["grid"]]
+    study = config["study"]
+    names = grid_names(study, method)
     gridded = set(study["grid_problems"])
     rows = results[results["problem_id"].isin(gridded)]
     cells = {}
-    for point in itertools.product(*(study["grid"][name] for name in names)) if names else ():
-        own = all(settings.get(name) == value for name, value in zip(names, point))
-        group = rows[rows["method"] == (method.name if own else grid_label(method.name, point))]
+    for point, label in grid_cells(config, method):
+        group = rows[rows["method"] == label]
         tokens = group["new_tokens"].sum()
         known = tokens and group["interventions"].notna().all()
         cells["/".join(f"{value:g}" for value in point)] = {
