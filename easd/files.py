@@ -44,8 +44,11 @@ def read_text(path: Path, flag: str, max_bytes: int) -> str:
             raise EasdError(f"{flag}: {path} is not a regular file (a pipe, device or socket); give a file saved on disk")
         if status.st_size > max_bytes:
             raise EasdError(f"{flag}: {path} is {status.st_size:,} bytes, more than the {max_bytes:,} it may be")
-        with open(descriptor, "rb", closefd=False) as file:
-            data = file.read(max_bytes + 1)  # a file growing while read still stops at the limit
+        try:
+            with open(descriptor, "rb", closefd=False) as file:
+                data = file.read(max_bytes + 1)  # a file growing while read still stops at the limit
+        except OSError as err:  # a regular file only by its mode: /proc/self/mem refuses to be read from its start
+            raise EasdError(f"{flag}: cannot read {path} ({err.strerror})") from None
     finally:
         os.close(descriptor)
     if len(data) > max_bytes:
