@@ -17,9 +17,10 @@ import re
 import stat
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
-from .errors import EasdError
+from .errors import EasdError, SettingsError
 
 # Python refuses to read an integer of more digits than this (CVE-2020-10735), in JSON as anywhere
 INT_DIGITS = sys.get_int_max_str_digits()
@@ -131,3 +132,16 @@ def writable_folder(path: Path) -> None:
     probe = temporary_path(path / "probe")
     probe.write_bytes(b"")
     probe.unlink()
+
+
+def claim_folder(path: Path, flag: str, name: str, ours: Callable[[Path], bool]) -> None:
+    """Before a command's work (and its model's load), one line naming `flag` unless `path` can be the folder of its
+    `name` ("study"): one this process can make and write in (`writable_folder`: not a file, nothing under /proc or
+    /sys, no read-only disk), and new, empty or `ours(path)`, one the command made, to resume. A user's folder of
+    other files is refused: the command would write into it and over its files."""
+    try:
+        writable_folder(path)
+    except OSError as err:
+        raise SettingsError(flag, f"{path} cannot be the {name}'s folder ({err.strerror}: {err.filename})") from None
+    if any(path.iterdir()) and not ours(path):
+        raise SettingsError(flag, f"{path} holds other files: give a new or empty folder, or an earlier {name}'s to --resume")

@@ -190,7 +190,7 @@ def read_config(out: Path) -> dict | None:
         config = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise unreadable(out, f"{err.msg} at line {err.lineno}, column {err.colno}") from None
-    except (OSError, ValueError) as err:  # unreadable, not UTF-8
+    except (OSError, ValueError, RecursionError) as err:  # unreadable, not UTF-8, nested past Python's recursion
         raise unreadable(out, type(err).__name__) from None
     check_config(out, config, ("settings",))
     return config
