@@ -17,9 +17,10 @@ import re
 import stat
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
-from .errors import EasdError
+from .errors import EasdError, SettingsError
 
 # Python refuses to read an integer of more digits than this (CVE-2020-10735), in JSON as anywhere
 INT_DIGITS = sys.get_int_max_str_digits()
@@ -49,8 +50,11 @@ def read_bytes(path: Path, flag: str, max_bytes: int) -> bytes:
             raise EasdError(f"{flag}: {path} is not a regular file (a pipe, device or socket); give a file saved on disk")
         if status.st_size > max_bytes:
             raise EasdError(f"{flag}: {path} is {status.st_size:,} bytes, more than the {max_bytes:,} it may be")
-        with open(descriptor, "rb", closefd=False) as file:
-            data = file.read(max_bytes + 1)  # a file growing while read still stops at the limit
+        try:
+            with open(descriptor, "rb", closefd=False) as file:
+                data = file.read(max_bytes + 1)  # a file growing while read still stops at the limit
+        except OSError as err:  # a regular file only by its mode: /proc/self/mem refuses to be read from its start
+            raise EasdError(f"{flag}: cannot read {path} ({err.strerror})") from None
     finally:
         os.close(descriptor)
     if len(data) > max_bytes:
@@ -139,3 +143,16 @@ def writable_folder(path: Path) -> None:
     probe = temporary_path(path / "probe")
     probe.write_bytes(b"")
     probe.unlink()
+
+
+def claim_folder(path: Path, flag: str, name: str, ours: Callable[[Path], bool]) -> None:
+    """Before a command's work (and its model's load), one line naming `flag` unless `path` can be the folder of its
+    `name` ("study"): one this process can make and write in (`writable_folder`: not a file, nothing under /proc or
+    /sys, no read-only disk), and new, empty or `ours(path)`, one the command made, to resume. A user's folder of
+    other files is refused: the command would write into it and over its files."""
+    try:
+        writable_folder(path)
+    except OSError as err:
+        raise SettingsError(flag, f"{path} cannot be the {name}'s folder ({err.strerror}: {err.filename})") from None
+    if any(path.iterdir()) and not ours(path):
+        raise SettingsError(flag, f"{path} holds other files: give a new or empty folder, or an earlier {name}'s to --resume")

@@ -55,6 +55,26 @@ def test_bad_input_is_one_line_with_exit_2(capsys, args, flag, allowed):
     assert "Traceback" not in err and not [line for line in lines if line.startswith("error") and line != lines[-1]]
 
 
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--smc-particles", "nan"], "--smc-particles: must be finite numbers separated by commas ('nan' is not one)"),
+        (["--smc-particles", "1,1e309"], "--smc-particles: must be finite numbers separated by commas ('1e309' is not one)"),
+        (["--k", "4,inf"], "--k: must be finite numbers"),
+        (["--batch-sizes", "1,nan"], "--batch-sizes: must be finite numbers separated by commas ('nan' is not one)"),
+        (["--methods", ""], "--methods: names no method (got ''); give some of sd, easd"),
+        (["--methods", " , "], "--methods: names no method"),
+        (["--methods", "sd,smc", "--batch-sizes", "1,4"], "--methods: picks the timed comparison's rows; --batch-sizes runs"),
+        (["--methods", "specguard", "--suite", "spec-bench", "q.jsonl"], "--methods: picks the timed comparison's rows; --suite"),
+    ],
+)
+def test_bench_refuses_a_list_flag_that_is_no_list_of_numbers_and_methods_it_would_drop(capsys, args, message):
+    """Each was a ValueError or OverflowError traceback, SD alone (--methods ''), or --methods dropped unsaid (exit 0
+    without the rows it names) beside --batch-sizes or --suite; now one line naming the flag, before any model loads."""
+    code, out, err = run_cli(capsys, "bench", "--pair", "tiny-random", *args)
+    assert code == 2 and err.startswith(f"error: {message}") and err.count("\n") == 1 and "models:" not in err, err
+
+
 def test_empty_prompt_file(capsys, tmp_path):
     (tmp_path / "p.txt").write_text("\n\n")
     code, _, err = run_cli(capsys, *TINY, "--prompt-file", str(tmp_path / "p.txt"))

@@ -39,7 +39,7 @@ import pandas as pd
 
 from .._version import __version__
 from ..errors import EasdError, SettingsError
-from ..files import file_stem, writable_folder, write_text_whole
+from ..files import claim_folder, file_stem, write_text_whole
 from ..method.compare import first_difference
 from ..method.methods import METHODS, Method, in_batch, knobs, lookup, make_settings, own_knobs, settings_values
 from ..method.pair import ModelPair
@@ -218,12 +218,7 @@ def _numbers(values) -> bool:
 def check_study_folder(out: Path, config: dict, resume: bool) -> None:
     """Before the model loads, one line if --out cannot take this study: a folder this process cannot write, one
     holding other files, eval's, a study made with other settings, or, resumed, one of another plan (`check_plan`)."""
-    try:
-        writable_folder(out)
-    except OSError as err:
-        raise SettingsError("--out", f"{out} cannot be the study's folder ({err.strerror}: {err.filename})") from None
-    if not (out / "results.csv").exists() and any(out.iterdir()) and not _holds_a_study(out):
-        raise SettingsError("--out", f"{out} holds other files: give a new or empty folder, or a study's to --resume")
+    claim_folder(out, "--out", "study", lambda folder: (folder / "results.csv").exists() or _holds_a_study(folder))
     was = read_study_config(out)  # first: a study's run.json cut short is named as such
     check_folder(out, config, resume, keys=tuple(k for k in RESUME_KEYS if k != "pair"))  # the pair: once loaded
     if resume and was is not None:
