@@ -62,9 +62,11 @@ class Knob:
 
     def check(self, name: str, value) -> None:
         """SettingsError(name) unless `value` is of this knob's kind and in its range."""
+        cut = value[:40] if isinstance(value, str) else value  # a pasted megabyte still makes one line
         if not self._fits(value):
-            cut = value[:40] if isinstance(value, str) else value  # a pasted megabyte still makes one line
             raise SettingsError(name, f"must be {self.describe()} (got {shown(cut)})")
+        if self.kind == "text" and not is_utf8(value):  # refused here, not when a file of the run is written
+            raise SettingsError(name, f"must be UTF-8 text (got {shown(cut)}, which holds bytes that are not); retype it")
 
     def _fits(self, value) -> bool:
         if self.kind == "text":
@@ -84,6 +86,16 @@ class Knob:
         if self.zero and value == 0:
             return True
         return (self.low is None or value >= self.low) and (self.high is None or value <= self.high)
+
+
+def is_utf8(text: str) -> bool:
+    """False for text no file can hold: bytes that were not UTF-8 (argv's and the file system's surrogate escapes,
+    `\\udcff`) or half of a UTF-16 pair (possible in JSON, `\\ud800`)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def knob(default, help: str, **declared):  # noqa: A002 (a knob's help is its help)
