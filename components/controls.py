@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 import gradio as gr
 
 from easd.errors import SettingsError, shown
-from easd.method.knobs import Control, Knob
+from easd.method.knobs import Control, Knob, is_utf8
 from easd.method.methods import in_batch, knobs, make_settings, owner, settings_values
 from easd.method.settings import MAX_SEED, WHATIF_TOP, DecodeSettings
 from easd.method.whatif import RuleView
@@ -93,12 +93,8 @@ def describe(control: Control, knob: Knob) -> str:
 def check_prompt(value) -> str:
     if not isinstance(value, str):
         raise SettingsError("prompt", f"must be text (got {shown(value)})")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise SettingsError(
-            "prompt", "holds characters that are not valid text (lone surrogates); retype or paste it again"
-        ) from None
+    if not is_utf8(value):
+        raise SettingsError("prompt", "holds characters that are not valid text (lone surrogates); retype or paste it again")
     return value
 
 
