@@ -495,3 +495,19 @@ def test_a_trace_without_a_field_its_methods_inspector_reads_is_refused_naming_i
         err = capsys.readouterr().err
         assert err.startswith(f"error: {name}: {where}{column}: is empty") and err.count("\n") == 1 and "Traceback" not in err
     assert not (tmp_path / "t.html").exists()
+
+
+def test_a_seed_past_a_floats_precision_reads_back_exactly_and_a_setting_past_its_range_is_one_line(tmp_path):
+    """Settings were read through a float: a seed of 2**60 + 1 came back as 2**60, and a tau_h of 10**400 (JSON) was an
+    OverflowError and its traceback."""
+    trace = tricky_trace()
+    trace.settings = replace(trace.settings, seed=2**60 + 1)
+    for name in ("t.csv", "t.json"):
+        trace_io.save([trace], tmp_path / name)
+        assert trace_io.load(tmp_path / name)[0].settings.seed == 2**60 + 1, name
+    data = json.loads((tmp_path / "t.json").read_text(encoding="utf-8"))
+    data["runs"][0]["settings"]["tau_h"] = 10**400
+    (tmp_path / "t.json").write_text(json.dumps(data), encoding="utf-8")
+    assert refusal(tmp_path / "t.json").startswith(
+        "t.json: runs[0].settings.tau_h: must be a number of nats ≥ 0 (got 1000000000000000000000000000000000000…, past"
+    )
