@@ -27,9 +27,9 @@ GUESS_ROW_S = 0.35  # seconds a step takes per row before any is measured (the e
 class Pace:
     """The batch's measured speed (first guesses until something is measured).
 
-    Medians, not means: a step is noisy, and one that a request joined also computed its prompt
+    A step's time is a median, not a mean: a step is noisy, and one that a request joined also computed its prompt
     (2 s or more for a long one on a CPU, against 0.3 s a row for a step); such steps teach the
-    tokens per step but not a step's time.
+    tokens per step but not a step's time. Tokens per step are a mean (`tokens_per_step`).
     """
 
     budget_used: float = 1.0  # of a generation's max_new_tokens, the share it emits before it ends
