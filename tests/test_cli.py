@@ -1,5 +1,6 @@
 """The command line: every bad input gets one line naming the flag, exit status 2, no traceback."""
 
+import json
 import subprocess
 import sys
 import time
@@ -73,6 +74,29 @@ def test_bench_refuses_a_list_flag_that_is_no_list_of_numbers_and_methods_it_wou
     without the rows it names) beside --batch-sizes or --suite; now one line naming the flag, before any model loads."""
     code, out, err = run_cli(capsys, "bench", "--pair", "tiny-random", *args)
     assert code == 2 and err.startswith(f"error: {message}") and err.count("\n") == 1 and "models:" not in err, err
+
+
+NOT_UTF8 = b"\xff\xfe".decode("utf-8", "surrogateescape")  # the bytes $'\xff\xfe' as Python reads them from argv
+
+
+@pytest.mark.parametrize("flag", ["--specguard-delimiter", "--rsd-delimiter", "--mti-negative"])
+def test_a_text_setting_that_is_not_utf8_is_refused_by_every_command_before_loading_models(tmp_path, capsys, flag):
+    """It was taken and decoded with, then writing --json or run.json raised: the run lost, --out left empty."""
+    data = tmp_path / "problems.jsonl"
+    data.write_text(json.dumps({"question": "How many?", "answer": "#### 4"}) + "\n")
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"question_id": 1, "category": "math", "turns": ["1+1?"]}) + "\n")
+    out, written = tmp_path / "out", tmp_path / "run.json"
+    commands = [
+        [*TINY, "--prompt", "hi", "--max-new-tokens", "2", "--json", str(written)],
+        ["eval", "--pair", "tiny-random", "--data", str(data), "--methods", "sd", "--out", str(out)],
+        ["study", "--pair", "tiny-random", "--data", str(data), "--out", str(out)],
+        ["acceptance", "--pair", "tiny-random", "--data", str(questions), "--out", str(out)],
+    ]
+    for command in commands:
+        code, _, err = run_cli(capsys, *command, flag, NOT_UTF8)
+        assert code == 2 and err.startswith(f"error: {flag}: must be UTF-8 text (got {NOT_UTF8!r}") and err.count("\n") == 1
+        assert not out.exists() and not written.exists(), command  # refused before a model loads or a file is made
 
 
 def test_empty_prompt_file(capsys, tmp_path):
