@@ -281,6 +281,12 @@ def test_a_run_json_cut_short_binary_or_a_list_is_one_line_on_resume_and_report_
         (out / "run.json").write_bytes(written)
         for argv in (["acceptance", "--out", str(out), "--report-only"], command(data, out, "--resume")):
             err = refused(argv, capsys)
+            if written.startswith(b"[" * 1000):  # the one reader every run.json goes through says what is wrong with it
+                assert (
+                    err
+                    == f"error: --out: {out / 'run.json'} nests its JSON too deeply to read; nothing EASD reads nests so deep\n"
+                )
+                continue
             assert err.startswith(f"error: {out / 'run.json'}: cut short or not a run.json") and "--resume" in err, err
         assert (out / "run.json").read_bytes() == written
 
