@@ -18,7 +18,9 @@ from inspect import Parameter
 
 import gradio as gr
 
+from easd.errors import shown
 from easd.method.compare import DEFAULT_METHODS, LANES, brief
+from easd.method.knobs import finite
 from easd.method.methods import in_batch, knobs, owner, settings_values
 from easd.serving.host import Client, ModelHost
 from easd.traces import files as trace_io
@@ -54,9 +56,46 @@ def parameters() -> list[tuple[str, object, type, str]]:
 
 def _described(knob) -> str:
     """A setting's description for a caller: what it does, and what the API takes (the page's range)."""
-    control = knob.control
-    takes = describe(control, knob) if control.kind in ("slider", "number") else knob.describe()
-    return f"{knob.help} ({takes})"
+    return f"{knob.help} ({_takes(knob)})"
+
+
+def _takes(knob) -> str:
+    """What the API takes for a setting: the page's range ("a number from 0 to 4"), or its choices."""
+    return describe(knob.control, knob) if knob.control.kind in ("slider", "number") else knob.describe()
+
+
+def misfit(arguments: dict) -> str | None:
+    """The one line for a tool call whose `arguments` MCP's server would refuse before the tool runs, in words naming
+    no parameter ("None is not of type 'number'"): a name the tool lacks, or a value not of its parameter's JSON type
+    (null or "0.5" for a number, 2.5 for a whole number, 1e400, which Python reads as inf and MCP passes on as null).
+    Named as the API names a bad value; None where each is of its type (the tool checks their ranges itself)."""
+    kinds = {name: kind for name, _, kind, _ in parameters()}
+    for name, value in arguments.items():
+        if name not in kinds:
+            return f"{shown(name)} is not a parameter of this tool: it takes {', '.join(kinds)}"
+        if not _of_kind(value, kinds[name]):
+            return f"{name}: must be {_taken(name)} (got {shown(value)})"
+    return None
+
+
+def _of_kind(value, kind: type) -> bool:
+    """Whether JSON's `value` is of a parameter's type as its JSON schema says it (an integer may be written 2.0)."""
+    if kind in (int, float):
+        number = isinstance(value, (int, float)) and not isinstance(value, bool) and finite(value)
+        return number and (kind is float or isinstance(value, int) or value.is_integer())
+    return isinstance(value, kind)
+
+
+def _taken(name: str) -> str:
+    """What the API takes for parameter `name`, in the words its refusals use."""
+    known = knobs()
+    if name in known:
+        return _takes(known[name])
+    if name in LANES:
+        return f"one of {', '.join(in_batch())}"
+    return {"prompt": "text", "chat": "true or false"}.get(
+        name, 'the name of a model pair this server allows ("" for its default)'
+    )
 
 
 def endpoint(handler):

@@ -9,13 +9,12 @@ for re-reading a finished trace.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 import gradio as gr
 
 from easd.errors import SettingsError, shown
-from easd.method.knobs import Control, Knob
+from easd.method.knobs import Control, Knob, finite, is_utf8
 from easd.method.methods import in_batch, knobs, make_settings, owner, settings_values
 from easd.method.settings import MAX_SEED, WHATIF_TOP, DecodeSettings
 from easd.method.whatif import RuleView
@@ -75,7 +74,7 @@ def check_value(name: str, value, knob: Knob):
 def check_number(name: str, value, knob: Knob) -> int | float:
     """`value` if it is a finite number in the control's range (a whole one where the setting counts)."""
     control = knob.control
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and finite(value)
     if ok and knob.kind == "int":
         ok = isinstance(value, int) or value.is_integer()
         value = int(value) if ok else value
@@ -93,12 +92,8 @@ def describe(control: Control, knob: Knob) -> str:
 def check_prompt(value) -> str:
     if not isinstance(value, str):
         raise SettingsError("prompt", f"must be text (got {shown(value)})")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise SettingsError(
-            "prompt", "holds characters that are not valid text (lone surrogates); retype or paste it again"
-        ) from None
+    if not is_utf8(value):
+        raise SettingsError("prompt", "holds characters that are not valid text (lone surrogates); retype or paste it again")
     return value
 
 

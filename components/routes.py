@@ -6,13 +6,16 @@ library answer these themselves with a traceback in the log and a 500, or with w
     other name with a traceback per request, and would run the page's own private events by their names;
   - run, api and call take every parameter's value in order: given fewer, Gradio fails inside the server
     (`{"error": null}`, a traceback); here the caller is told which values to send;
+  - call/v2 takes them by name: a name the endpoint lacks is named (Gradio answers 500, a traceback in its log);
   - a body nested deeper than JSON readers go is refused, not a RecursionError;
   - a caller of run or api that goes away ends its call, and with it its run ("left"): Gradio would run a direct
     call to its end for nobody. (A call on the queue, call/NAME, already ends when its event stream goes unread.)
 - `McpRequests`, for POST /gradio_api/mcp: JSON-RPC bodies read as strict JSON. JSON has no NaN or Infinity; Python's
   reader takes them, and the MCP library then passes NaN on as null ("None is not of type 'number'"): here a
   tool's argument that holds one is answered as the tool answers a bad value, naming it; anywhere else it is a parse
-  error, and so is a body nested too deeply (a RecursionError and its traceback in the MCP library).
+  error, and so is a body nested too deeply (a RecursionError and its traceback in the MCP library). A tool's
+  argument its input schema refuses (null or "0.5" for a number, 1e400, a name it lacks) is answered naming it too:
+  the MCP library's own words name no argument.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Callable
 
 log = logging.getLogger("easd.app")
 API = "/gradio_api/"
@@ -44,7 +48,8 @@ class ApiCalls:
             return await _answer(send, 404, {"detail": f"this app has no API endpoint {name[:40]!r}: it has {endpoints}"})
         body = await _body(receive)
         try:
-            problem = None if route == "call/v2/" else self._problem(name, json.loads(body))
+            document = json.loads(body)
+            problem = self._unknown(name, document) if route == "call/v2/" else self._problem(name, document)
         except RecursionError:
             problem = "the body is nested too deeply to be read: send a JSON object with a list of values as data"
         except ValueError:
@@ -54,6 +59,19 @@ class ApiCalls:
         if route in DIRECT:
             return await _until_the_caller_leaves(self.app, scope, body, receive, send, name)
         await self.app(scope, _replay(body, receive), send)
+
+    def _unknown(self, name: str, document) -> str | None:
+        """call/v2 takes values by name: one the endpoint lacks (a typo, `request`, values in order under `data`) is
+        named, where Gradio answers 500 and logs a traceback. (Gradio itself drops an `oauth_token` it has no use for.)"""
+        wanted = self.parameters[name]
+        names = document if isinstance(document, dict) else {}  # not an object: Gradio says so itself, in one line
+        unknown = next((key for key in names if key not in wanted and key != "oauth_token"), None)
+        if unknown is None:
+            return None
+        return (
+            f"{name} has no parameter {unknown[:40]!r}: call/v2/{name} takes values by name, any of {', '.join(wanted)}; "
+            f'to send them all in order, POST /gradio_api/call/{name} with {{"data": [...]}}'
+        )
 
     def _problem(self, name: str, document) -> str | None:
         data = document.get("data") if isinstance(document, dict) else None
@@ -67,17 +85,18 @@ class ApiCalls:
 
 
 class McpRequests:
-    """MCP's JSON-RPC requests read as strict JSON first (see the module's docstring)."""
+    """MCP's JSON-RPC requests read as strict JSON first, and a tool's arguments checked against its parameters (see the
+    module's docstring); `misfits[tool](arguments)` is the line for arguments the tool's input schema refuses, else None."""
 
-    def __init__(self, app):
-        self.app = app
+    def __init__(self, app, misfits: dict[str, Callable[[dict], str | None]]):
+        self.app, self.misfits = app, misfits
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("path") not in MCP:
             return await self.app(scope, receive, send)
         body = await _body(receive)
         try:
-            json.loads(body, parse_constant=_not_a_json_number)
+            message = json.loads(body, parse_constant=_not_a_json_number)
         except NotAJsonNumber as err:
             message = _document(body)
             where = _argument_holding(message, err.constant)
@@ -88,7 +107,11 @@ class McpRequests:
         except RecursionError:
             return await _answer(send, 400, _rpc_error("Parse error: the request is nested too deeply to be read"))
         except ValueError:
-            pass  # not JSON at all: the MCP library says so itself, in one line
+            message = None  # not JSON at all: the MCP library says so itself, in one line
+        arguments, misfit = _arguments(message), self.misfits.get(_tool(message))
+        problem = misfit(arguments) if arguments is not None and misfit is not None else None
+        if problem:
+            return await _answer(send, 200, _tool_error(message.get("id"), problem))
         await self.app(scope, _replay(body, receive), send)
 
 
@@ -115,13 +138,30 @@ def _document(body: bytes):
 
 def _argument_holding(message, constant: str) -> str | None:
     """The name of the tool argument of a tools/call request that holds a NaN or an Infinity; None if it is not one."""
-    if not (isinstance(message, dict) and message.get("method") == "tools/call"):
-        return None
-    params = message.get("params")
-    arguments = params.get("arguments") if isinstance(params, dict) else None
-    if not isinstance(arguments, dict):
+    arguments = _arguments(message)
+    if arguments is None:
         return None
     return next((name for name, value in arguments.items() if _holds_mark(value)), None)
+
+
+def _arguments(message) -> dict | None:
+    """The arguments of a tools/call request, or None for any other message."""
+    arguments = _params(message).get("arguments")
+    return arguments if isinstance(arguments, dict) else None
+
+
+def _tool(message) -> str | None:
+    """The tool a tools/call request names."""
+    name = _params(message).get("name")
+    return name if isinstance(name, str) else None
+
+
+def _params(message) -> dict:
+    """The params of a tools/call request; {} for any other message."""
+    if not (isinstance(message, dict) and message.get("method") == "tools/call"):
+        return {}
+    params = message.get("params")
+    return params if isinstance(params, dict) else {}
 
 
 def _holds_mark(value) -> bool:

@@ -60,7 +60,7 @@ def serve(
             "middleware": [
                 *([Middleware(MetricsRoute, metrics=metrics)] if metrics is not None else []),
                 Middleware(ApiCalls, parameters=endpoints),
-                *([Middleware(McpRequests)] if mcp else []),
+                *([Middleware(McpRequests, misfits=dict.fromkeys(api.MCP_TOOLS, api.misfit))] if mcp else []),
                 Middleware(gradio_internals.EventStreams, connections=gradio_internals.Outbox.of(demo).connections),
             ],
         },

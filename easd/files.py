@@ -17,9 +17,10 @@ import re
 import stat
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
-from .errors import EasdError
+from .errors import EasdError, SettingsError
 
 # Python refuses to read an integer of more digits than this (CVE-2020-10735), in JSON as anywhere
 INT_DIGITS = sys.get_int_max_str_digits()
@@ -27,9 +28,14 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # \ud800–\udfff: half of
 
 
 def read_text(path: Path, flag: str, max_bytes: int) -> str:
-    """The UTF-8 text of a user's file (a byte-order mark dropped); refused in one line naming `flag` if it is missing,
-    not a regular file (a pipe or device, which may block or never end: opened without waiting and never read), larger
-    than `max_bytes`, or not UTF-8 (with the line of the first byte that is not)."""
+    """The UTF-8 text of a user's file (a byte-order mark dropped); refused in one line naming `flag` as `read_bytes`
+    refuses it, or if it is not UTF-8 (with the line of the first byte that is not)."""
+    return utf8_text(read_bytes(path, flag, max_bytes), path, flag)
+
+
+def read_bytes(path: Path, flag: str, max_bytes: int) -> bytes:
+    """The bytes of a user's file; refused in one line naming `flag` if it is missing, not a regular file (a pipe or
+    device, which may block or never end: opened without waiting and never read) or larger than `max_bytes`."""
     try:
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO opens at once, unread
     except FileNotFoundError:
@@ -44,12 +50,21 @@ def read_text(path: Path, flag: str, max_bytes: int) -> str:
             raise EasdError(f"{flag}: {path} is not a regular file (a pipe, device or socket); give a file saved on disk")
         if status.st_size > max_bytes:
             raise EasdError(f"{flag}: {path} is {status.st_size:,} bytes, more than the {max_bytes:,} it may be")
-        with open(descriptor, "rb", closefd=False) as file:
-            data = file.read(max_bytes + 1)  # a file growing while read still stops at the limit
+        try:
+            with open(descriptor, "rb", closefd=False) as file:
+                data = file.read(max_bytes + 1)  # a file growing while read still stops at the limit
+        except OSError as err:  # a regular file only by its mode: /proc/self/mem refuses to be read from its start
+            raise EasdError(f"{flag}: cannot read {path} ({err.strerror})") from None
     finally:
         os.close(descriptor)
     if len(data) > max_bytes:
         raise EasdError(f"{flag}: {path} grew past the {max_bytes:,} bytes it may be while it was read")
+    return data
+
+
+def utf8_text(data: bytes, path: Path, flag: str) -> str:
+    """`data`, read from `path`, as UTF-8 text (a byte-order mark dropped), or one line naming `flag` and the line of
+    the first byte that is not UTF-8."""
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
@@ -128,3 +143,16 @@ def writable_folder(path: Path) -> None:
     probe = temporary_path(path / "probe")
     probe.write_bytes(b"")
     probe.unlink()
+
+
+def claim_folder(path: Path, flag: str, name: str, ours: Callable[[Path], bool]) -> None:
+    """Before a command's work (and its model's load), one line naming `flag` unless `path` can be the folder of its
+    `name` ("study"): one this process can make and write in (`writable_folder`: not a file, nothing under /proc or
+    /sys, no read-only disk), and new, empty or `ours(path)`, one the command made, to resume. A user's folder of
+    other files is refused: the command would write into it and over its files."""
+    try:
+        writable_folder(path)
+    except OSError as err:
+        raise SettingsError(flag, f"{path} cannot be the {name}'s folder ({err.strerror}: {err.filename})") from None
+    if any(path.iterdir()) and not ours(path):
+        raise SettingsError(flag, f"{path} holds other files: give a new or empty folder, or an earlier {name}'s to --resume")

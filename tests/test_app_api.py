@@ -92,6 +92,7 @@ def call_raw(app_url: str, **arguments) -> str:
     "arguments, message",
     [
         ({"prompt": "x\ud800y"}, "prompt: holds characters that are not valid text"),
+        ({"mti_negative": "x\ud800y"}, "mti_negative: must be UTF-8 text"),
         ({"tau_h": float("nan")}, "tau_h: must be a number from 0 to 4 (got nan)"),
         ({"tau_o": float("inf")}, "tau_o: must be a number from 0 to 1 (got inf)"),
         ({"k": float("-inf")}, "k: must be a whole number from 1 to 12 (got -inf)"),

@@ -1,5 +1,6 @@
 """The command line: every bad input gets one line naming the flag, exit status 2, no traceback."""
 
+import json
 import subprocess
 import sys
 import time
@@ -53,6 +54,49 @@ def test_bad_input_is_one_line_with_exit_2(capsys, args, flag, allowed):
     lines = err.strip().splitlines()
     assert lines[-1].count(flag) >= 1 and allowed in lines[-1], err
     assert "Traceback" not in err and not [line for line in lines if line.startswith("error") and line != lines[-1]]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--smc-particles", "nan"], "--smc-particles: must be finite numbers separated by commas ('nan' is not one)"),
+        (["--smc-particles", "1,1e309"], "--smc-particles: must be finite numbers separated by commas ('1e309' is not one)"),
+        (["--k", "4,inf"], "--k: must be finite numbers"),
+        (["--batch-sizes", "1,nan"], "--batch-sizes: must be finite numbers separated by commas ('nan' is not one)"),
+        (["--methods", ""], "--methods: names no method (got ''); give some of sd, easd"),
+        (["--methods", " , "], "--methods: names no method"),
+        (["--methods", "sd,smc", "--batch-sizes", "1,4"], "--methods: picks the timed comparison's rows; --batch-sizes runs"),
+        (["--methods", "specguard", "--suite", "spec-bench", "q.jsonl"], "--methods: picks the timed comparison's rows; --suite"),
+    ],
+)
+def test_bench_refuses_a_list_flag_that_is_no_list_of_numbers_and_methods_it_would_drop(capsys, args, message):
+    """Each was a ValueError or OverflowError traceback, SD alone (--methods ''), or --methods dropped unsaid (exit 0
+    without the rows it names) beside --batch-sizes or --suite; now one line naming the flag, before any model loads."""
+    code, out, err = run_cli(capsys, "bench", "--pair", "tiny-random", *args)
+    assert code == 2 and err.startswith(f"error: {message}") and err.count("\n") == 1 and "models:" not in err, err
+
+
+NOT_UTF8 = b"\xff\xfe".decode("utf-8", "surrogateescape")  # the bytes $'\xff\xfe' as Python reads them from argv
+
+
+@pytest.mark.parametrize("flag", ["--specguard-delimiter", "--rsd-delimiter", "--mti-negative"])
+def test_a_text_setting_that_is_not_utf8_is_refused_by_every_command_before_loading_models(tmp_path, capsys, flag):
+    """It was taken and decoded with, then writing --json or run.json raised: the run lost, --out left empty."""
+    data = tmp_path / "problems.jsonl"
+    data.write_text(json.dumps({"question": "How many?", "answer": "#### 4"}) + "\n")
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"question_id": 1, "category": "math", "turns": ["1+1?"]}) + "\n")
+    out, written = tmp_path / "out", tmp_path / "run.json"
+    commands = [
+        [*TINY, "--prompt", "hi", "--max-new-tokens", "2", "--json", str(written)],
+        ["eval", "--pair", "tiny-random", "--data", str(data), "--methods", "sd", "--out", str(out)],
+        ["study", "--pair", "tiny-random", "--data", str(data), "--out", str(out)],
+        ["acceptance", "--pair", "tiny-random", "--data", str(questions), "--out", str(out)],
+    ]
+    for command in commands:
+        code, _, err = run_cli(capsys, *command, flag, NOT_UTF8)
+        assert code == 2 and err.startswith(f"error: {flag}: must be UTF-8 text (got {NOT_UTF8!r}") and err.count("\n") == 1
+        assert not out.exists() and not written.exists(), command  # refused before a model loads or a file is made
 
 
 def test_empty_prompt_file(capsys, tmp_path):

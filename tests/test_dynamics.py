@@ -22,6 +22,8 @@ from easd.cli import main
 from easd.lab.dynamics import DOMAINS, analyse, observations, question_file, read_answers, round_robin
 from easd.lab.specbench import load_questions
 from easd.lab.stats import average_ranks, cluster_bootstrap, spearman
+from easd.method.methods import settings_values
+from easd.method.settings import DecodeSettings
 from easd.method.spec_metrics import SpecMetrics
 from tools.offline import open_offline, requests_made
 
@@ -197,9 +199,7 @@ def test_bad_input_is_one_line_naming_the_flag_before_any_model_loads(tmp_path, 
     data = write_questions(tmp_path / "q.jsonl", QUESTIONS[:2])
     twice = write_questions(tmp_path / "twice.jsonl", [QUESTIONS[0], {**QUESTIONS[1], "question_id": "81"}])
     bad = write_questions(tmp_path / "bad.jsonl", [QUESTIONS[0], "{oops"])
-    made = tmp_path / "made"
-    made.mkdir()
-    (made / "run.json").write_text(json.dumps({"models": {}, "data": str(data), "settings": {"k": 2}}))
+    made = made_run(tmp_path / "made", data)
     (tmp_path / "file").write_text("")
     out = str(tmp_path / "out")
     cases = [
@@ -213,7 +213,7 @@ def test_bad_input_is_one_line_naming_the_flag_before_any_model_loads(tmp_path, 
         (["--data", str(data), "--temperature", "-1"], "--temperature: must be"),
         (["--data", str(data), "--tau-h", "1", "--calibration", str(data)], "--tau-h: and --calibration both set"),
         (["--data", str(data), "--draft", "x"], "--target: is needed too"),
-        (["--data", str(data), "--out", str(tmp_path / "file")], "--out: .* is a file"),
+        (["--data", str(data), "--out", str(tmp_path / "file")], "--out: .* cannot be the acceptance run's folder \\(a file"),
         (["--data", str(data), "--out", str(made)], "--out: .* already holds a run; add --resume"),
         (["--data", str(data), "--out", str(made), "--resume"], "--resume: .* was run with other models, .*settings"),
         (["--out", str(tmp_path), "--report-only"], "--out: .* holds no acceptance run"),
@@ -225,6 +225,85 @@ def test_bad_input_is_one_line_naming_the_flag_before_any_model_loads(tmp_path, 
         assert re.match(f"error: {message}", err) and err.count("\n") == 1 and "models:" not in err, (extra, err)
         assert time.monotonic() - started < 5, extra
     assert not Path(out).exists()  # nothing was written for a refused run
+
+
+def made_run(out: Path, data: Path) -> Path:
+    """A folder as a run the model never reached leaves it: run.json (another pair, k = 2) and an empty questions/."""
+    (out / "questions").mkdir(parents=True)
+    settings = {k: v for k, v in settings_values(DecodeSettings(method="sd", k=2)).items() if k != "method"}
+    config = {"models": {"pair": "other"}, "data": str(data), "settings": settings, "per_category": 10, "command": "…"}
+    (out / "run.json").write_text(json.dumps(config))
+    return out
+
+
+def refused(argv: list[str], capsys) -> str:
+    """The one line a command refused `argv` with, before any model loaded."""
+    started = time.monotonic()
+    assert main(argv) == 2, argv
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "models:" not in err and time.monotonic() - started < 5, err
+    return err
+
+
+def test_an_out_that_cannot_be_written_or_is_a_users_is_refused_before_the_model_loads(tmp_path, capsys):
+    """Each was written into (the current folder, a user's files, report.md replaced) or a traceback after the model
+    loaded; now the study's own check (easd.files.claim_folder)."""
+    data = write_questions(tmp_path / "q.jsonl", QUESTIONS[:2])
+    file = tmp_path / "file.txt"
+    file.write_text("mine")
+    for out, why in (
+        (file, "a file, not a folder"),
+        (file / "under", "Not a directory"),
+        ("/dev/null", "a file, not a folder"),
+        ("/proc/easd-acceptance", "No such file or directory"),
+        ("/sys/easd-acceptance", "not permitted"),
+    ):
+        err = refused(command(data, out), capsys)
+        assert err.startswith(f"error: --out: {out} cannot be the acceptance run's folder (") and why in err, err
+    with pytest.raises(SystemExit, match="2"):  # argparse's one line: not the current folder
+        main(command(data, ""))
+    assert "argument --out: is empty" in capsys.readouterr().err
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "report.md").write_text("my notes")
+    (mine / "run.json").write_text("my own run.json")
+    for argv in (command(data, mine), command(data, mine, "--resume")):
+        assert f"--out: {mine} holds other files: give a new or empty folder" in refused(argv, capsys)
+    assert (mine / "report.md").read_text() == "my notes" and (mine / "run.json").read_text() == "my own run.json"
+    assert file.read_text() == "mine" and sorted(p.name for p in mine.iterdir()) == ["report.md", "run.json"]
+
+
+def test_a_run_json_cut_short_binary_or_a_list_is_one_line_on_resume_and_report_only(tmp_path, capsys):
+    data = write_questions(tmp_path / "q.jsonl", QUESTIONS[:2])
+    out = made_run(tmp_path / "out", data)
+    whole = (out / "run.json").read_bytes()
+    for written in (whole[: len(whole) // 2], b"\x89PNG\r\n\x1a\n\xff", b"[1, 2]", b"[" * 100_000):
+        (out / "run.json").write_bytes(written)
+        for argv in (["acceptance", "--out", str(out), "--report-only"], command(data, out, "--resume")):
+            err = refused(argv, capsys)
+            if written.startswith(b"[" * 1000):  # the one reader every run.json goes through says what is wrong with it
+                assert (
+                    err
+                    == f"error: --out: {out / 'run.json'} nests its JSON too deeply to read; nothing EASD reads nests so deep\n"
+                )
+                continue
+            assert err.startswith(f"error: {out / 'run.json'}: cut short or not a run.json") and "--resume" in err, err
+        assert (out / "run.json").read_bytes() == written
+
+
+def test_questions_that_is_a_file_or_a_question_file_that_is_a_folder_is_one_line(tmp_path, capsys):
+    data = write_questions(tmp_path / "q.jsonl", QUESTIONS[:2])
+    out = made_run(tmp_path / "out", data)
+    inside = question_file(out, 81)
+    inside.mkdir()  # a folder where a question's file would be
+    for argv in (["acceptance", "--out", str(out), "--report-only"], command(data, out, "--resume")):
+        assert f"--out: {inside} is not a question's file" in refused(argv, capsys)
+    inside.rmdir()
+    (out / "questions").rmdir()
+    (out / "questions").write_text("mine")  # a file where the folder would be
+    for argv in (["acceptance", "--out", str(out), "--report-only"], command(data, out, "--resume"), command(data, out)):
+        assert f"--out: {out / 'questions'} is not a folder of question files" in refused(argv, capsys)
+    assert (out / "questions").read_text() == "mine"
 
 
 def test_resume_with_more_questions_per_category_decodes_only_those_it_lacks(tmp_path):

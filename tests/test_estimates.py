@@ -6,8 +6,9 @@ import pytest
 
 from easd.method.compare import DEFAULT_METHODS
 from easd.method.generation import Generation
+from easd.method.methods import make_settings
 from easd.method.settings import DecodeSettings
-from easd.serving.estimates import GUESS_ROW_S, Job, Pace, schedule
+from easd.serving.estimates import GUESS_ROW_S, RECENT, Job, Pace, schedule
 from easd.serving.worker import Worker
 
 
@@ -56,6 +57,40 @@ def test_the_pace_learns_each_batch_sizes_step_and_finished_generations():
     assert pace.tokens_left(emitted=0, budget=100) == pytest.approx(50)
     assert pace.tokens_left(emitted=80, budget=100) == pytest.approx(2.0)  # past the usual length: a little more
     assert pace.tokens_left(emitted=100, budget=100) == 0
+
+
+def test_steps_that_emit_no_token_slow_the_pace_but_never_stop_it():
+    """The pace was the median of tokens per step: 0 after steps that emit nothing (SpecGuard's candidates, SMC-SD's
+    cycles whose particles still differ), floored at 1e-6, so a lone user was told "done in about 3205461927 s"."""
+    pace = Pace()
+    for _ in range(5):  # SpecGuard, 2 rows: three candidate steps emit nothing, then each row's kept step of 8 tokens
+        for tokens in (0, 0, 0, 16):
+            pace.step(seconds=0.2, generations=2, tokens=tokens)
+    assert pace.tokens_per_step == pytest.approx(2.0) and pace.steps_for(100) == pytest.approx(50)
+    for _ in range(RECENT):  # recent steps that emitted nothing: every step's pace, not none
+        pace.step(seconds=0.2, generations=2, tokens=0)
+    assert pace.tokens_per_step == pytest.approx(80 / 72)
+    ends, _ = schedule([Job(2, pace.steps_for(100))], [], max_rows=4, step_s=pace.step_s)
+    assert ends == [pytest.approx(90 * 0.2)]
+    fresh = Pace()
+    fresh.step(seconds=0.2, generations=2, tokens=0)
+    assert fresh.tokens_per_step == 1.0  # nothing emitted yet: the first guess, as before any step
+
+
+def test_a_batch_drafting_candidates_is_told_a_wait_it_can_believe(hf_tiny_pair):
+    """Through the worker: a SpecGuard row drafting its 8 candidates, steps that emit nothing; the estimate is the
+    run's 16 tokens at a token a step (the first guess) at most, not 16 million steps."""
+    settings = make_settings(method="specguard", max_new_tokens=16, specguard_candidates=8, specguard_delimiter=" ")
+    worker = Worker(hf_tiny_pair, max_rows=2, row_tokens=64)
+    stream = worker.submit([Generation(hf_tiny_pair, "question", settings)])
+    while worker.pace.steps < 3:
+        stream.wait(-1, 0.05)
+    end = stream.estimate()[1]
+    assert not stream.generations[0].trace.records  # every step so far drafted a candidate: no token yet
+    slowest = max(GUESS_ROW_S, *worker.pace.seconds[1])  # a step's time the estimate may have read
+    assert 0 < end <= 16 * slowest
+    stream.cancel()
+    assert stream.join(60)
 
 
 def test_users_in_line_see_their_start_and_end_grow_with_their_place(hf_tiny_pair):

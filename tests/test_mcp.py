@@ -103,10 +103,18 @@ BAD = [  # each wrong value, and the one line the tool answers, in its parameter
     ({"prompt": "x", "tau_o": 2.0}, "tau_o: must be a number from 0 to 1"),
     ({"prompt": "x", "left": "beam"}, f"left: must be one of {', '.join(in_batch())}"),
     ({"prompt": "x", "pair": "../../etc/passwd"}, "pair: must be one of tiny-random"),
+    # the tool's input schema refuses these before the tool runs, in the MCP library's words: "None is not of type
+    # 'number'", naming no argument; a float setting past a float's range was an OverflowError and its traceback
+    ({"prompt": "x", "tau_h": None}, "tau_h: must be a number from 0 to 4 (got None)"),
+    ({"prompt": "x", "tau_h": "0.5"}, "tau_h: must be a number from 0 to 4 (got '0.5')"),
+    ({"prompt": "x", "k": 2.5}, "k: must be a whole number from 1 to 12 (got 2.5)"),
+    ({"prompt": None}, "prompt: must be text (got None)"),
+    ({"prompt": "x", "smc_ess": 10**400}, "smc_ess: must be a number from 0 to 1 (got 100000000000000000"),
+    ({"prompt": "x", "tau_hh": 1.0}, "'tau_hh' is not a parameter of this tool: it takes prompt, tau_h"),
 ]
 
 
-def test_bad_values_are_one_line_each(served):
+def test_bad_values_are_one_line_each(served, capfd):
     url, _ = served
 
     async def calls(session):
@@ -116,6 +124,7 @@ def test_bad_values_are_one_line_each(served):
         text = result.content[0].text
         assert result.isError and line in text, (arguments, text)
         assert "Traceback" not in text and "\n" not in text.strip()
+    assert "Traceback" not in capfd.readouterr().err
 
 
 def test_a_flood_from_one_address_keeps_the_apis_share(served):
@@ -212,6 +221,43 @@ def test_a_number_json_cannot_carry_is_named_by_its_argument(served, constant):
     result = answered.json()["result"]
     assert answered.json()["id"] == 7 and result["isError"]
     assert result["content"][0]["text"] == f"tau_h: must be a finite number (got {constant}, which JSON cannot carry)"
+
+
+def test_a_number_past_a_floats_range_is_named_by_its_argument(served, capfd):
+    """1e400 is JSON, read as inf, and passed on by the MCP library as null ("None is not of type 'number'")."""
+    url, _ = served
+    rpc = '{"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": "compare_briefly", '
+    answered = post(url, "mcp/", (rpc + '"arguments": {"prompt": "x", "tau_h": 1e400}}}').encode())
+    result = answered.json()["result"]
+    assert answered.json()["id"] == 8 and result["isError"]
+    assert result["content"][0]["text"] == "tau_h: must be a number from 0 to 4 (got inf)"
+    assert "Traceback" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "body, name",
+    [({"prompt": "x", "tau_hh": 1.0}, "tau_hh"), ({"prompt": "x", "request": 1}, "request"), ({"data": ["x"]}, "data")],
+)
+def test_a_name_compare_lacks_on_the_named_route_gets_one_line_not_a_traceback(served, capfd, body, name):
+    """call/v2 takes values by name: Gradio answered a name the endpoint lacks with HTTP 500 and a TypeError traceback."""
+    url, _ = served
+    answered = post(url, "call/v2/compare", body)
+    assert answered.status_code == 422, answered.text
+    detail = answered.json()["detail"]
+    assert detail.startswith(f"compare has no parameter {name!r}: call/v2/compare takes values by name, any of prompt, tau_h")
+    assert "POST /gradio_api/call/compare" in detail and "Traceback" not in capfd.readouterr().err
+
+
+def test_a_float_setting_past_a_floats_range_is_named_on_every_route(served, capfd):
+    """10**400 for smc_ess or tau_h: an OverflowError and its traceback in the log, "Something went wrong" for the caller."""
+    url, _ = served
+    with pytest.raises(Exception) as caught:
+        Client(url, verbose=False).predict(prompt="x", smc_ess=10**400, api_name="/compare")
+    assert "smc_ess: must be a number from 0 to 1 (got 1000" in str(caught.value)
+    event = post(url, "call/v2/compare", {"prompt": "x", "tau_h": 10**400}).json()["event_id"]
+    stream = httpx.get(f"{url}gradio_api/call/v2/compare/{event}", timeout=60).text
+    assert "event: error" in stream and "tau_h: must be a number from 0 to 4 (got 1000" in stream
+    assert "Traceback" not in capfd.readouterr().err
 
 
 def test_a_caller_that_leaves_the_plain_route_stops_its_run(served):

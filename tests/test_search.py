@@ -7,7 +7,7 @@ from easd.errors import SettingsError
 from easd.method.settings import DecodeSettings
 from easd.method.trace import TokenRecord, Trace
 from easd.render.lanes import lane_html
-from easd.render.search import Search
+from easd.render.search import MAX_QUERY, Search
 
 
 def token(position, text, origin, h_draft=None, h_target=None, overlap=None, fragile=None) -> TokenRecord:
@@ -64,6 +64,21 @@ def test_a_filter_that_cannot_be_read_is_one_line_saying_what_was_expected(text,
     with pytest.raises(SettingsError) as caught:
         Search.read(text)
     assert caught.value.setting == "search" and line in caught.value.message and "\n" not in caught.value.message
+
+
+def test_a_filter_is_read_whole_up_to_its_limit_and_a_longer_one_refused_naming_the_limit():
+    """A filter was cut at 500 characters without a word: 50 × h_target>=0 matched nothing (its last word cut to
+    "h_tar", a text), and a condition past the cut was dropped."""
+    from components.controls import page_words
+
+    last = "origin=bonus"
+    whole = "h_target>1.5" + " " * (MAX_QUERY - 12 - len(last)) + last
+    assert len(whole) == MAX_QUERY and Search.read(whole).positions(RUN) == [3]  # its last condition read too
+    with pytest.raises(SettingsError) as caught:
+        Search.read(" ".join(["h_target>=0"] * 50))
+    assert page_words(caught.value) == (
+        f"Find tokens: a filter may hold at most {MAX_QUERY} characters (this one holds 599): drop some conditions"
+    )
 
 
 def test_an_empty_filter_is_none_and_matches_are_marked_in_the_lane():

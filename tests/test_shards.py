@@ -2,8 +2,10 @@
 
 The same study is made once on one machine and once as two shards merged; the two folders must read alike."""
 
+import csv
 import hashlib
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -235,14 +237,229 @@ def test_merge_refuses_another_data_file_and_other_versions_by_what_the_shards_r
     assert main(merge(folders["one"], other, out=tmp_path / "o")) == 0  # its machine and python are each machine's own
 
 
-def test_merge_refuses_a_problem_held_twice(made, tmp_path, capsys):
-    _, folders = made
-    other = tmp_path / "two"
-    shutil.copytree(folders["two"], other)
-    with (other / "results.csv").open("a", newline="") as handle:  # a row of shard 1's problem 0, copied in
-        handle.write((folders["one"] / "results.csv").read_text().splitlines(keepends=True)[1])
-    err = refused(merge(folders["one"], other, out=tmp_path / "out"), capsys)
-    assert f"study merge: {folders['one']} and {other} both hold problem '0'" in err
+# --- a merge accounts for every row (round 7) -------------------------------------------------------------------------
+# Shard 2/2's results.csv holds, in this order: problem 1's sd, easd and easd@1/0.4 (its grid problem), then problem
+# 3's sd and easd; shard 1/2's speed/results.csv times problems 0 and 1.
+
+
+def spoiled(made, tmp_path, name: str) -> Path:
+    """A copy of shard `name` ("one" or "two") to spoil, without its report (the module's shards are shared)."""
+    copy = tmp_path / name
+    shutil.copytree(made[1][name], copy, ignore=shutil.ignore_patterns("study.*", "differences"), symlinks=True)
+    return copy
+
+
+def edit_rows(path: Path, change) -> None:
+    """Rewrite a results.csv's records (the header first) as `change` leaves them, quoted as the study quotes them."""
+    with path.open(newline="", encoding="utf-8") as handle:
+        records = list(csv.reader(handle))
+    change(records)
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle, lineterminator="\r\n").writerows(records)
+
+
+def copied_as(row: int, column: int, value: str):
+    """A change that appends a copy of record `row` with one field changed."""
+    return lambda records: records.append([*records[row][:column], value, *records[row][column + 1 :]])
+
+
+def set_field(row: int, column: int, value: str):
+    return lambda records: records[row].__setitem__(column, value)
+
+
+def rows_of(path: str, change):
+    return lambda folder: edit_rows(folder / path, change)
+
+
+def unlink(path: str):
+    return lambda folder: (folder / path).unlink()
+
+
+def write(path: str, text: str):
+    return lambda folder: (folder / path).write_text(text)
+
+
+TRACE = "traces/1-6b86b273ff34fce1-easd-s0.json"  # problem 1's easd run, row 3
+
+
+def refused_merge(made, tmp_path, capsys, spoil, shard: str = "two") -> tuple[str, Path]:
+    """Shard `shard` spoiled, merged with the other: the one line it is refused with (after `error: study merge: `
+    or `error: `), and its folder. Nothing is written to --out, and the spoiled shard is left as it was."""
+    folder = spoiled(made, tmp_path, shard)
+    spoil(folder)
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file() and not p.is_symlink()}
+    one, two = (folder, made[1]["two"]) if shard == "one" else (made[1]["one"], folder)
+    out = tmp_path / "out"
+    err = refused(merge(one, two, out=out), capsys)
+    assert not out.exists() and not list(tmp_path.glob(".out*"))  # no --out, not even half of one
+    assert {p: p.read_bytes() for p in before} == before
+    assert "/tmp/tmp" not in err  # never a temporary copy
+    return err.removeprefix("error: ").removeprefix("study merge: ").strip(), folder
+
+
+ROWS = "results.csv"
+MISMATCHED = "fields where a row of results.csv has 28: fix or remove that row"
+UNFINISHED = "the shard is unfinished: rerun its command with --resume, then merge again"
+
+
+@pytest.mark.parametrize(
+    "spoil, message",
+    [
+        pytest.param(rows_of(ROWS, lambda r: r[2].pop(5)), "{path}: row 3 has 27 " + MISMATCHED, id="a field missing"),
+        pytest.param(rows_of(ROWS, lambda r: r[2].append("x")), "{path}: row 3 has 29 " + MISMATCHED, id="a field extra"),
+        # a problem outside the plan: '4' falls to shard 1 by its hash, '5' to shard 2 (with all its rows)
+        pytest.param(
+            rows_of(ROWS, copied_as(4, 0, "4")),
+            "{path}: row 7: problem '4' is not one of shard 2/2's; remove that row",
+            id="a problem outside the plan",
+        ),
+        pytest.param(
+            rows_of(ROWS, lambda r: r.extend([["5", *r[4][1:]], ["5", *r[5][1:]]])),
+            "{path} holds 3 problems where the plan gives shard 2/2 2: rows of a problem outside the plan",
+            id="a whole problem outside the plan",
+        ),
+        pytest.param(
+            rows_of(ROWS, copied_as(1, 0, "0")), "{path}: row 7: problem '0' is not one of shard 2/2's", id="shard 1's problem"
+        ),
+        pytest.param(
+            rows_of(ROWS, set_field(2, 1, "beam")),
+            "{path}: row 3: method 'beam' is not one this study runs (easd, easd@1/0.4, sd, target); remove that row",
+            id="a method never run",
+        ),
+        pytest.param(
+            rows_of(ROWS, set_field(1, 1, "s\x00d")),
+            "{path}: row 2: method 's\\x00d' is not one this study runs",
+            id="a NUL in a method",
+        ),
+        pytest.param(
+            rows_of(ROWS, set_field(2, 2, "7")),
+            "{path}: row 3: sample '7' is not one this study runs (0); remove that row",
+            id="sample 7",
+        ),
+        pytest.param(
+            rows_of(ROWS, copied_as(3, 0, "3")),
+            "{path}: row 7: the plan runs easd@1/0.4 on 1 problem of shard 2/2, not on '3'",
+            id="a grid point off the grid",
+        ),
+        pytest.param(
+            rows_of(ROWS, set_field(1, 7, "maybe")),
+            "{path}: row 2, column correct: 'maybe' is not one of False, True",
+            id="neither True nor False",
+        ),
+        pytest.param(
+            rows_of(ROWS, lambda r: r.pop(2)), "{path} has no easd row of problem '1': " + UNFINISHED, id="a row missing"
+        ),
+        pytest.param(unlink(ROWS), "{path} is missing: " + UNFINISHED, id="no results"),
+        pytest.param(write(ROWS, ""), "{path} holds no rows: " + UNFINISHED, id="empty results"),
+        pytest.param(
+            rows_of(ROWS, lambda r: r.__delitem__(slice(1, None))), "{path} holds no rows: " + UNFINISHED, id="a header alone"
+        ),
+        pytest.param(
+            lambda f: (f / ROWS).write_bytes((f / ROWS).read_bytes()[:-20]),
+            "{path}: its last row is cut short: " + UNFINISHED,
+            id="a last row cut",
+        ),
+        pytest.param(
+            unlink(TRACE),
+            "{path.parent}/" + TRACE + " (the trace of row 3 of {path}) is missing or not a file: " + UNFINISHED,
+            id="a trace missing",
+        ),
+    ],
+)
+def test_merge_accounts_for_every_row_against_the_plan(made, tmp_path, capsys, spoil, message):
+    """Round 7: a malformed row was dropped and the merge went on (13 of 14 rows, "unfinished"); rows of no problem,
+    method or sample of the plan were taken; a shard without its rows or traces merged."""
+    err, folder = refused_merge(made, tmp_path, capsys, spoil)
+    assert message.format(path=folder / ROWS) in err, err
+
+
+def fifo(path: str):
+    return lambda folder: ((folder / path).unlink(missing_ok=True), os.mkfifo(folder / path))
+
+
+def link_to(path: str, target: str):
+    return lambda folder: ((folder / path).unlink(), (folder / path).symlink_to(target))
+
+
+def a_folder(path: str):
+    return lambda folder: ((folder / path).unlink(), (folder / path).mkdir())
+
+
+def run_json(change):
+    def spoil(folder: Path) -> None:
+        config = json.loads((folder / "run.json").read_text())
+        change(config["study"])
+        (folder / "run.json").write_text(json.dumps(config))
+
+    return spoil
+
+
+@pytest.mark.parametrize(
+    "spoil, shard, message",
+    [
+        pytest.param(
+            link_to(ROWS, "/dev/zero"),
+            "two",
+            "{folder}/results.csv is not a regular file (a pipe, device or socket)",
+            id="a link to /dev/zero",
+        ),
+        pytest.param(link_to(ROWS, "/dev/null"), "two", "{folder}/results.csv is not a regular file", id="a link to /dev/null"),
+        pytest.param(fifo(ROWS), "two", "{folder}/results.csv is not a regular file", id="a pipe"),
+        pytest.param(a_folder(ROWS), "two", "{folder}/results.csv is a folder", id="a folder"),
+        pytest.param(
+            rows_of(ROWS, lambda r: r.append(r[1])),
+            "two",
+            "{folder}/results.csv: row 7 repeats row 2 (problem '1', sd, sample 0); remove one of the two",
+            id="a row twice",
+        ),
+        pytest.param(
+            fifo("speed/results.csv"), "one", "{folder}/speed/results.csv is not a regular file", id="a pipe of timings"
+        ),
+        pytest.param(fifo("run.json"), "two", "{folder}/run.json is not a regular file", id="run.json a pipe"),
+        pytest.param(fifo(TRACE), "two", "{folder}/" + TRACE + " (the trace of row 3 of", id="a trace a pipe"),
+        pytest.param(
+            run_json(lambda study: study.pop("whole")),
+            "two",
+            "{folder}/run.json: cut short or not a run.json of this program (it has no study.whole",
+            id="no whole plan",
+        ),
+        pytest.param(
+            run_json(lambda study: study.update(whole=[])),
+            "two",
+            "{folder}/run.json: cut short or not a run.json of this program (it has no study.whole",
+            id="a list for the whole plan",
+        ),
+        pytest.param(
+            run_json(lambda study: study["whole"].update(problems="4")),
+            "two",
+            "its study.whole.problems is not a count of problems",
+            id="a count as text",
+        ),
+        pytest.param(
+            run_json(lambda study: study["whole"].update(grid_problems=[0])),
+            "two",
+            "its study.whole.grid_problems is not a list of problem ids",
+            id="an id as a number",
+        ),
+        pytest.param(
+            run_json(lambda study: study["grid"].update(tau_h=["1"])),
+            "two",
+            "its study.grid is not the values of each setting its grid sweeps",
+            id="a grid of text",
+        ),
+        pytest.param(
+            run_json(lambda study: study.update(problems=1)),
+            "one",
+            "the shards' run.json give them 1 and 2 problems, 3 in all, but the plan has 4",
+            id="a count changed",
+        ),
+    ],
+)
+def test_merge_reads_each_file_of_a_shard_as_it_is_never_a_copy(made, tmp_path, capsys, spoil, shard, message):
+    """Round 7: results.csv as a link to /dev/zero was copied until the disk was full; a pipe, a folder, run.json
+    without its whole plan were tracebacks; the messages named a temporary copy of the shard's file."""
+    err, folder = refused_merge(made, tmp_path, capsys, spoil, shard)
+    assert message.format(folder=folder) in err, err
 
 
 def test_merge_writes_only_to_a_folder_of_its_own(made, tmp_path, capsys):

@@ -2,6 +2,7 @@
 
 import csv
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -445,3 +446,68 @@ def test_trace_files_written_before_methods_owned_their_records_still_load(tmp_p
     assert all(r.own is None for t in from_csv[:2] for r in t.records)
     trace_io.save(from_json, tmp_path / "again.csv")  # and they write back as they read
     assert [t.records for t in trace_io.load(tmp_path / "again.csv")] == [t.records for t in from_json]
+
+
+@pytest.fixture(scope="module")
+def field_runs(tmp_path_factory, hf_tiny_pair):
+    """A SpecGuard run by confidence alone (its grounding score empty on every row) and an SMC-SD run, as CSV and
+    JSON: the methods whose inspectors read their own record's fields."""
+    from easd.method.generation import Generation
+    from easd.method.methods import make_settings
+
+    folder = tmp_path_factory.mktemp("field-runs")
+    settings = make_settings(max_new_tokens=8, record_top=3, specguard_grounding="none", specguard_delimiter=" ")
+    for method in ("specguard", "smc"):
+        run = Generation(hf_tiny_pair, "Tom has 3 apples.", replace(settings, method=method)).run()
+        trace_io.save([run], folder / f"{method}.csv")
+        trace_io.save([run], folder / f"{method}.json")
+    return folder
+
+
+@pytest.mark.parametrize(
+    "method, column",
+    [
+        ("specguard", "specguard_score"),
+        ("specguard", "specguard_confidence"),
+        ("specguard", "specguard_step"),
+        ("specguard", "specguard_drafts_top1_id"),
+        ("smc", "smc_weight"),
+        ("smc", "smc_sample_size"),
+        ("smc", "smc_resampled"),
+        ("smc", "smc_cycle"),
+    ],
+)
+def test_a_trace_without_a_field_its_methods_inspector_reads_is_refused_naming_it(field_runs, tmp_path, capsys, method, column):
+    """It loaded, then export-html, site and every token's inspector in the app raised TypeError in explains()."""
+    from easd.cli import main
+
+    assert all(r.own.specguard_grounding_score is None for r in trace_io.load(field_runs / "specguard.csv")[0].records)
+    lines = raw_csv(field_runs / f"{method}.csv")  # the column gone from the header
+    at = lines[0].index(column)
+    write_raw_csv(tmp_path / "t.csv", [line[:at] + line[at + 1 :] for line in lines])
+    data = json.loads((field_runs / f"{method}.json").read_text(encoding="utf-8"))
+    for row in data["runs"][0]["rows"]:
+        del row[column]
+    (tmp_path / "t.json").write_text(json.dumps(data), encoding="utf-8")
+    for name, where in (("t.csv", "row 2, column "), ("t.json", "runs[0].rows[0].")):
+        assert refusal(tmp_path / name).startswith(f"{name}: {where}{column}: is empty, but a "), name
+        assert main(["export-html", str(tmp_path / name), "--out", str(tmp_path / "t.html")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {name}: {where}{column}: is empty") and err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "t.html").exists()
+
+
+def test_a_seed_past_a_floats_precision_reads_back_exactly_and_a_setting_past_its_range_is_one_line(tmp_path):
+    """Settings were read through a float: a seed of 2**60 + 1 came back as 2**60, and a tau_h of 10**400 (JSON) was an
+    OverflowError and its traceback."""
+    trace = tricky_trace()
+    trace.settings = replace(trace.settings, seed=2**60 + 1)
+    for name in ("t.csv", "t.json"):
+        trace_io.save([trace], tmp_path / name)
+        assert trace_io.load(tmp_path / name)[0].settings.seed == 2**60 + 1, name
+    data = json.loads((tmp_path / "t.json").read_text(encoding="utf-8"))
+    data["runs"][0]["settings"]["tau_h"] = 10**400
+    (tmp_path / "t.json").write_text(json.dumps(data), encoding="utf-8")
+    assert refusal(tmp_path / "t.json").startswith(
+        "t.json: runs[0].settings.tau_h: must be a number of nats ≥ 0 (got 1000000000000000000000000000000000000…, past"
+    )

@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,7 @@ from easd.cli.flags import tau_h_of
 from easd.errors import EasdError
 from easd.lab import qwen25_math
 from easd.lab.problems import MAX_ANSWER_CHARS, MAX_DATA_BYTES, extract_answer, is_correct, last_boxed, load_problems
+from easd.lab.specbench import load_questions
 from easd.traces.schema import MAX_PROMPT_CHARS
 
 GSM8K = {"question": "How many?", "answer": "Two and two. #### 4"}
@@ -101,6 +103,7 @@ def test_a_pipe_or_device_as_data_is_refused_without_reading_it(tmp_path):
     refused(fifo, "^--data: .*problems.jsonl is not a regular file \\(a pipe, device or socket\\); give a file saved on disk$")
     refused("/dev/zero", "^--data: /dev/zero is not a regular file")
     refused(tmp_path, "is a folder; give a file")
+    refused("/proc/self/mem", "^--data: cannot read /proc/self/mem \\(Input/output error\\)$")  # a regular file by its mode
 
 
 @pytest.mark.timeout(30)
@@ -144,6 +147,80 @@ def test_eval_refuses_a_pipe_as_data_in_one_line_before_loading_models(tmp_path,
     assert main(["eval", "--pair", "tiny-random", "--data", str(fifo), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --data: ") and "not a regular file" in err and len(err.strip().splitlines()) == 1
+
+
+# --- Spec-Bench's question file (`acceptance --data`, `bench --suite spec-bench FILE`) ------------------------
+
+QUESTION = {"question_id": 81, "category": "writing", "turns": ["Write a haiku.", "Now about snow."]}
+
+
+def questions_refused(path, message: str, flag: str = "--data") -> str:
+    """The one line `load_questions` refused `path` with, naming `flag`, in bounded time."""
+    start = time.monotonic()
+    with pytest.raises(EasdError, match=message) as caught:
+        load_questions(Path(path), None, flag)
+    assert time.monotonic() - start < QUICK
+    assert "\n" not in str(caught.value) and str(caught.value).startswith(f"{flag}: ")
+    return str(caught.value)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        (json.dumps(QUESTION | {"turns": ["Café?"]}, ensure_ascii=False).encode("latin-1"), "line 2 of .* is not UTF-8 text"),
+        (b"\x89PNG\r\n\x1a\n" + bytes(range(256)), "line 2 of .* is not UTF-8 text"),
+        (b"[" * 100_000, "line 2 of .* nests its JSON too deeply to read"),
+        (json.dumps(QUESTION).replace("haiku", "haiku\\ud800").encode(), "line 2 of .* holds a \\\\ud800–\\\\udfff escape"),
+        (
+            json.dumps(QUESTION | {"question_id": list(range(1000))}).encode(),
+            "line 2 .*question_id must be a string or an integer",
+        ),
+        (json.dumps(QUESTION | {"question_id": {"id": 1}}).encode(), "line 2 .*question_id must be a string or an integer"),
+        (json.dumps(QUESTION | {"question_id": True}).encode(), "line 2 .*question_id must be a string or an integer"),
+        (json.dumps(QUESTION | {"category": ["writing"]}).encode(), "line 2 .*category must be a non-empty string"),
+        (json.dumps(QUESTION | {"turns": "Write a haiku."}).encode(), "line 2 .*turns must be a list of non-empty strings"),
+    ],
+    ids=["latin-1", "binary", "100k-deep", "lone surrogate", "list id", "dict id", "true id", "list category", "text turns"],
+)
+def test_a_question_file_python_or_spec_bench_cannot_read_is_a_line_before_anything_decodes(tmp_path, line, message):
+    """Each was a traceback (UnicodeDecodeError, RecursionError, a UnicodeEncodeError or an internal file's name after
+    the question was decoded); now the reader every data file goes through (easd.lab.problems.read_records)."""
+    path = tmp_path / "question.jsonl"
+    path.write_bytes(json.dumps(QUESTION).encode() + b"\n" + line + b"\n")
+    for flag in ("--data", "--suite"):  # acceptance's, bench's
+        questions_refused(path, f"^{flag}: {message}", flag)
+
+
+@pytest.mark.timeout(30)
+def test_a_question_file_that_is_a_pipe_device_or_folder_is_named_as_such_unread(tmp_path):
+    """Each was "no such file" (a pipe, /dev/zero, /dev/null, a folder) or an OSError (/proc/self/mem)."""
+    fifo = tmp_path / "question.jsonl"
+    os.mkfifo(fifo)  # nothing ever writes to it: reading it would wait forever
+    for path in (fifo, "/dev/zero", "/dev/null"):
+        questions_refused(path, "is not a regular file \\(a pipe, device or socket\\)")
+    questions_refused(tmp_path, "is a folder; give a file")
+    questions_refused("/proc/self/mem", "cannot read /proc/self/mem")
+    questions_refused(tmp_path / "missing.jsonl", "no such file")
+
+
+@pytest.mark.timeout(60)
+def test_acceptance_and_bench_refuse_a_hostile_question_file_in_one_line_before_loading_models(tmp_path, capsys):
+    from easd.cli import main
+
+    fifo = tmp_path / "question.jsonl"
+    os.mkfifo(fifo)
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text("[" * 100_000)
+    out = tmp_path / "out"
+    for argv, message in (
+        (["acceptance", "--data", str(fifo), "--out", str(out)], f"--data: {fifo} is not a regular file"),
+        (["bench", "--suite", "spec-bench", str(deep)], f"--suite: line 1 of {deep} nests its JSON too deeply"),
+    ):
+        assert main([argv[0], "--pair", "tiny-random", *argv[1:]]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {message}") and err.count("\n") == 1 and "models:" not in err, err
+    assert not out.exists()
 
 
 # --- the calibration file -------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import SettingsError
+from ..errors import SettingsError, shown
 from ..method.methods import METHODS, knobs, own_knobs, settings_values, with_values
 from ..method.settings import DecodeSettings
 from .flags import add_decode_flags, add_model_flags, load_models, numbers, runtime_of, whole_numbers
@@ -30,8 +30,8 @@ def add(parser: argparse.ArgumentParser) -> None:
     benched = [m for m in METHODS.values() if m.bench]
     parser.add_argument(
         "--methods",
-        default=",".join(m.name for m in benched),
-        help="the methods that get rows, comma-separated (those needing a PRM only with --prm); target-only always runs",
+        help="the methods that get rows, comma-separated (those needing a PRM only with --prm); target-only always runs "
+        f"(default: {','.join(m.name for m in benched)}; --batch-sizes and --suite run their own and refuse it)",
     )
     for setting in dict.fromkeys(m.bench for m in benched):  # each method's bench setting, its values a row each
         owners = ", ".join(m.title for m in benched if m.bench == setting)
@@ -59,6 +59,11 @@ def add(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    other = "--suite" if args.suite is not None else "--batch-sizes" if args.batch_sizes is not None else None
+    if args.methods is not None and other is not None:  # their rows are fixed: --methods would be dropped unsaid
+        raise SettingsError(
+            "--methods", f"picks the timed comparison's rows; {other} runs target-only, SD and EASD alone: drop one of the two"
+        )
     if args.max_new_tokens is None:
         args.max_new_tokens = LONG_TOKENS if args.suite is not None or args.batch_sizes is not None else TIMED_TOKENS
     if args.suite is not None:
@@ -99,11 +104,13 @@ def bench_values(args: argparse.Namespace) -> dict[str, list]:
     """For each method that gets rows, the values of its bench setting, each checked (SettingsError naming its flag);
     SD always, whose first k every other row takes. A method that needs a process reward model gets rows with --prm,
     and its flag given without one is refused."""
-    names = [name.strip() for name in args.methods.split(",") if name.strip()]
+    benched = [m.name for m in METHODS.values() if m.bench]
+    names = benched if args.methods is None else [name.strip() for name in args.methods.split(",") if name.strip()]
+    if not names:
+        raise SettingsError("--methods", f"names no method (got {shown(args.methods)}); give some of {', '.join(benched)}")
     for name in names:
         if name not in METHODS or not METHODS[name].bench:
-            rowed = ", ".join(m.name for m in METHODS.values() if m.bench)
-            raise SettingsError("--methods", f"{name!r} has no bench rows; give some of {rowed}")
+            raise SettingsError("--methods", f"{name!r} has no bench rows; give some of {', '.join(benched)}")
     values = {}
     for name in dict.fromkeys(["sd", *names]):
         method, flag = METHODS[name], "--" + METHODS[name].bench.replace("_", "-")

@@ -11,7 +11,16 @@ from pathlib import Path
 
 from ..errors import SettingsError
 from ..method.methods import settings_values
-from .flags import add_decode_flags, add_model_flags, add_tau_h_flags, load_models, model_args, settings_from_args, tau_h_of
+from .flags import (
+    add_decode_flags,
+    add_model_flags,
+    add_tau_h_flags,
+    folder,
+    load_models,
+    model_args,
+    settings_from_args,
+    tau_h_of,
+)
 
 NAME = "acceptance"
 HELP = "where SD accepts, by Spec-Bench category and task domain: by draft position, against entropy, where EASD would fire"
@@ -28,7 +37,7 @@ def add(parser: argparse.ArgumentParser) -> None:
         include=("k", "tau_o", "top_n", "rule", "temperature", "top_p", "max_new_tokens", "seed", "signals", "entropy"),
     )
     add_tau_h_flags(parser)
-    parser.add_argument("--out", type=Path, required=True, help="the folder: questions/, figures.json, report.md, report.html")
+    parser.add_argument("--out", type=folder, required=True, help="the folder: questions/, figures.json, report.md, report.html")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out: decode only the questions it lacks")
     parser.add_argument("--report-only", action="store_true", help="decode nothing: write the report from --out as it is")
 
@@ -89,9 +98,7 @@ def _repeated_id(questions) -> int | str | None:
 def _report(out: Path) -> int:
     from ..lab.dynamics import analyse, write_report
 
-    if not (out / "run.json").is_file() or not (out / "questions").is_dir():
-        raise SettingsError("--out", f"{out} holds no acceptance run: run `python -m easd acceptance` with this --out first")
-    found = analyse(out)
+    found = analyse(out)  # refused in one line where --out holds no acceptance run, or one cut short
     write_report(out, found)
     print((out / "report.md").read_text(encoding="utf-8"))
     print(f"report: {out / 'report.html'}")

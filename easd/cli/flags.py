@@ -4,6 +4,7 @@ and what the commands make of them (the settings, the pair, the problems)."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -222,7 +223,8 @@ def check_prm_flag(args: argparse.Namespace, methods: list[str]) -> None:
 
 
 def numbers(option: str, text: str) -> list[float]:
-    """Comma-separated numbers, each once, or SettingsError naming the option."""
+    """Comma-separated finite numbers, each once, or SettingsError naming the option: every list flag (a grid's
+    values, bench's rows and batch sizes) is read here."""
     parts = [part.strip() for part in text.split(",") if part.strip()]
     try:
         values = [float(part) for part in parts]
@@ -230,6 +232,9 @@ def numbers(option: str, text: str) -> list[float]:
         values = []
     if not values:
         raise SettingsError(option, f"must be one or more numbers separated by commas (got {shown(text)})")
+    for part, value in zip(parts, values):  # float() reads "nan" and "inf", and "1e309" as inf: none is a value
+        if not math.isfinite(value):
+            raise SettingsError(option, f"must be finite numbers separated by commas ({shown(part)} is not one)")
     # compared as a grid names its points (easd@1/0.8): two that print alike would be one point run twice, whose
     # rows share a name
     seen: dict[str, str] = {}

@@ -30,13 +30,14 @@ import numpy as np
 import pandas as pd
 
 from ..errors import EasdError, SettingsError
-from ..files import file_stem, write_text_whole
+from ..files import claim_folder, file_stem, write_text_whole
 from ..method.origins import DRAFT_ACCEPTED
 from ..method.pair import ModelPair
 from ..method.settings import DecodeSettings
 from ..method.spec_metrics import SpecMetrics, verified_drafts
 from ..method.trace import Trace
 from ..traces import files as trace_io
+from .results_table import check_config, read_config
 from .specbench import Question, decode_turns
 from .stats import cluster_bootstrap, spearman
 from .study import versions
@@ -52,6 +53,12 @@ DOMAINS = {
     "open-ended chat": ("writing", "roleplay"),
 }
 RESUME_KEYS = ("models", "data", "settings")  # what must match for --resume to add to a folder
+# what the report reads from run.json: one without any of them is cut short or not an acceptance run's
+RUN_NEEDS = (
+    *RESUME_KEYS,
+    *("per_category", "command"),
+    *(f"settings.{key}" for key in ("k", "temperature", "top_p", "seed", "max_new_tokens", "rule", "tau_h", "tau_o", "top_n")),
+)
 BOOTSTRAP_SAMPLES = 2_000  # resamples of questions per interval: its ends moved by under 0.005 between seeds (simulated)
 INFO = "spec_bench_"  # the prefix of the keys a question's traces carry in their `info`: question, category, line, turn
 
@@ -76,23 +83,50 @@ def question_file(out: Path, question_id: int | str) -> Path:
 
 
 def check_folder(out: Path, config: dict, resume: bool) -> None:
-    """Refuse, before any model loads, a folder that holds a run unless --resume, and one made otherwise."""
-    if out.exists() and not out.is_dir():
-        raise SettingsError("--out", f"{out} is a file; give a folder")
-    saved = _saved_config(out)
+    """Refuse, before any model loads, an --out this run cannot have: one it cannot make or write in, a folder of
+    other files (easd.files.claim_folder), one whose questions/ holds what no run leaves there, one that holds a run
+    unless --resume, and one made otherwise."""
+    claim_folder(out, "--out", "acceptance run", lambda folder: (folder / "questions").exists() or _holds_a_run(folder))
+    saved, done = read_run(out), question_files(out)  # first: a run.json cut short is named as such
+    if (saved is not None or done) and not resume:
+        raise SettingsError("--out", f"{out} already holds a run; add --resume to continue it, or choose another folder")
     if saved is None:
         return
-    if not resume:
-        raise SettingsError("--out", f"{out} already holds a run; add --resume to continue it, or choose another folder")
     plain = json.loads(json.dumps(config))  # as run.json reads back
     different = [key for key in RESUME_KEYS if saved.get(key) != plain.get(key)]
     if different:
         raise SettingsError("--resume", f"{out} was run with other {', '.join(different)}; choose another --out")
 
 
-def _saved_config(out: Path) -> dict | None:
-    path = out / "run.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+def read_run(out: Path) -> dict | None:
+    """The run.json of an acceptance run's folder, None where there is none; one cut short, not JSON, or without what
+    the report reads is one line that names it (easd.lab.results_table.unreadable), for --resume and the report alike."""
+    config = read_config(out)
+    if config is not None:
+        check_config(out, config, RUN_NEEDS)
+    return config
+
+
+def _holds_a_run(out: Path) -> bool:
+    try:
+        return read_run(out) is not None
+    except EasdError:  # a run.json not ours: the folder is someone else's
+        return False
+
+
+def question_files(out: Path) -> list[Path]:
+    """The question files of --out (none where questions/ is missing); one line for what no run leaves there:
+    questions/ that is not a folder, or a .json in it that is not a file (a folder, a pipe), which would be read."""
+    folder = out / "questions"
+    if not folder.exists():
+        return []
+    if not folder.is_dir():
+        raise SettingsError("--out", f"{folder} is not a folder of question files; move it away, or choose another --out")
+    paths = sorted(folder.glob("*.json"))
+    for path in paths:
+        if not path.is_file():
+            raise SettingsError("--out", f"{path} is not a question's file (a folder, pipe or device); move it out of questions/")
+    return paths
 
 
 def command_line() -> str:
@@ -143,7 +177,7 @@ def round_robin(questions: list[Question]) -> list[Question]:
 def read_answers(out: Path) -> list[Answered]:
     """Every question's runs in the folder, in the question file's order."""
     found = []
-    for path in (out / "questions").glob("*.json"):
+    for path in question_files(out):
         traces = trace_io.read_json(path, capped=False)
         info = traces[0].info if traces else {}
         try:
@@ -168,7 +202,9 @@ def observations(traces: list[Trace]) -> pd.DataFrame:
 
 def analyse(out: Path) -> dict:
     """Every figure of the report, from the folder alone (a resumed or copied folder reads the same)."""
-    config = json.loads((out / "run.json").read_text(encoding="utf-8"))
+    config = read_run(out)
+    if config is None or not (out / "questions").exists():  # questions/ as a file: named by read_answers
+        raise SettingsError("--out", f"{out} holds no acceptance run: run `python -m easd acceptance` with this --out first")
     answers = read_answers(out)
     seen = {a.question_id: observations(a.traces) for a in answers}
     categories = list(dict.fromkeys(a.category for a in answers))

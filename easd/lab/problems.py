@@ -134,11 +134,12 @@ def load_problems(
     return chosen
 
 
-def read_records(path: Path) -> list[tuple[int, dict | str]]:
+def read_records(path: Path, flag: str = "--data") -> list[tuple[int, dict | str]]:
     """(line number from 0, record) for every non-blank record; a JSONL line that does not parse stays a string.
     What no record can be (a file too big, not UTF-8, a CSV field past Python's limit, JSON Python cannot hold) stops
-    here with its line."""
-    text = read_text(path, "--data", MAX_DATA_BYTES)
+    here with its line, in one line naming `flag`, the option that gave the file. Every data file is read here: the
+    problems, and Spec-Bench's questions (easd.lab.specbench)."""
+    text = read_text(path, flag, MAX_DATA_BYTES)
     if path.suffix.lower() == ".csv":
         reader = csv.DictReader(text.splitlines(keepends=True))
         records, start = [], 1  # the header is line 0
@@ -147,13 +148,13 @@ def read_records(path: Path) -> list[tuple[int, dict | str]]:
                 records.append((start, row))
                 start = reader.line_num  # a quoted field may span lines; the next record starts after this one
         except csv.Error as err:  # a field of over 131,072 characters, or a NUL
-            raise EasdError(f"--data: line {start + 1} of {path} cannot be read as CSV ({err})") from None
+            raise EasdError(f"{flag}: line {start + 1} of {path} cannot be read as CSV ({err})") from None
         return records
     records = []
     for number, line in enumerate(text.splitlines()):
         if line.strip():
             try:
-                records.append((number, read_json(line, f"--data: line {number + 1} of {path}")))
+                records.append((number, read_json(line, f"{flag}: line {number + 1} of {path}")))
             except json.JSONDecodeError:
                 records.append((number, line))
     return records

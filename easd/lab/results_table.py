@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import EasdError
-from ..files import temporary_path, write_text_whole
+from ..files import read_bytes, read_json, temporary_path, utf8_text, write_text_whole
 
 RESULT_COLUMNS = [
     "problem_id",
@@ -79,6 +79,12 @@ def load_results(path: str | Path) -> pd.DataFrame:
         raise EasdError(f"{name}: not a results.csv of `easd eval`; missing columns: {', '.join(missing[:6])}")
     if frame.empty:
         raise EasdError(f"{name}: holds no results yet, only its header")
+    return typed(frame, name)
+
+
+def typed(frame: pd.DataFrame, name: str) -> pd.DataFrame:
+    """results.csv's cells (text, as read) with their types, a column added later empty; a cell that is not what its
+    column holds is one EasdError line, "{name}: row R, column C: …" (the header is row 1)."""
     for column in ADDED_LATER - set(frame.columns):
         frame[column] = ""
     for column in NUMERIC:
@@ -149,10 +155,39 @@ class ResultsFile:
         os.replace(partial, self.path)
 
 
-def _whole_lines(text: str, path: Path) -> tuple[list[list[str]], bool]:
+# a results.csv read whole, not resumed (a shard's, by `study merge`): 100,000 rows of 4,096-token answers are about 2 GB
+MAX_RESULTS_BYTES = 2 * 2**30
+
+
+def read_rows(path: Path, flag: str) -> tuple[list[dict], bool]:
+    """Every row of a results.csv that is read as it is, never repaired (`ResultsFile.read` repairs what it resumes),
+    and whether its last row was cut short (by a kill, or being written now). The file is read as a user's
+    (easd.files.read_bytes: a regular file, of at most MAX_RESULTS_BYTES); text that is not UTF-8, a record that is not
+    CSV or not of results.csv's columns, or a cell its column cannot hold (`typed`) is one EasdError line naming `flag`,
+    the file and the row."""
+    data = read_bytes(path, flag, MAX_RESULTS_BYTES)
+    end = data.rfind(b"\n") + 1  # every row ends with a line break: after the last one, a row cut short
+    lines, cut = _whole_lines(utf8_text(data[:end], path, flag), f"{flag}: {path}", fix="fix or remove that row")
+    if not lines:
+        return [], cut or end < len(data)
+    if lines[0] != RESULT_COLUMNS:
+        raise EasdError(f"{flag}: {path} is not a results.csv of this version: its first row is not results.csv's header")
+    for number, line in enumerate(lines[1:], start=2):
+        if len(line) != len(RESULT_COLUMNS):
+            raise EasdError(
+                f"{flag}: {path}: row {number} has {len(line)} fields where a row of results.csv has "
+                f"{len(RESULT_COLUMNS)}: fix or remove that row"
+            )
+    rows = [dict(zip(RESULT_COLUMNS, line)) for line in lines[1:]]
+    typed(pd.DataFrame(rows, columns=RESULT_COLUMNS), f"{flag}: {path}")
+    return rows, cut or end < len(data)
+
+
+def _whole_lines(text: str, name, fix: str = "choose another --out") -> tuple[list[list[str]], bool]:
     """The CSV records of `text` that were written whole, and whether a last one was cut. Every record ends with a
     line break outside quotes, so a kill's cut shows at the end: a last record with no line break after it, or the
-    end of the file inside a quoted field (a cut in the text column, whose own line breaks are quoted)."""
+    end of the file inside a quoted field (a cut in the text column, whose own line breaks are quoted). A record that is
+    not CSV before the end is one EasdError line: "{name}: record N …; {fix}"."""
     handle = io.StringIO(text, newline="")
     lines = []
     try:
@@ -160,7 +195,7 @@ def _whole_lines(text: str, path: Path) -> tuple[list[list[str]], bool]:
             lines.append(line)
     except csv.Error as err:
         if handle.read():  # not at the end: a malformed record in the middle, not a cut
-            raise EasdError(f"{path}: record {len(lines) + 1} is not valid CSV ({err}); choose another --out") from None
+            raise EasdError(f"{name}: record {len(lines) + 1} is not valid CSV ({err}); {fix}") from None
         return lines, True  # the reader never gave the cut record
     if text.endswith("\n"):
         return lines, False
@@ -180,36 +215,45 @@ def _as_run(config: dict, key: str):
     return value
 
 
-def read_config(out: Path) -> dict | None:
-    """The run.json of an output folder, None where there is none; one cut short, not JSON or without settings is one
-    EasdError line that names it and says what to do (`unreadable`)."""
+# run.json holds the settings and, for a study, the ids of its grid's and timed problems: kilobytes
+MAX_CONFIG_BYTES = 64 * 2**20
+
+
+def read_config(out: Path, flag: str = "--out") -> dict | None:
+    """The run.json of an output folder, None where there is none; one that is a pipe, a device or too large
+    (easd.files.read_bytes), cut short, not JSON or without settings is one EasdError line that names it and says what
+    to do (`unreadable`). `flag`: how the user named the folder (`unreadable`)."""
     path = out / "run.json"
     if not path.exists():
         return None
+    data = read_bytes(path, flag, MAX_CONFIG_BYTES)
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
+        config = read_json(data.decode("utf-8"), f"{flag}: {path}")
     except json.JSONDecodeError as err:
-        raise unreadable(out, f"{err.msg} at line {err.lineno}, column {err.colno}") from None
-    except (OSError, ValueError) as err:  # unreadable, not UTF-8
-        raise unreadable(out, type(err).__name__) from None
-    check_config(out, config, ("settings",))
+        raise unreadable(out, f"{err.msg} at line {err.lineno}, column {err.colno}", flag) from None
+    except UnicodeDecodeError as err:
+        raise unreadable(out, type(err).__name__, flag) from None
+    check_config(out, config, ("settings",), flag)
     return config
 
 
-def check_config(out: Path, config, needs: tuple[str, ...]) -> None:
+def check_config(out: Path, config, needs: tuple[str, ...], flag: str = "--out") -> None:
     """`unreadable` unless run.json holds every one of `needs`, a key or a dotted path (study.tau_hs)."""
     for need in needs:
         value = config
         for key in need.split("."):
             if not isinstance(value, dict) or key not in value:
-                raise unreadable(out, f"it has no {need}")
+                raise unreadable(out, f"it has no {need}", flag)
             value = value[key]
 
 
-def unreadable(out: Path, why: str) -> EasdError:
+def unreadable(out: Path, why: str, flag: str = "--out") -> EasdError:
+    """run.json cut short or not ours. `flag`: how the user named the folder, --out (the command's own folder, which
+    may be another) or the command that reads it (`study merge`, its shards)."""
+    said, other = ("", "choose another --out, or, ") if flag == "--out" else (f"{flag}: ", "")
     return EasdError(
-        f"{out / 'run.json'}: cut short or not a run.json of this program ({why}); choose another --out, or, where the "
-        "folder holds results of this program, delete it and rerun the command that made them with --resume (they are kept)"
+        f"{said}{out / 'run.json'}: cut short or not a run.json of this program ({why}); {other}where the folder holds "
+        "results of this program, delete it and rerun the command that made them with --resume (they are kept)"
     )
 
 

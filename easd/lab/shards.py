@@ -11,8 +11,11 @@ shard that timed nothing cannot tell, so it leaves target-only to the merge, whi
 they differ, one line says to run target-only on every problem (`--target-runs all --resume` on each shard).
 
 `study merge` checks that the shards are those of one study (`check_shards`: each of 1..N once, one pair, one data
-file and model files by their hashes, one set of settings, grader and versions, no problem in two of them) and writes
-one folder as one machine would have: results.csv, traces/, speed/, a run.json of the whole plan, and its report.
+file and model files by their hashes, one set of settings, grader and versions), accounts for every row of each against
+the plan (`accounted`: each row one the plan runs on that shard, once, and every one it runs there, with its trace), and
+writes one folder as one machine would have: results.csv, traces/, speed/, a run.json of the whole plan, and its
+report. It reads the shards as a user's files (easd.files.read_bytes: never a pipe or a device, never a copy) and
+changes nothing in them.
 """
 
 from __future__ import annotations
@@ -22,15 +25,15 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import EasdError, SettingsError, shown
 from ..files import temporary_path, writable_folder, write_text_whole
+from ..method.methods import METHODS
 from .evaluate import trace_name, trace_path
-from .results_table import ResultsFile
-from .study import Shard, StudyPlan, read_study_config
+from .results_table import ResultsFile, check_config, read_rows, unreadable
+from .study import Shard, StudyPlan, grid_cells, read_study_config
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -162,14 +165,22 @@ class ShardFolder:
         return f"{self.index}/{self.count}"
 
 
+MERGE = "study merge"  # the merge's lines begin with the command, as a flag's begin with the flag
+
+
 def read_shard(folder: Path) -> ShardFolder:
+    """A shard's folder and its run.json, which holds every figure the merge counts on (`SHAPES`); else one line."""
     if not folder.is_dir():
         raise EasdError(f"study merge: {folder} is not a folder; give the folders of `study --shard I/N`")
-    config = read_study_config(folder)
+    config = read_study_config(folder, MERGE)
     if config is None:
         raise EasdError(f"study merge: {folder} holds no study; give the folders of `study --shard I/N`")
     if "shard" not in config["study"]:
         raise EasdError(f"study merge: {folder} is a whole study, made without --shard; merge the folders of its shards")
+    check_config(folder, config, tuple(SHAPES), MERGE)
+    for key, (fits, what) in SHAPES.items():
+        if not fits(_at(config, key)):
+            raise unreadable(folder, f"its {key} is not {what}", MERGE)
     try:
         index, count = parse_shard(str(config["study"]["shard"]))
     except SettingsError as err:
@@ -177,8 +188,36 @@ def read_shard(folder: Path) -> ShardFolder:
     return ShardFolder(folder, config, index, count)
 
 
+def _is_count(value, least: int = 0) -> bool:
+    return type(value) is int and value >= least
+
+
+def _is_ids(value) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+# what the merge reads of a shard's run.json to account for its rows (`planned`), and what each must be: every shard
+# since `--shard` began records them
+SHAPES = {
+    "samples": (lambda v: _is_count(v, 1), "a count of samples, 1 or more"),
+    "study.problems": (_is_count, "a count of problems"),
+    "study.speed_repeats": (lambda v: _is_count(v, 1), "a count of repetitions, 1 or more"),
+    "study.whole.problems": (_is_count, "a count of problems"),
+    "study.whole.grid_problems": (_is_ids, "a list of problem ids"),
+    "study.whole.speed_problems": (_is_ids, "a list of problem ids"),
+}
+
+
+def _at(config: dict, key: str):
+    """run.json's value at a dotted key (check_config found it there)."""
+    for part in key.split("."):
+        config = config[part]
+    return config
+
+
 def check_shards(shards: list[ShardFolder]) -> None:
-    """One line, naming the folders, unless the shards are every shard of one study, once each."""
+    """One line, naming the folders, unless the shards are every shard of one study, once each, their own problems
+    (run.json's study.problems, which `accounted` counts on) adding up to the plan's."""
     first = shards[0]
     seen: dict[int, ShardFolder] = {}
     for shard in shards:
@@ -200,6 +239,12 @@ def check_shards(shards: list[ShardFolder]) -> None:
     missing = [f"{i}/{first.count}" for i in range(1, first.count + 1) if i not in seen]
     if missing:
         raise EasdError(f"study merge: shard {missing[0]} is missing; give the folders of all {first.count} shards")
+    owned, whole = [s.config["study"]["problems"] for s in shards], first.config["study"]["whole"]["problems"]
+    if sum(owned) != whole:  # each problem of the plan falls to one shard: a run.json was changed since its shard ran
+        raise EasdError(
+            f"study merge: the shards' run.json give them {_listed(owned)} problems, {sum(owned)} in all, but the plan has "
+            f"{whole}; rerun each shard's command with --resume, which writes its run.json again"
+        )
 
 
 def what_differs(a: dict, b: dict) -> str | None:
@@ -212,6 +257,12 @@ def what_differs(a: dict, b: dict) -> str | None:
     if plan != other:
         return f"plan ({_first_difference(other, plan)})"
     return None
+
+
+def _listed(numbers: list[int]) -> str:
+    """1, 2 and 3."""
+    words = [str(n) for n in numbers]
+    return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else words[0]
 
 
 def whole_plan(study: dict) -> dict:
@@ -236,28 +287,24 @@ def _first_difference(value, than) -> str:
 
 
 def merge_shards(folders: list[Path], out: Path, command: str) -> None:
-    """Check the shards (`check_shards`), then write them into `out` as one study folder, as if one machine had run it
-    all: built aside and renamed into place. The report is the caller's to draw."""
+    """Check the shards (`check_shards`) and account for every row of theirs (`accounted`), then write them into `out`
+    as one study folder, as if one machine had run it all: built aside and renamed into place, so that a merge refused
+    or failing leaves no --out. The shards are only read. The report is the caller's to draw."""
     shards = sorted((read_shard(folder) for folder in folders), key=lambda s: s.index)
     check_out(out, [s.folder for s in shards])
     check_shards(shards)
-    rows = {shard.folder: _rows(shard.folder) for shard in shards}
-    holder: dict[str, Path] = {}
-    for folder, found in rows.items():
-        for problem in dict.fromkeys(row["problem_id"] for row in found):
-            if problem in holder:
-                raise EasdError(
-                    f"study merge: {holder[problem]} and {folder} both hold problem {shown(problem)}; merge the shards of one study"
-                )
-            holder[problem] = folder
+    rows = {shard.folder: _results(shard) for shard in shards}
+    timings = [row for shard in shards for row in accounted(shard, shard.folder / "speed" / "results.csv", timed(shard))]
     build = temporary_path(out)
     try:
         writable_folder(build)
     except OSError as err:
         raise SettingsError("--out", f"{out} cannot be written ({err.strerror}: {err.filename})") from None
     try:
-        _write_merged(shards, rows, build, command)
+        _write_merged(shards, rows, timings, build, out, command)
         _into_place(build, out)
+    except OSError as err:  # a full disk: nothing is left, not even half
+        raise SettingsError("--out", f"{out} could not be written ({err.strerror}); nothing was written there") from None
     finally:
         shutil.rmtree(build, ignore_errors=True)
 
@@ -277,38 +324,131 @@ def check_out(out: Path, shards: list[Path]) -> None:
         raise SettingsError("--out", f"{out} holds files already: give a new or empty folder")
 
 
-def _rows(folder: Path) -> list[dict]:
-    """A folder's results.csv rows written whole, the shard left as it is: read from a copy, since reading repairs a
-    cut last row (ResultsFile.read) and the shard's own study may be writing it now."""
-    if not (folder / "results.csv").exists():
-        return []
-    with tempfile.TemporaryDirectory() as copy:
-        shutil.copyfile(folder / "results.csv", Path(copy) / "results.csv")
-        return ResultsFile(Path(copy)).read()
+# --- accounting for every row ----------------------------------------------------------------------------------------
 
 
-def _write_merged(shards: list[ShardFolder], rows: dict[Path, list[dict]], build: Path, command: str) -> None:
+@dataclass(frozen=True)
+class Planned:
+    """The rows a results file of a shard holds by the plan, once it is finished."""
+
+    on: dict[str, frozenset[str] | None]  # each method the plan runs → the problems it runs on (None: the shard's)
+    needed: frozenset[str]  # the methods each of those problems has a row of; the others' rows may be missing
+    samples: tuple[str, ...]  # each problem's samples, as results.csv writes them
+    problems: int | None  # how many problems the file holds; None: those `on` names
+
+
+def planned(shard: ShardFolder) -> Planned:
+    """results.csv's rows: SD and the method on every problem of the shard (those whose id falls to it: `owner`), the
+    method's grid on the plan's grid problems that fall to it, and target-only on any of them: on every one where the
+    plan runs it everywhere (--target-runs all, or sampled), else where the shard found SD's texts unproven
+    (easd.lab.study's phase 4)."""
+    config = shard.config
+    study, method = config["study"], METHODS[config["study"]["method"]]
+    gridded = frozenset(p for p in study["whole"]["grid_problems"] if owner(p, shard.count) == shard.index)
+    on: dict[str, frozenset[str] | None] = {"sd": None, method.name: None, "target": None}
+    on |= {label: gridded for _, label in grid_cells(config, method) if label != method.name}
+    everywhere = study["target_runs"] == "all" or config["settings"]["temperature"] != 0
+    needed = frozenset(on) - (set() if everywhere else {"target"})
+    return Planned(on, needed, tuple(map(str, range(config["samples"]))), study["problems"])
+
+
+def timed(shard: ShardFolder) -> Planned:
+    """speed/results.csv's rows: shard 1 times target-only, SD and the method on every timed problem of the plan, each
+    --speed-repeats times (a repetition is a sample); the other shards time nothing."""
+    study = shard.config["study"]
+    problems = frozenset(study["whole"]["speed_problems"] if shard.index == 1 else ())
+    on = {method: problems for method in ("target", "sd", study["method"])}
+    return Planned(on, frozenset(on), tuple(map(str, range(study["speed_repeats"]))), None)
+
+
+def _results(shard: ShardFolder) -> list[dict]:
+    """results.csv's rows (`accounted`), each with its trace, which the report reads and the merge links."""
+    path = shard.folder / "results.csv"
+    rows = accounted(shard, path, planned(shard))
+    for number, row in enumerate(rows, start=2):
+        trace = trace_path(shard.folder / "traces", row)
+        if not trace.is_file():  # a pipe, a device or a folder is none either: nothing of the kind is opened
+            raise _unfinished(f"{trace} (the trace of row {number} of {path}) is missing or not a file")
+    return rows
+
+
+def accounted(shard: ShardFolder, path: Path, plan: Planned) -> list[dict]:
+    """The rows of one of the shard's results files, read as they are (never a copy, never repaired: the shard may be
+    running), each of a problem, method and sample the plan runs on this shard, once, and every one it runs there;
+    else one line naming the file and the row, and what to do."""
+    rows, cut = read_rows(path, MERGE) if path.exists() else ([], False)
+    seen: dict[tuple[str, str, str], int] = {}
+    for number, row in enumerate(rows, start=2):
+        key = (row["problem_id"], row["method"], row["sample"])
+        why = _not_planned(shard, plan, *key)
+        if why:
+            raise EasdError(f"study merge: {path}: row {number}: {why}; remove that row")
+        if key in seen:
+            raise EasdError(
+                f"study merge: {path}: row {number} repeats row {seen[key]} (problem {shown(key[0])}, {key[1]}, sample "
+                f"{key[2]}); remove one of the two"
+            )
+        seen[key] = number
+    if cut:
+        raise _unfinished(f"{path}: its last row is cut short")
+    problems = list(dict.fromkeys(problem for problem, _, _ in seen))
+    if plan.problems is not None and len(problems) > plan.problems:
+        raise EasdError(
+            f"study merge: {path} holds {len(problems)} problems where the plan gives shard {shard.name} {plan.problems}: "
+            "rows of a problem outside the plan; remove them"
+        )
+    if not rows and (plan.problems or any(plan.on[method] for method in plan.needed)):
+        raise _unfinished(f"{path} {'holds no rows' if path.exists() else 'is missing'}")
+    for method in sorted(plan.needed):
+        for problem in problems if plan.on[method] is None else sorted(plan.on[method]):
+            for sample in plan.samples:
+                if (problem, method, sample) not in seen:
+                    sampled = f" (sample {sample})" if len(plan.samples) > 1 else ""
+                    raise _unfinished(f"{path} has no {method} row of problem {shown(problem)}{sampled}")
+    if plan.problems is not None and len(problems) < plan.problems:
+        raise _unfinished(f"{path} holds {len(problems)} of the {plan.problems} problems of shard {shard.name}")
+    return rows
+
+
+def _not_planned(shard: ShardFolder, plan: Planned, problem: str, method: str, sample: str) -> str | None:
+    """Why the plan runs no such row on this shard, or None."""
+    if method not in plan.on:
+        return f"method {shown(method)} is not one this study runs ({', '.join(sorted(plan.on))})"
+    if sample not in plan.samples:
+        return f"sample {shown(sample)} is not one this study runs ({', '.join(plan.samples)})"
+    problems = plan.on[method]
+    if problems is None and owner(problem, shard.count) != shard.index:
+        return f"problem {shown(problem)} is not one of shard {shard.name}'s"
+    if problems is not None and problem not in problems:
+        many = f"{len(problems)} problem{'' if len(problems) == 1 else 's'}"
+        return f"the plan runs {method} on {many} of shard {shard.name}, not on {shown(problem)}"
+    return None
+
+
+def _unfinished(what: str) -> EasdError:
+    return EasdError(f"study merge: {what}: the shard is unfinished: rerun its command with --resume, then merge again")
+
+
+# --- writing the merged folder ---------------------------------------------------------------------------------------
+
+
+def _write_merged(
+    shards: list[ShardFolder], rows: dict[Path, list[dict]], timings: list[dict], build: Path, out: Path, command: str
+) -> None:
     (build / "traces").mkdir()
     merged = []
     for shard in shards:
         for row in rows[shard.folder]:
-            trace = trace_path(shard.folder / "traces", row)
-            if trace.is_file():
-                _link_or_copy(trace, build / "traces" / trace_name(row))
+            _link_or_copy(trace_path(shard.folder / "traces", row), build / "traces" / trace_name(row), out)
             merged.append(row)
     if merged:  # a results.csv holds rows, or is not there yet
         ResultsFile(build).rewrite(merged)
     config = whole_config(shards, command)
     write_text_whole(build / "run.json", json.dumps(config, indent=1, ensure_ascii=False))
-    timer = shards[0].folder / "speed"  # shard 1 times every timed problem
-    timings = _rows(timer)
-    if timings:
+    if timings:  # shard 1's: it times every timed problem
         (build / "speed").mkdir()
         ResultsFile(build / "speed").rewrite(timings)
-        try:
-            repeats = json.loads((timer / "run.json").read_text(encoding="utf-8"))["samples"]
-        except (OSError, ValueError, KeyError, TypeError):
-            raise EasdError(f"{timer}: its run.json is missing or not a timing's; run shard 1 again with --resume") from None
+        repeats = config["study"]["speed_repeats"]  # a repetition is a sample (easd.lab.study.run_study)
         write_text_whole(build / "speed" / "run.json", json.dumps(config | {"samples": repeats}, indent=1, ensure_ascii=False))
 
 
@@ -319,13 +459,20 @@ def whole_config(shards: list[ShardFolder], command: str) -> dict:
     return first | {"study": whole_plan(first["study"]), "command": command, "shards": made}
 
 
-def _link_or_copy(source: Path, target: Path) -> None:
+def _link_or_copy(source: Path, target: Path, out: Path) -> None:
     """A hard link where the two share a file system (a trace is never written again in place: easd.files writes aside
-    and renames), else a copy."""
+    and renames), else a copy; `source` is a file (`_results` checked)."""
     try:
-        os.link(source, target)
+        os.link(source, target)  # of the file a link names, not of the link
+        return
     except OSError:
+        pass
+    try:
         shutil.copyfile(source, target)
+    except OSError as err:
+        raise SettingsError(
+            "--out", f"{source} could not be copied into {out} ({err.strerror}); nothing was written there"
+        ) from None
 
 
 def _into_place(build: Path, out: Path) -> None:

@@ -32,6 +32,7 @@ from ..method.settings import DecodeSettings
 from ..method.spec_metrics import refused
 from ..method.trace import Trace
 from .evaluate import Variant  # label: vanilla, sd-k4, easd-k4-tau1.5: the row name and the answer file's model_id suffix
+from .problems import read_records
 
 BASELINE = "vanilla"  # Spec-Bench's name for plain autoregressive decoding with the target
 # MT-bench's categories, which Spec-Bench's leaderboard reports together as "Multi-turn Conversation"
@@ -69,14 +70,10 @@ class Answer:
 
 
 def load_questions(path: Path, per_category: int | None, flag: str = "--suite") -> list[Question]:
-    """The first `per_category` questions of each category, in file order; every line is checked first (an error
-    names `flag`, the option that gave the file)."""
-    if not path.is_file():
-        raise EasdError(f"{flag}: no such file: {path}")
-    questions = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
-        if line.strip():
-            questions.append(_question(number, line, path, flag))
+    """The first `per_category` questions of each category, in file order. The file is read as every data file is
+    (easd.lab.problems.read_records: bounded, UTF-8, JSON Python can hold), and every line is checked before any
+    question is returned; an error names `flag`, the option that gave the file."""
+    questions = [_question(number, row, path, flag) for number, row in read_records(path, flag)]
     if not questions:
         raise EasdError(f"{flag}: {path} holds no questions")
     taken: dict[str, int] = defaultdict(int)
@@ -88,16 +85,23 @@ def load_questions(path: Path, per_category: int | None, flag: str = "--suite") 
     return chosen
 
 
-def _question(number: int, line: str, path: Path, flag: str) -> Question:
+def _question(number: int, row: dict | str, path: Path, flag: str) -> Question:
+    """One line's question, each field of the kind Spec-Bench gives it: anything else would be decoded, then fail
+    where its id names a file or its text a prompt."""
     try:
-        row = json.loads(line)
-        turns = row["turns"]
+        if not isinstance(row, dict):
+            raise ValueError("not a JSON object")
+        question_id, category, turns = row["question_id"], row["category"], row["turns"]
+        if isinstance(question_id, bool) or not isinstance(question_id, int | str) or not str(question_id).strip():
+            raise ValueError("question_id must be a string or an integer")
+        if not isinstance(category, str) or not category.strip():
+            raise ValueError("category must be a non-empty string")
         if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t.strip() for t in turns):
             raise ValueError("turns must be a list of non-empty strings")
-        return Question(row["question_id"], str(row["category"]), tuple(turns), number + 1)
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+    except (KeyError, ValueError) as err:
         problem = f"missing field {err}" if isinstance(err, KeyError) else str(err)
         raise EasdError(f"{flag}: line {number + 1} of {path} is not a Spec-Bench question ({problem})") from None
+    return Question(question_id, category, tuple(turns), number + 1)
 
 
 # --- decoding -------------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ import pandas as pd
 
 from .._version import __version__
 from ..errors import EasdError, SettingsError
-from ..files import file_stem, writable_folder, write_text_whole
+from ..files import claim_folder, file_stem, write_text_whole
 from ..method.compare import first_difference
 from ..method.methods import METHODS, Method, in_batch, knobs, lookup, make_settings, own_knobs, settings_values
 from ..method.pair import ModelPair
@@ -194,32 +194,32 @@ STUDY_NEEDS = (
 )
 
 
-def read_study_config(out: Path) -> dict | None:
+def read_study_config(out: Path, flag: str = "--out") -> dict | None:
     """The run.json of a study's folder; None where the folder holds none, or eval's. A study made before --method
-    compared EASD with SD over τ_H × τ_O (`tau_hs`, `tau_os`): it reads as such."""
-    config = read_config(out)
+    compared EASD with SD over τ_H × τ_O (`tau_hs`, `tau_os`): it reads as such. `flag`: how the user named the folder
+    (easd.lab.results_table.unreadable)."""
+    config = read_config(out, flag)
     if config is None or "study" not in config:
         return None
     study = config["study"]
     if isinstance(study, dict) and "method" not in study and {"tau_hs", "tau_os"} <= set(study):
         study["method"], study["grid"] = "easd", {"tau_h": study.pop("tau_hs"), "tau_o": study.pop("tau_os")}
-    check_config(out, config, STUDY_NEEDS)
+    check_config(out, config, STUDY_NEEDS, flag)
     if not isinstance(study["method"], str) or study["method"] not in METHODS:
-        raise unreadable(out, f"its study.method {str(study['method'])[:40]!r} is not a method this program has")
-    if not isinstance(study["grid"], dict) or not all(isinstance(values, list) for values in study["grid"].values()):
-        raise unreadable(out, "its study.grid is not the values of each setting its grid sweeps")
+        raise unreadable(out, f"its study.method {str(study['method'])[:40]!r} is not a method this program has", flag)
+    if not isinstance(study["grid"], dict) or not all(_numbers(values) for values in study["grid"].values()):
+        raise unreadable(out, "its study.grid is not the values of each setting its grid sweeps", flag)
     return config
+
+
+def _numbers(values) -> bool:
+    return isinstance(values, list) and all(type(v) in (int, float) for v in values)
 
 
 def check_study_folder(out: Path, config: dict, resume: bool) -> None:
     """Before the model loads, one line if --out cannot take this study: a folder this process cannot write, one
     holding other files, eval's, a study made with other settings, or, resumed, one of another plan (`check_plan`)."""
-    try:
-        writable_folder(out)
-    except OSError as err:
-        raise SettingsError("--out", f"{out} cannot be the study's folder ({err.strerror}: {err.filename})") from None
-    if not (out / "results.csv").exists() and any(out.iterdir()) and not _holds_a_study(out):
-        raise SettingsError("--out", f"{out} holds other files: give a new or empty folder, or a study's to --resume")
+    claim_folder(out, "--out", "study", lambda folder: (folder / "results.csv").exists() or _holds_a_study(folder))
     was = read_study_config(out)  # first: a study's run.json cut short is named as such
     check_folder(out, config, resume, keys=tuple(k for k in RESUME_KEYS if k != "pair"))  # the pair: once loaded
     if resume and was is not None:
@@ -580,17 +580,32 @@ def _number(table: pd.DataFrame, method: str, column: str) -> float | None:
     return float(table.at[method, column])
 
 
+def grid_names(study: dict, method: Method) -> list[str]:
+    """The settings the method's grid swept in this study (run.json's study.grid), in its table entry's order."""
+    return [name for name in method.grid if name in study["grid"]]
+
+
+def grid_cells(config: dict, method: Method) -> list[tuple[tuple, str]]:
+    """Each point of the method's grid in run.json, and the method its rows name: the method's own at the study's own
+    settings (its plain rows fill that cell), else the point's label (easd@1/0.4), as `StudyPlan.grid_points` runs them."""
+    names, settings = grid_names(config["study"], method), config["settings"]
+    points = itertools.product(*(config["study"]["grid"][name] for name in names)) if names else ()
+    return [
+        (point, method.name if all(settings.get(n) == v for n, v in zip(names, point)) else grid_label(method.name, point))
+        for point in points
+    ]
+
+
 def _grid(results: pd.DataFrame, config: dict, method: Method) -> dict:
     """Accuracy and interventions per 1,000 tokens at each point of the method's grid, over the problems every point
     ran; the study's own point is its plain rows (labelled by the method's name)."""
-    study, settings = config["study"], config["settings"]
-    names = [name for name in method.grid if name in study["grid"]]
+    study = config["study"]
+    names = grid_names(study, method)
     gridded = set(study["grid_problems"])
     rows = results[results["problem_id"].isin(gridded)]
     cells = {}
-    for point in itertools.product(*(study["grid"][name] for name in names)) if names else ():
-        own = all(settings.get(name) == value for name, value in zip(names, point))
-        group = rows[rows["method"] == (method.name if own else grid_label(method.name, point))]
+    for point, label in grid_cells(config, method):
+        group = rows[rows["method"] == label]
         tokens = group["new_tokens"].sum()
         known = tokens and group["interventions"].notna().all()
         cells["/".join(f"{value:g}" for value in point)] = {

@@ -62,9 +62,12 @@ class Knob:
 
     def check(self, name: str, value) -> None:
         """SettingsError(name) unless `value` is of this knob's kind and in its range."""
+        cut = value[:40] if isinstance(value, str) else value  # a pasted megabyte still makes one line
         if not self._fits(value):
-            cut = value[:40] if isinstance(value, str) else value  # a pasted megabyte still makes one line
-            raise SettingsError(name, f"must be {self.describe()} (got {shown(cut)})")
+            past = ", past a float's range" if isinstance(value, int) and not finite(value) else ""  # 10**400 from JSON
+            raise SettingsError(name, f"must be {self.describe()} (got {shown(cut)}{past})")
+        if self.kind == "text" and not is_utf8(value):  # refused here, not when a file of the run is written
+            raise SettingsError(name, f"must be UTF-8 text (got {shown(cut)}, which holds bytes that are not); retype it")
 
     def _fits(self, value) -> bool:
         if self.kind == "text":
@@ -79,11 +82,29 @@ class Knob:
             return False
         if self.kind == "int" and not isinstance(value, int):
             return False
-        if not math.isfinite(value):
+        if not finite(value):
             return False
         if self.zero and value == 0:
             return True
         return (self.low is None or value >= self.low) and (self.high is None or value <= self.high)
+
+
+def finite(number: int | float) -> bool:
+    """False for NaN, the infinities and an integer past a float's range (10**400 in JSON), which no setting takes."""
+    try:
+        return math.isfinite(number)
+    except OverflowError:  # math converts an integer to a float first
+        return False
+
+
+def is_utf8(text: str) -> bool:
+    """False for text no file can hold: bytes that were not UTF-8 (argv's and the file system's surrogate escapes,
+    `\\udcff`) or half of a UTF-16 pair (possible in JSON, `\\ud800`)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def knob(default, help: str, **declared):  # noqa: A002 (a knob's help is its help)
@@ -105,12 +126,18 @@ def check(settings, prefix: str = "") -> None:
 
 
 def coerce(declaration: Knob, value):
-    """A value read from text or JSON (a CSV cell, a model_arg) as its knob's kind; unchanged where it is not one."""
+    """A value read from text or JSON (a CSV cell, a model_arg) as its knob's kind; unchanged where it is not one (an
+    integer past a float's range too, 10**400 from JSON: the knob's check then names it)."""
     if value is None or declaration.kind == "text":
         return value if value is None or declaration.kind != "text" else str(value)
+    if declaration.kind == "int" and (type(value) is int or isinstance(value, str)):
+        try:
+            return int(value)  # exactly: through a float, a seed of 2**60 + 1 would become 2**60
+        except ValueError:
+            pass  # "4.0", "1e3": read as a number below
     try:
         number = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return value
     if declaration.kind == "int":
         return int(number) if math.isfinite(number) and number == int(number) else value

@@ -26,7 +26,7 @@ from ..method.trace import TokenRecord, Trace
 SIGNALS = ("h_draft", "h_target", "overlap")  # and each method's own numbers (`numbers`)
 OPERATORS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "=": operator.eq}
 _COMPARISON = re.compile(r"(?P<name>[a-z_]+)(?P<op>>=|<=|>|<|=)(?P<value>.*)", re.IGNORECASE)
-MAX_QUERY = 500  # characters read of a filter
+MAX_QUERY = 500  # characters a filter may hold: a longer one is refused, never cut (a cut one matches other tokens)
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,11 @@ class Search:
         """The filter in `text`, None for an empty one; one line saying what was expected for one it cannot read."""
         if not isinstance(text, str) or not text.strip():
             return None
-        text = text[:MAX_QUERY]
+        text = text.strip()
+        if len(text) > MAX_QUERY:
+            raise SettingsError(
+                "search", f"a filter may hold at most {MAX_QUERY} characters (this one holds {len(text):,}): drop some conditions"
+            )
         try:
             words = shlex.split(text, posix=False)  # quotes kept: a quoted word is always text
         except ValueError:

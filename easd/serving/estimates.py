@@ -27,15 +27,16 @@ GUESS_ROW_S = 0.35  # seconds a step takes per row before any is measured (the e
 class Pace:
     """The batch's measured speed (first guesses until something is measured).
 
-    Medians, not means: a step is noisy, and one that a request joined also computed its prompt
+    A step's time is a median, not a mean: a step is noisy, and one that a request joined also computed its prompt
     (2 s or more for a long one on a CPU, against 0.3 s a row for a step); such steps teach the
-    tokens per step but not a step's time.
+    tokens per step but not a step's time. Tokens per step are a mean (`tokens_per_step`).
     """
 
     budget_used: float = 1.0  # of a generation's max_new_tokens, the share it emits before it ends
     steps: int = 0  # steps measured so far: estimates are guesses until this is > 0
     seconds: dict[int, deque] = field(default_factory=dict)  # rows -> the seconds of its last RECENT steps
-    tokens: deque = field(default_factory=lambda: deque(maxlen=RECENT))  # tokens per generation, per step
+    tokens: deque = field(default_factory=lambda: deque(maxlen=RECENT))  # (tokens, generations) of the last steps
+    emitted: tuple[int, int] = (0, 0)  # (tokens, generations) summed over every step measured
 
     def step_s(self, rows: int) -> float:
         """Seconds one step of `rows` rows takes (with chunks: one round of steps, one call): as measured at that
@@ -49,15 +50,23 @@ class Pace:
 
     @property
     def tokens_per_step(self) -> float:
-        """Tokens one generation emits per step (more for SD and EASD; with chunks, per round)."""
-        return statistics.median(self.tokens) if self.tokens else 1.0
+        """Tokens one generation emits per step (more for SD and EASD; with chunks, per round): the recent steps'
+        tokens over their generations, a mean and not a median, because a step may emit nothing and the next many
+        (SpecGuard drafts its candidates in steps of no token, then keeps a step's tokens at once; SMC-SD emits what
+        every particle agrees on). Where the recent steps emitted nothing, every step's; where none has, 1, a guess."""
+        recent = (sum(tokens for tokens, _ in self.tokens), sum(generations for _, generations in self.tokens))
+        for tokens, generations in (recent, self.emitted):
+            if tokens > 0:
+                return tokens / generations
+        return 1.0
 
     def step(self, seconds: float, generations: int, tokens: int, joined: bool = False) -> None:
         """One step of `generations` rows took `seconds` and emitted `tokens` in all; `joined`: a request joined
         before it, so its time includes computing a prompt."""
         if not generations:
             return
-        self.tokens.append(tokens / generations)
+        self.tokens.append((tokens, generations))
+        self.emitted = (self.emitted[0] + tokens, self.emitted[1] + generations)
         if not joined:
             self.seconds.setdefault(generations, deque(maxlen=RECENT)).append(seconds)
         self.steps += 1
@@ -73,7 +82,7 @@ class Pace:
         return max(expected - emitted, 0.1 * (budget - emitted))  # past the usual length, it may still go on a while
 
     def steps_for(self, tokens: float) -> float:
-        return tokens / max(self.tokens_per_step, 1e-6)
+        return tokens / self.tokens_per_step
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 from ..method import methods
+from ..method.knobs import is_utf8
 from ..method.settings import MAX_TOP_N, RULES
 from ..method.trace import SIGNAL_FIELDS, STOP_REASONS, Column
 
@@ -72,7 +73,7 @@ class Field:
 
     def check(self, value) -> None:
         """Raise ValueError saying what is wrong with `value` (None is checked by the caller)."""
-        if type(value) is str and self.kind == "text" and not _encodable(value):
+        if type(value) is str and self.kind == "text" and not is_utf8(value):
             raise ValueError(
                 f"{_show(value)} holds a lone surrogate (half of a UTF-16 pair), which is not text any file can hold"
             )
@@ -115,15 +116,6 @@ def _parse_bool(cell: str) -> bool:
 
 
 _PARSERS = {"int": int, "float": float, "bool": _parse_bool}
-
-
-def _encodable(text: str) -> bool:
-    """False for text with lone surrogates (possible in JSON), which no file can hold."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _show(value) -> str:

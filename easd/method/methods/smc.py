@@ -97,6 +97,8 @@ class SmcSettings:
     )
 
 
+# what every row carries of its cycle, which its inspector reads
+WEIGHED = ("smc_cycle", "smc_weight", "smc_sample_size", "smc_resampled", "smc_population_top1_id")
 SMC_DRAFT = Origin(
     "smc_draft",
     "particle's draft",
@@ -106,6 +108,7 @@ SMC_DRAFT = Origin(
     "the particle by how much likelier the target found its tokens than the draft did.",
     ended="every particle agrees up to here: later tokens are still in play",
     writer="draft",
+    needs=WEIGHED,
 )
 SMC_BONUS = Origin(
     "smc_bonus",
@@ -114,6 +117,7 @@ SMC_BONUS = Origin(
     "bonus",
     "After the particle's drafts, the target added {chosen} from its own distribution, as every cycle does.",
     ended="the cycle's tokens every particle agrees on end with a target's bonus token",
+    needs=WEIGHED,
 )
 
 

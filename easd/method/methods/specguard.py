@@ -122,6 +122,8 @@ class SpecGuardSettings:
     delimiter: str = knob("\n\n", "the text that ends a reasoning step (write \\n for a line break)", low=1, high=16)
 
 
+# what every row carries of its step's check, which its inspector reads (the grounding score is empty without attention)
+SCORED = ("specguard_step", "specguard_confidence", "specguard_score", "specguard_drafts_top1_id")
 SPECGUARD_KEPT = Origin(
     "specguard_kept",
     "draft step kept",
@@ -131,6 +133,7 @@ SPECGUARD_KEPT = Origin(
     "threshold, so the step was kept without the target writing it.",
     ended="a reasoning step was kept whole, or its candidates are still being drafted",
     writer="draft",
+    needs=SCORED,
 )
 SPECGUARD_TARGET = Origin(
     "specguard_target",
@@ -139,7 +142,7 @@ SPECGUARD_TARGET = Origin(
     "chosen",
     "The draft's chosen step scored below the threshold, so the target wrote the step again: it chose {chosen}.",
     ended="the target wrote one token of a step it writes again",
-    needs=("h_target",),
+    needs=("h_target", *SCORED),
 )
 
 
