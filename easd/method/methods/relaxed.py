@@ -70,6 +70,7 @@ RELAXED_KEPT = kept_origin(
     "draft kept: relaxed rule",
     "background: #cde8f8; border-bottom: 3px dashed #CC79A7;",  # sky blue, a dashed reddish-purple line
     "the relaxed rule",
+    ("relaxed_p", "relaxed_bar"),
 )
 
 

@@ -113,8 +113,9 @@ class Relaxing(Speculative):
         return f"{super().bench_line(traces)}  kept off the target's top {off / max(len(kept), 1):.2f}"
 
 
-def kept_origin(name: str, label: str, style: str, rule: str) -> Origin:
-    """The origin of a draft a relaxed rule kept although it is not the target's likeliest token."""
+def kept_origin(name: str, label: str, style: str, rule: str, judged: tuple[str, ...]) -> Origin:
+    """The origin of a draft a relaxed rule kept although it is not the target's likeliest token; its rows carry the
+    rule's `judged` fields (p(c) and the bar) beside the standard test's."""
     return Origin(
         name,
         label,
@@ -123,6 +124,6 @@ def kept_origin(name: str, label: str, style: str, rule: str) -> Origin:
         "The draft proposed {drafted} {odds}; it is not the target's likeliest token, which the strict test asks for, "
         f"but {rule} kept it.",
         ended="the run ended inside the block (an end token, or the token limit)",
-        needs=TESTED,
+        needs=(*TESTED, *judged),
         writer="draft",
     )

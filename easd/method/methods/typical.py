@@ -45,6 +45,7 @@ TYPICAL_KEPT = kept_origin(
     "draft kept: typical acceptance",
     "background: #cde8f8; border-bottom: 3px double #CC79A7;",  # sky blue, a double reddish-purple line
     "typical acceptance (p(c) above min(ε, α·e^(−H)))",
+    ("typical_p", "typical_bar"),
 )
 
 
