@@ -91,11 +91,11 @@ def run(args: argparse.Namespace) -> int:
     protocol = protocol_for([v.settings.method for v in variants], base)  # one sampling setting for every method
     variants = [replace(v, settings=under(protocol, v.settings)) for v in variants]
     base = replace(base, temperature=protocol.temperature, top_p=protocol.top_p)
-    print(protocol.line(), file=sys.stderr)
     if args.samples < 1:
         raise SettingsError("--samples", f"must be ≥ 1 (got {args.samples})")
     check_batch_size(args)
     checked = _check_reproducible_flag(args, variants)
+    print(protocol.line(), file=sys.stderr)  # after every check: a refusal stays one line
     started = time.perf_counter()
     try:
         with runner(args, len(chosen) * args.samples) as (decoder, pair):

@@ -149,7 +149,6 @@ def run(args: argparse.Namespace) -> int:
     base = settings_from_args(args)  # the method compared with SD at its settings
     protocol = protocol_for(["sd", args.method, "target"], base)  # SD and target-only: the study's references
     base = under(protocol, base)
-    print(protocol.line(), file=sys.stderr)
     grid = grid_of(args, studied()[args.method], base)
     for setting, values in grid.items():
         for number in values:
@@ -187,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
     # what `study merge` compares, beside the settings: the files by their hashes, and the versions that decode
     config |= {"files": recorded_files(args.data, model.pair, model.draft, model.target), "versions": versions()}
     check_study_folder(args.out, config, args.resume)  # before the model loads: a bad --out costs no load
+    print(protocol.line(), file=sys.stderr)  # after every check: a refusal stays one line
     started = time.perf_counter()
     try:
         with runner(args, len(plan.problems)) as (decoder, description):  # the pair here, or Ray actors (--ray)

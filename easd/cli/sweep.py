@@ -68,13 +68,13 @@ def run(args: argparse.Namespace) -> int:
     protocol = protocol_for([v.settings.method for v in variants], base)  # one sampling setting for every run
     variants = [replace(v, settings=under(protocol, v.settings)) for v in variants]
     base = replace(base, temperature=protocol.temperature, top_p=protocol.top_p)
-    print(protocol.line(), file=sys.stderr)
     for variant in variants:
         try:
             variant.settings.validate()
         except SettingsError as err:  # a grid value out of range: name the grid's flag
             raise SettingsError(grid_flag(err.setting), err.message) from None
     check_batch_size(args)
+    print(protocol.line(), file=sys.stderr)  # after every check: a refusal stays one line
     try:
         with runner(args, len(chosen)) as (decoder, pair):
             config = folder_config(args, pair, base, 1) | {"protocol": protocol.as_dict()}

@@ -11,6 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..errors import EasdError
 from ..method.methods import METHODS
 from ..render.grid import grid_figures
 from .evaluate import GRIDS
@@ -198,12 +199,22 @@ def write_reports(out: Path, format: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     summary, paired = summary_table(results, format, grader_of(out)), paired_table(results)
     summary.to_csv(out / "summary.csv", index=False, float_format="%.4f")
     name = benchmark_name(out)
-    protocol = Protocol.of_config(read_config(out) or {})
-    (out / "paper.md").write_text(paper_table({name: summary}, {name: paired}) + f"\n\n{protocol.line()}\n", encoding="utf-8")
+    protocol = protocol_of(out)
+    said = f"\n\n{protocol.line()}" if protocol is not None else ""
+    (out / "paper.md").write_text(paper_table({name: summary}, {name: paired}) + said + "\n", encoding="utf-8")
     paired.to_csv(out / "paired.csv", index=False, float_format="%.4f")
     figures = [accuracy_figure(summary), speed_figure(summary), fragility_figure(summary), paired_figure(paired)]
     write_html(out / "report.html", "EASD evaluation", figures)
     return summary, paired
+
+
+def protocol_of(out: Path) -> Protocol | None:
+    """The sampling protocol an eval folder's run.json records, or its settings say; None where it holds neither."""
+    try:
+        config = read_config(out)
+    except EasdError:
+        return None
+    return Protocol.of_config(config) if config else None
 
 
 def grader_of(out: Path) -> str:
