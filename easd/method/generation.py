@@ -136,6 +136,7 @@ class Generation:
         self.final: tuple[RowState | None, RowState | None] | None = None  # kept when it ends, if keep_kv
         self.state = self.method.start(self)  # its method's own state (MTI's negative prompt, RSD's segments)
         self.error: EasdError | None = None  # why it failed, when its stop reason is "error"
+        self.parents: list[int] | None = None  # a group's members to follow after this step (its method says: `follow`)
         self.why_stopped = "stopped"  # the stop reason a stopped generation ends with (see `stop`)
         self._stop = threading.Event()
 
@@ -180,6 +181,15 @@ class Generation:
     @property
     def stopped(self) -> bool:
         return self._stop.is_set()
+
+    @property
+    def width(self) -> int:
+        """How many rows of a batch it holds (its method's group: SMC-SD's particles; one for most)."""
+        return self.method.width(self)
+
+    def sequence(self, member: int) -> list[int]:
+        """What its member's row holds, and the token after (its method says)."""
+        return self.method.sequence(self, member)
 
     @property
     def capacity(self) -> int:

@@ -12,7 +12,10 @@ a ticket's generations only when it has a row free for each, so they wait here o
 (`Rows.waiting`) admits them in order as rows free up.
 
 Words as in step.py and seam.py: a row is a generation's index 0..B-1 in both models' caches; a row's "seen"
-tokens are those a model's cache holds.
+tokens are those a model's cache holds. A generation may hold a *group* of rows, its members 0..width-1 (SMC-SD's
+particles, SpecGuard's candidates, beam search's beams, easd.method.methods `width`): they join together, the
+others forked from the first's cache (a copy of its state, not recomputed), count against `max_rows` by their number,
+are reordered or copied as the method says (`follow`) and leave together.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..errors import EasdError
 from .pair import ModelPair
 from .seam import Caches, RowState
 from .trace import Trace
@@ -36,12 +40,15 @@ class Joining(Protocol):
     """What the rows need of a generation (easd.method.generation.Generation)."""
 
     tokens: list[int]  # its prompt and the tokens emitted so far
-    start: Start | None  # the cache states it joins with, when it resumes (None: computed afresh)
+    start: Start | None  # the cache states its first member joins with, when it resumes (None: computed afresh)
     trace: Trace  # its time spent joining counts in trace.stats.seconds
     why_stopped: str
 
     @property
-    def capacity(self) -> int: ...  # the most tokens its row of the caches may hold
+    def capacity(self) -> int: ...  # the most tokens a row of it may hold
+    @property
+    def width(self) -> int: ...  # the rows it holds: its members
+    def sequence(self, member: int) -> list[int]: ...  # what its member's row holds, and the token after
     @property
     def uses_draft(self) -> bool: ...
     @property
@@ -64,9 +71,9 @@ class Start:
     target_seen: int
 
     @staticmethod
-    def afresh(generation: Joining) -> Start:
-        """Both caches computed from the tokens: every token but the last, whose logits the next pass computes."""
-        seen = len(generation.tokens) - 1
+    def afresh(generation: Joining, member: int = 0) -> Start:
+        """Both caches computed from the member's tokens: every token but the last, whose logits the next pass computes."""
+        seen = len(generation.sequence(member)) - 1
         return Start(None, None, seen, seen)
 
 
@@ -95,6 +102,7 @@ class Rows:
         # resumed between steps (easd.serving.chunks) would otherwise start it again each time.
         self.prompts_between_steps = prompts_between_steps
         self.generations: list[Joining] = []  # generations[row] holds that row of both caches
+        self.members: list[int] = []  # members[row]: which of its generation's members the row is
         self.waiting: deque[Joining] = deque(generations)
         self.prompts: dict[Joining, Prompt] = {}  # long prompts being computed, by the generation waiting for them
         self._lock = threading.Lock()
@@ -110,22 +118,37 @@ class Rows:
     @property
     def load(self) -> int:
         """Generations still decoding or waiting to join."""
-        return sum(not g.done for g in self.generations) + len(self.waiting)
+        return sum(not g.done for g in self.decoding) + len(self.waiting)
+
+    @property
+    def decoding(self) -> list[Joining]:
+        """The generations holding rows, each once, in the order of their first rows."""
+        return list(dict.fromkeys(self.generations))
+
+    def rows_of(self, generation: Joining) -> dict[int, int]:
+        """The generation's rows, by member."""
+        return {m: row for row, (g, m) in enumerate(zip(self.generations, self.members)) if g is generation}
 
     def join(self) -> None:
-        """Let in generations from the line while there are free rows, in order. Generations that join together with
-        the same prompt (a comparison's SD and EASD) compute its prefix once per model: the later ones start from a
-        copy. A prompt longer than PREFILL_CHUNK is computed first (`Prompt`), whole or, with
-        `prompts_between_steps`, a piece per call while the generations behind it wait their turn."""
+        """Let in generations from the line while there are rows free for all their members, in order. Generations that
+        join together with the same prompt (a comparison's SD and EASD) compute its prefix once per model: the later
+        ones start from a copy, as a group's other members start from its first's. A prompt longer than PREFILL_CHUNK
+        is computed first (`Prompt`), whole or, with `prompts_between_steps`, a piece per call while the generations
+        behind it wait their turn. A generation wider than the whole batch ends at once, saying so."""
         twins: dict[tuple[str, tuple[int, ...]], int] = {}  # (model, prefix) -> the row that took it in this call
         while self.waiting and len(self.generations) < self.max_rows:
             generation = self.waiting[0]
-            if generation.stopped:  # before its first step, or while its prompt was computed
+            if generation.stopped or generation.width > self.max_rows:  # before its first step, or while its prompt was computed
                 with self._lock:
                     self.waiting.remove(generation)
                 self.prompts.pop(generation, None)
-                generation.finish(generation.why_stopped)
+                if generation.stopped:
+                    generation.finish(generation.why_stopped)
+                else:
+                    generation.finish("error", too_wide(generation.width, self.max_rows))
                 continue
+            if len(self.generations) + generation.width > self.max_rows:
+                return  # its group waits for rows, in order
             started = time.perf_counter()
             ready = self._prompt_ready(generation, twins)
             generation.trace.stats.seconds += time.perf_counter() - started
@@ -134,24 +157,54 @@ class Rows:
             with self._lock:
                 self.waiting.remove(generation)
             started = time.perf_counter()
-            start = generation.start or Start.afresh(generation)
-            row, room = len(self.generations), generation.capacity
-            for model, prefix in prefixes(generation, start).items():
-                state = getattr(start, model)
-                twin = twins.get((model, prefix)) if prefix and state is None else None
-                caches = self.caches[model]
-                caches.add_row(list(prefix), room, caches.save_row(twin) if twin is not None else state)
-                twins.setdefault((model, prefix), row)
+            for member in range(generation.width):
+                self._add_member(generation, member, twins)
             generation.start = None
             generation.trace.stats.seconds += time.perf_counter() - started
+
+    def _add_member(self, generation: Joining, member: int, twins: dict) -> None:
+        """One row for the generation's member: its first from its start (or afresh), the others from a copy of a row
+        that holds the same tokens (the first member's, as a group starts), else afresh from their own tokens."""
+        start = (generation.start if member == 0 else None) or Start.afresh(generation, member)
+        row, room = len(self.generations), generation.capacity
+        for model, prefix in prefixes(generation, start, member).items():
+            state = getattr(start, model)
+            twin = twins.get((model, prefix)) if prefix and state is None else None
+            caches = self.caches[model]
+            caches.add_row(list(prefix), room, caches.save_row(twin) if twin is not None else state)
+            twins.setdefault((model, prefix), row)
+        self.generations.append(generation)
+        self.members.append(member)
+
+    def follow(self, generation: Joining, parents: list[int]) -> None:
+        """Make the generation's member i hold what its member parents[i] held (SMC-SD's resampling, beam search's
+        pruning): a member named once keeps its row, one named again gets a copy of it (its state, not recomputed),
+        one named never gives its row back; every other generation's rows stay as they are, in order. The method has
+        already made its own state follow: member i's sequence is its parent's (`sequence`)."""
+        old = self.rows_of(generation)  # member -> row
+        copies = [(i, p) for i, p in enumerate(parents) if parents.index(p) != i]
+        states = {name: {p: caches.save_row(old[p]) for _, p in copies} for name, caches in self.caches.items()}
+        held = {i: {name: caches.length(old[p]) for name, caches in self.caches.items()} for i, p in copies}
+        gone = {old[m] for m in old if m not in parents}
+        keep = [row for row in range(len(self.generations)) if row not in gone]
+        for caches in self.caches.values():
+            caches.keep_rows(keep)
+        members = [self.members[row] for row in keep]
+        self.generations = [self.generations[row] for row in keep]
+        self.members = [parents.index(m) if g is generation else m for g, m in zip(self.generations, members)]
+        for i, p in copies:
+            sequence = generation.sequence(i)
+            for name, caches in self.caches.items():
+                caches.add_row(sequence[: held[i][name]], generation.capacity, states[name][p])
             self.generations.append(generation)
+            self.members.append(i)
 
     def _prompt_ready(self, generation: Joining, twins: dict) -> bool:
         """Whether `generation` can join now; computes its long prompt first, or with `prompts_between_steps`
         and others decoding, the next piece of it."""
         if generation.start is not None or not self.use_cache:
             return True
-        wanted = prefixes(generation, Start.afresh(generation))
+        wanted = prefixes(generation, Start.afresh(generation), 0)
         if max(map(len, wanted.values())) <= PREFILL_CHUNK or all((m, p) in twins for m, p in wanted.items() if p):
             return True
         prompt = self.prompts.setdefault(generation, Prompt(self.pair, wanted, generation.capacity))
@@ -162,7 +215,7 @@ class Rows:
         if not prompt.done:
             return False
         del self.prompts[generation]
-        generation.start = prompt.start(len(generation.tokens) - 1)
+        generation.start = prompt.start(len(generation.sequence(0)) - 1)
         return True
 
     def leave(self, leaving: list[Joining]) -> None:
@@ -175,10 +228,11 @@ class Rows:
         for caches in self.caches.values():
             caches.keep_rows(staying)
         self.generations = [self.generations[i] for i in staying]
+        self.members = [self.members[i] for i in staying]
 
     def end_all(self) -> None:
         """The batch is over: every generation still holding a row or waiting ends as stopped."""
-        for generation in self.generations + list(self.waiting):
+        for generation in self.decoding + list(self.waiting):
             generation.finish(generation.why_stopped)
 
 
@@ -213,9 +267,19 @@ class Prompt:
         return Start(draft, target, seen, seen)
 
 
-def prefixes(generation: Joining, start: Start) -> dict[str, tuple[int, ...]]:
-    """What each model's cache must hold for the row to join: its first `seen` tokens (none for a model it does not use)."""
+def prefixes(generation: Joining, start: Start, member: int) -> dict[str, tuple[int, ...]]:
+    """What each model's cache must hold for the member's row to join: the first `seen` tokens of its sequence (none
+    for a model it does not use)."""
+    sequence = generation.sequence(member)
     return {
-        "draft": tuple(generation.tokens[: start.draft_seen]) if generation.uses_draft else (),
-        "target": tuple(generation.tokens[: start.target_seen]) if generation.uses_target else (),
+        "draft": tuple(sequence[: start.draft_seen]) if generation.uses_draft else (),
+        "target": tuple(sequence[: start.target_seen]) if generation.uses_target else (),
     }
+
+
+def too_wide(width: int, rows: int) -> EasdError:
+    """Why a generation of `width` rows can never join a batch of `rows`."""
+    return EasdError(
+        f"this run needs {width} rows of the batch at once and the batch holds {rows}: ask for fewer (particles, "
+        "candidates or beams) or a bigger batch"
+    )

@@ -7,7 +7,8 @@ Layers, bottom-up (as in gpt-fast's generate.py):
     _draft         the rows that draft take the draft passes, one per drafted position, all of them in it
     _verify        ONE target pass for every row that takes it
     _look_again    the rows whose method asks (MTI where the target is unsure): ONE more target pass for them all
-    _judge         each row's block, alone: a row whose numbers fail ends, the others go on
+    _judge         each generation's block, alone (a group's from all its rows): one whose numbers fail ends, the
+                   others go on
   Batch            steps its rows and streams the blocks, each naming its generation; generations join and
                    leave at block boundaries (easd.method.rows: joining, long prompts in pieces)
   Generation       one generation: prompt checks, its own random numbers, stop handling, its trace (generation.py)
@@ -19,9 +20,11 @@ Words, used in one sense each (as vLLM keeps a request apart from its index in t
   generation       one prompt decoded under one DecodeSettings: a `Generation`. Its record is its
                    `Trace`, which users, files and the app call a run.
   row              the slot a generation holds in its batch's caches while it decodes: an index 0..B-1.
+  group            the rows of one generation that holds several (SMC-SD's particles, SpecGuard's candidates, beam
+                   search's beams): its members 0..width-1, each with a sequence of its own (`Method.sequence`).
   block            one round of a generation: drafts judged, tokens emitted (`judging.Block`).
   step             one round of the batch: a block for every generation in it.
-  plan             a row's part in one step (`RowPlan`): what it drafts, and what the passes gave it.
+  plan             a row's part in one step (`RowPlan`): what it drafts, what the passes gave it, what it keeps.
   segment          what RSD's paper calls a reasoning step: text up to its delimiter (methods/rsd.py), never a step.
 
 A generation is decoded exactly as if it ran alone: it has its own random generator, drawn in the same order as a
@@ -118,20 +121,20 @@ class Batch:
                 if self._stop.is_set():  # checked after the boundary too, which may itself stop the batch
                     return
                 rows = self.rows
-                rows.leave([g for g in rows.generations if g.stopped])
+                rows.leave([g for g in rows.decoding if g.stopped])
                 rows.join()
                 if not rows.generations:
                     if rows.waiting:  # the head of the line's prompt is not computed yet
                         continue
                     return
                 yield from self._step()
-                rows.leave([g for g in rows.generations if g.done])
+                rows.leave([g for g in rows.decoding if g.done])
         finally:
             self.rows.end_all()
 
     def run(self) -> list[Trace]:
         """Decode every generation to the end; the traces in the order the generations were given."""
-        everyone = list(self.rows.waiting) + self.rows.generations
+        everyone = list(self.rows.waiting) + self.rows.decoding
         for _ in self:
             pass
         return [g.trace for g in everyone]
@@ -141,7 +144,7 @@ class Batch:
     def _step(self) -> list[Block]:
         """Plan, draft, verify, look again, judge, commit: one block for every generation (one that fails ends alone)."""
         started = time.perf_counter()
-        plans = [self._plan(row, generation) for row, generation in enumerate(self.rows.generations)]
+        plans = [self._plan(row, g, m) for row, (g, m) in enumerate(zip(self.rows.generations, self.rows.members))]
         precise = {plan.row for plan in plans if plan.generation.settings.signals == "float32"}  # float32 lm_head rows
         self._draft(plans, precise)
         self._verify(plans, precise)
@@ -150,28 +153,34 @@ class Batch:
             if not plan.generation.done:
                 with self._alone(plan):
                     plan.generation.method.after_passes(plan)
-        blocks = [block for block in map(self._judge, plans) if block is not None]
+        groups: dict[int, list[RowPlan]] = {}  # each generation's plans, in member order
+        for plan in sorted(plans, key=lambda plan: plan.member):
+            groups.setdefault(id(plan.generation), []).append(plan)
+        blocks = [block for block in map(self._judge, groups.values()) if block is not None]
         self._commit(plans, blocks, seconds=time.perf_counter() - started)  # every generation waited for the whole step
         return blocks
 
-    def _plan(self, row: int, generation) -> RowPlan:
-        """What the row does this step (its method says); also its checkpoint as the block starts."""
-        stats = generation.trace.stats
-        block = generation.first_block + len(generation.checkpoints)
-        position = len(generation.tokens) - generation.prompt_length
-        generation.checkpoints.append(
-            Checkpoint(
-                block,
-                position,
-                self.draft.length(row),
-                self.target.length(row),
-                generation.generator.get_state(),
-                dataclasses.replace(stats),
+    def _plan(self, row: int, generation, member: int) -> RowPlan:
+        """What the row does this step (its method says); also, for a generation's first member, its checkpoint as
+        the block starts."""
+        if member == 0:
+            generation.checkpoints.append(
+                Checkpoint(
+                    generation.first_block + len(generation.checkpoints),
+                    len(generation.tokens) - generation.prompt_length,
+                    self.draft.length(row),
+                    self.target.length(row),
+                    generation.generator.get_state(),
+                    dataclasses.replace(generation.trace.stats),
+                )
             )
-        )
+        block = generation.first_block + len(generation.checkpoints) - 1
+        position = len(generation.tokens) - generation.prompt_length
         method = generation.method
-        draft_passes, verifies = method.plan(generation)
-        return RowPlan(row, generation, draft_passes, verifies, block, position, drafted=list(method.given(generation)))
+        draft_passes, verifies = method.plan_member(generation, member)
+        given = list(method.given(generation, member))
+        held = len(method.sequence(generation, member))
+        return RowPlan(row, generation, draft_passes, verifies, block, position, member, held, drafted=given)
 
     def _draft(self, plans: list[RowPlan], precise: set[int]) -> None:
         """Every drafting row's draft passes: one pass per drafted position, all drafting rows in it; after each,
@@ -180,7 +189,7 @@ class Batch:
             asking = [plan for plan in plans if plan.draft_passes > i and not plan.generation.done and not plan.drafting_done]
             if not asking:
                 return
-            sequences = {plan.row: plan.generation.tokens + plan.drafted for plan in asking}
+            sequences = {plan.row: plan.sequence + plan.drafted for plan in asking}
             out = self._pass(self.draft, "draft", asking, sequences, dict.fromkeys(sequences, 1), precise)  # {row: [1, V]}
             for plan in asking:
                 with self._alone(plan):
@@ -196,7 +205,7 @@ class Batch:
         asking = [plan for plan in plans if plan.verifies and not plan.generation.done]
         if not asking:
             return
-        sequences = {plan.row: plan.generation.tokens + plan.drafted for plan in asking}
+        sequences = {plan.row: plan.sequence + plan.drafted for plan in asking}
         out = self._pass(self.target, "target", asking, sequences, {plan.row: len(plan.drafted) + 1 for plan in asking}, precise)
         for plan in asking:
             with self._alone(plan):
@@ -217,10 +226,10 @@ class Batch:
         if not after:
             return
         asking = [plan for plan, _ in after.values()]
-        sequences = {row: plan.generation.tokens + tokens for row, (plan, tokens) in after.items()}
+        sequences = {row: plan.sequence + tokens for row, (plan, tokens) in after.items()}
         out = self._pass(self.target, "target", asking, sequences, dict.fromkeys(sequences, 1), precise)  # {row: [1, V]}
         for plan in asking:
-            self.target.truncate(plan.row, len(plan.generation.tokens))
+            self.target.truncate(plan.row, len(plan.sequence))
             with self._alone(plan):
                 plan.second_logits = _finite(out[plan.row], "target (looking again)", plan)
 
@@ -229,42 +238,47 @@ class Batch:
         started = time.perf_counter()
         out = caches.logits(sequences, last, precise)
         seconds = time.perf_counter() - started
-        for plan in asking:
-            stats = plan.generation.trace.stats
+        for generation in {id(plan.generation): plan.generation for plan in asking}.values():  # a group's rows: one pass
+            stats = generation.trace.stats
             setattr(stats, f"{model}_seconds", getattr(stats, f"{model}_seconds") + seconds)
             setattr(stats, f"{model}_calls", getattr(stats, f"{model}_calls") + 1)
             setattr(stats, f"{model}_rows", getattr(stats, f"{model}_rows") + len(asking))
         return out
 
-    def _judge(self, plan: RowPlan) -> Block | None:
-        """The row's block, as its method judges it (None if the row failed)."""
-        if plan.generation.done:
+    def _judge(self, plans: list[RowPlan]) -> Block | None:
+        """A generation's block, as its method judges it from its rows' plans (None if it failed)."""
+        generation = plans[0].generation
+        if generation.done:
             return None
-        with self._alone(plan):
-            return plan.generation.method.judge(plan)
+        with self._alone(plans[0]):
+            return generation.method.judge_group(plans)
         return None
 
     def _commit(self, plans: list[RowPlan], blocks: list[Block], seconds: float) -> None:
-        """Emitted tokens join their generations; the caches forget the drafts the emitted tokens did not confirm
-        (SD's rejected drafts; a candidate step SpecGuard did not keep); traces and counts grow."""
-        rows = {id(generation): row for row, generation in enumerate(self.rows.generations)}
-        fed = {id(plan.generation): plan.drafted for plan in plans}  # what this step's passes read after each row's tokens
+        """Emitted tokens join their generations; each row's caches forget the drafts its sequence did not keep (SD's
+        rejected drafts; a candidate step SpecGuard did not keep); a group's rows follow its method (resampled
+        particles, pruned beams); traces and counts grow."""
         for block in blocks:
-            generation, row = block.generation, rows[id(block.generation)]
+            generation = block.generation
             emitted = [r.token_id for r in block.records]
-            confirmed = next((i for i, (a, b) in enumerate(zip(fed[id(generation)], emitted)) if a != b), None)
-            confirmed = min(len(fed[id(generation)]), len(emitted)) if confirmed is None else confirmed
-            kept = len(generation.tokens) + confirmed  # the caches' tokens that are the generation's own
+            for plan in (plan for plan in plans if plan.generation is generation):
+                kept = emitted if plan.keep is None else plan.keep  # what the row's sequence grew by
+                confirmed = next((i for i, (a, b) in enumerate(zip(plan.drafted, kept)) if a != b), None)
+                confirmed = min(len(plan.drafted), len(kept)) if confirmed is None else confirmed
+                held = min(plan.held + confirmed, plan.held + len(kept) - 1)  # the caches' tokens that are its own
+                self.target.truncate(plan.row, held)
+                self.draft.truncate(plan.row, held)
             generation.tokens.extend(emitted)
-            self.target.truncate(row, min(kept, len(generation.tokens) - 1))
-            self.draft.truncate(row, min(kept, len(generation.tokens) - 1))
+            if generation.parents is not None:  # its method reordered or copied its members
+                self.rows.follow(generation, generation.parents)
+                generation.parents = None
         self.draft.tidy()
         self.target.tidy()
         for block in blocks:
             generation = block.generation
             self._record(block, seconds)
             if generation.done and generation.keep_kv:  # taken before it leaves its row: others may start from it
-                row = rows[id(generation)]
+                row = self.rows.rows_of(generation)[0]
                 generation.final = (self.draft.save_row(row), self.target.save_row(row))
 
     @contextmanager
@@ -307,8 +321,10 @@ class RowPlan:
     generation: Any  # the generation holding the row (easd.method.generation.Generation)
     draft_passes: int  # the draft passes it takes part in: SD's k (one fewer near the end), draft-only's 1, none
     verifies: bool  # it takes the target's pass
-    block: int  # the block's index in the row's trace
-    position: int  # tokens the row generated before this block
+    block: int  # the block's index in the generation's trace
+    position: int  # tokens the generation emitted before this block
+    member: int  # which of its generation's rows it is (0 for a generation of one row)
+    held: int  # the tokens of the row's sequence as the step starts (its caches hold all but the last)
     drafted: list[int] = field(default_factory=list)  # c_1..c_k, the draft's proposals (or tokens its method gave)
     q_tilde: list[torch.Tensor | None] = field(default_factory=list)  # [1, V] per proposal: the q̃_i c_i was drawn from, or None
     q_logits: list[torch.Tensor] = field(default_factory=list)  # [1, V] per draft pass: q_1..q_k (draft-only: its step)
@@ -316,6 +332,12 @@ class RowPlan:
     second_logits: torch.Tensor | None = None  # [1, V] the target's logits on its second look (MTI's p_u), where it asked
     drafting_done: bool = False  # the row's method wants no more draft passes this step (RSD's segment ended)
     score: float | None = None  # a score its method gave the block outside the batch's models (RSD's reward)
+    keep: list[int] | None = None  # what the row's sequence grew by, where not the block's tokens (a particle's own)
+
+    @property
+    def sequence(self) -> list[int]:
+        """What the row holds, and the token after: its method's sequence for this member (the generation's tokens)."""
+        return self.generation.method.sequence(self.generation, self.member)
 
 
 def _finite(logits: torch.Tensor, model: str, plan: RowPlan) -> torch.Tensor:

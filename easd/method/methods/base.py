@@ -10,14 +10,18 @@ The hooks a method may fill, in the order the step calls them:
   check(pair, settings)    whether this pair can run it at all (RSD needs a reward model), before anything decodes
   on_pair(pair, settings)  its settings as they run on this pair (SpecGuard's grounding "auto": attention or none)
   start(generation)        its own state for a generation (MTI's negative prompt, RSD's segments), once
+  width(generation)        how many rows it holds in the batch: its members (SMC-SD's particles; 1 for most), as it joins
+  sequence(generation, m)  what member m's row holds, and the token after (the generation's tokens; a particle's own)
   plan(generation)         how many draft passes the row takes part in this step, and whether it takes the target's
-  given(generation)        tokens the row already holds for this step's passes, read after its own without drafting
+                           (a group's: plan_member(generation, m), for member m's row)
+  given(generation, m)     tokens the row already holds for this step's passes, read after its own without drafting
                            (SpecGuard's chosen step, which the target scores): its `drafted` as the step starts
   propose(plan, logits)    after each draft pass: the token it proposes and the distribution it drew it from
                            (a Proposal; None proposes nothing: the step keeps the logits in plan.q_logits either way)
   second_look(plan)        after the target's pass: tokens after which the target should look again (MTI), or None
   after_passes(plan)       after the passes: work outside the batch's models (RSD's reward model)
-  judge(plan)              the row's block: the tokens emitted and their trace records
+  judge(plan)              the row's block: the tokens emitted and their trace records (judge_group(plans): a group's,
+                           from all its rows; it may set each plan's `keep` and ask its rows to follow: `parents`)
   ended(generation)        a reason of its own to end the generation (RSD's step cap), or None
 and, to read its traces: explains(record, settings), a sentence on its own rule at that token for the inspector.
 
@@ -126,12 +130,24 @@ class Method:
         """Tokens its row holds beyond the prompt, the new tokens and a block's drafts (MTI's negative prompt)."""
         return 0
 
+    def width(self, generation) -> int:
+        """How many rows of the batch it holds: one."""
+        return 1
+
+    def sequence(self, generation, member: int) -> list[int]:
+        """What member `member`'s row holds, and the token after: the generation's prompt and the tokens it emitted."""
+        return generation.tokens
+
+    def plan_member(self, generation, member: int) -> tuple[int, bool]:
+        """`plan` for member `member`'s row: a generation of one row plans as `plan` says."""
+        return self.plan(generation)
+
     def plan(self, generation) -> tuple[int, bool]:
         """(draft passes it takes part in this step, whether it takes the target's pass): its one model's pass."""
         alone = self.one_model == "draft"
         return int(alone), not alone
 
-    def given(self, generation) -> list[int]:
+    def given(self, generation, member: int = 0) -> list[int]:
         """Tokens this step's passes read after the row's own, before any drafting (none)."""
         return []
 
@@ -145,6 +161,10 @@ class Method:
 
     def after_passes(self, plan) -> None:
         """Work after the batch's passes, outside its models."""
+
+    def judge_group(self, plans: list) -> Block:
+        """The block of a generation from its rows' plans, in member order: its one row's (`judge`)."""
+        return self.judge(plans[0])
 
     def judge(self, plan) -> Block:
         """One token of the one model: the draft's proposal, or drawn from the target's logits: the row's block."""

@@ -259,7 +259,7 @@ class Guarded(Stepwise):
             return 0, True
         return super().plan(generation)
 
-    def given(self, generation) -> list[int]:
+    def given(self, generation, member: int = 0) -> list[int]:
         steps = generation.state
         return list(steps.candidates[steps.chosen].tokens) if steps.writer == "scoring" else []
 
