@@ -183,3 +183,51 @@ def test_a_system_prompt_is_the_chat_templates_system_turn_and_the_trace_keeps_i
     assert encode_prompt(tiny_pair, PROMPTS[0], False, system) == tiny_pair.tokenizer.encode(f"{system}\n\n{PROMPTS[0]}")
     trace = Generation(tiny_pair, PROMPTS[0], DecodeSettings(method="sd", max_new_tokens=4), system=system).run()
     assert trace.system == system and trace.stats.prompt_tokens == len(ids)
+
+
+GROUPS = [  # generations that hold several rows (SMC-SD's particles) beside generations of one row
+    dict(method="sd", k=4),
+    dict(method="smc", smc_particles=3, seed=2),
+    dict(method="easd", k=2, temperature=1.0, seed=5),
+    dict(method="smc", smc_particles=2, k=3, seed=7, smc_ess=1.0),  # resamples after nearly every cycle
+]
+
+
+def test_groups_of_rows_decode_beside_other_rows_exactly_as_alone(tiny_pair):
+    """SMC-SD's particles are rows of the shared batch: a batch of SD, EASD and two SMC-SD generations (5 particle rows,
+    2 resampling often) gives every generation its solo run, token for token, origin for origin, pass for pass; with
+    `max_rows` 4 the 3-particle group waits for 3 free rows, and the batch never holds more than 4."""
+    from easd.method.methods import make_settings
+
+    generations = [Generation(tiny_pair, PROMPTS[i % 3], make_settings(max_new_tokens=20, **kw)) for i, kw in enumerate(GROUPS)]
+    batch = Batch(tiny_pair, generations, max_rows=4)
+    for _ in batch:
+        assert len(batch.rows.generations) <= 4
+    for generation in generations:
+        alone = Generation(tiny_pair, generation.prompt, generation.settings).run()
+        assert generation.trace.token_ids == alone.token_ids
+        assert [r.origin for r in generation.trace.records] == [r.origin for r in alone.records]
+        assert (generation.trace.stats.target_calls, generation.trace.stats.draft_calls) == (
+            alone.stats.target_calls,
+            alone.stats.draft_calls,
+        )
+
+
+def test_a_step_of_sd_and_smc_takes_one_draft_pass_a_position_and_one_target_pass(tiny_pair):
+    """The passes of a batch of one SD and one SMC-SD generation (3 particles), k = 4: per step, 4 draft passes (each
+    over the SD row and the particles' rows) and ONE target pass over all 4 rows; before, SMC-SD's particles took
+    passes of their own after the batch's."""
+    from easd.method.methods import make_settings
+
+    sd = Generation(tiny_pair, PROMPTS[0], make_settings(method="sd", max_new_tokens=30))
+    smc = Generation(tiny_pair, PROMPTS[1], make_settings(method="smc", smc_particles=3, max_new_tokens=30))
+    batch = Batch(tiny_pair, [sd, smc])
+    counted = []
+    for block in batch:  # a block for each generation a step: count after each step's last
+        if block.generation is smc:
+            counted.append((sd.trace.stats.draft_calls, sd.trace.stats.target_calls, smc.trace.stats.target_rows))
+        if len(counted) == 2:
+            break
+    (d1, t1, rows1), (d2, t2, rows2) = counted[0], counted[1]
+    assert (d2 - d1, t2 - t1) == (4, 1) and (d1, t1) == (4, 1)  # SD's row took every pass of the step
+    assert rows2 - rows1 == 4 and smc.trace.stats.target_calls == sd.trace.stats.target_calls  # one pass, 4 rows in it

@@ -145,7 +145,7 @@ def test_a_runs_weights_are_those_of_fresh_passes_at_its_temperatures(hf_tiny_pa
     checked = 0
     for _ in generation:
         population = generation.state
-        if population.finished:
+        if population.chosen is not None:
             break
         records = [r for p in population.particles for r in p.records]
         since = max((r.own.smc_cycle for r in records if r.own.smc_resampled), default=-1)  # weights start again after it

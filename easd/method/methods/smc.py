@@ -20,24 +20,24 @@ resampling is largest: the largest ratio of target to draft probability of its r
 likeliest text, and does not approach the target as N grows (the authors' branch that tried it found it
 "systematically picked the wrong particle" on math); ties go to the first particle, whatever their lengths.
 
-Here the particles decode on caches of their own (N rows of each model, like beam search's beams): the generation's
-row of the shared batch takes no pass, and its work is done after the batch's passes (`after_passes`, as RSD's
-reward model is). The lane streams only what every particle agrees on (their common prefix, which no later
-resampling can change) and, at the end, the rest of the chosen particle: a trace only ever grows.
+Here the particles are a group of rows in the shared batch (its `width`: N rows of each model's caches, the others
+forked from the first's prompt): each drafts in the batch's draft passes and is scored in its one target pass, beside
+every other generation's rows, as vLLM's sequence groups share a batch; a resampling makes the rows follow their
+ancestors (copies of their caches, easd.method.rows `follow`). The lane streams only what every particle agrees on
+(their common prefix, which no later resampling can change) and, at the end, the rest of the chosen particle: a
+trace only ever grows.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field, replace
 
 import torch
 
 from .. import acceptance as acc
-from ..judging import Block
+from ..judging import Block, Proposal
 from ..knobs import Control, knob
 from ..origins import Origin
-from ..seam import follow
 from ..settings import MIN_TEMPERATURE
 from ..trace import Candidate, TokenRecord, recorded
 from .base import Method
@@ -213,34 +213,39 @@ class Particle:
 
 @dataclass
 class Population:
-    """An SMC-SD generation's state: its particles, its own caches (N rows of each model; None until its first
-    cycle, and after a move to another process), how many cycles ran and how many tokens the lane has."""
+    """An SMC-SD generation's state: its particles (member i of its group of rows is particle i), how many cycles ran,
+    how many tokens the lane has, and the output particle once chosen."""
 
     particles: list[Particle]
     cycle: int = 0
     committed: int = 0  # new tokens every particle shares, already in the generation's trace
-    finished: bool = False  # the output particle is chosen; its tokens are being handed over
-    caches: tuple | None = None  # (draft, target) Caches of the particles' rows, in the particles' order
-    pending: list[TokenRecord] = field(default_factory=list)  # records to emit in the next block
+    chosen: int | None = None  # the output particle, once every particle has ended: its tokens are handed over
 
     def copy(self) -> Population:
-        """For a snapshot: particles copied, caches left behind (they are rebuilt from the tokens where it resumes)."""
+        """For a snapshot: particles copied (their rows are rebuilt from their tokens where it resumes)."""
         particles = [Particle(list(p.tokens), list(p.records), p.log_w, p.done) for p in self.particles]
-        return Population(particles, self.cycle, self.committed, self.finished, None, list(self.pending))
+        return Population(particles, self.cycle, self.committed, self.chosen)
 
     def log_w(self) -> torch.Tensor:
         return torch.tensor([p.log_w for p in self.particles], dtype=torch.float64)
 
     def agreed(self) -> int:
-        """How many new tokens every particle shares."""
+        """How many new tokens every particle shares (the chosen one's all, once it is chosen)."""
+        if self.chosen is not None:
+            return len(self.particles[self.chosen].tokens)
         shortest = min(len(p.tokens) for p in self.particles)
         first = self.particles[0].tokens
         return next((i for i in range(shortest) if any(p.tokens[i] != first[i] for p in self.particles)), shortest)
 
+    @property
+    def leading(self) -> Particle:
+        """A particle whose records hold what the lane shows: the chosen one, or any (they agree up to `agreed`)."""
+        return self.particles[self.chosen or 0]
+
 
 @dataclass(frozen=True, kw_only=True)
 class Sequential(Method):
-    """SMC-SD: a population of particles on caches of their own, one cycle a step (the module's docstring)."""
+    """SMC-SD: a population of particles, a group of rows of the batch, one cycle a step (the module's docstring)."""
 
     def at_sampling(self, settings, temperature, top_p):
         """Its draft and target at the protocol's temperature; it has no greedy form and no nucleus (its authors'
@@ -258,34 +263,55 @@ class Sequential(Method):
     def copy_state(self, state: Population) -> Population:
         return state.copy()
 
-    def plan(self, generation) -> tuple[int, bool]:
-        """No pass of the shared batch: its particles decode on caches of their own, after the batch's passes."""
-        return 0, False
+    def width(self, generation) -> int:
+        """A row of the batch per particle."""
+        return len(generation.state.particles)
 
-    def after_passes(self, plan) -> None:
-        """One cycle of every unfinished particle; then what they all agree on, or at the end the output particle's
-        rest, becomes the block's tokens."""
-        generation, population = plan.generation, plan.generation.state
-        if not population.finished:
-            _cycle(generation, population, self.own(generation.settings))
-        if all(p.done for p in population.particles) and not population.finished:
-            own = self.own(generation.settings)
-            chosen = choose(population.log_w(), own.final, generation.generator)
-            population.particles = [population.particles[chosen]]  # its rest is the output
-            population.finished, population.caches = True, None  # no more passes: the caches go
-        agreed = population.agreed() if not population.finished else len(population.particles[0].tokens)
-        population.pending = population.particles[0].records[population.committed : agreed]
+    def sequence(self, generation, member: int) -> list[int]:
+        """The particle's row holds the prompt and its own tokens."""
+        return generation.prompt_ids + generation.state.particles[member].tokens
+
+    def plan_member(self, generation, member: int) -> tuple[int, bool]:
+        """An unfinished particle drafts k tokens (fewer near its end: room for the bonus) and takes the target's pass;
+        a finished one, or every one once the output is chosen, takes none."""
+        population = generation.state
+        particle = population.particles[member]
+        if population.chosen is not None or particle.done:
+            return 0, False
+        return max(min(generation.settings.k, _limit(generation) - len(particle.tokens) - 1), 0), True
+
+    def propose(self, plan, logits: torch.Tensor) -> Proposal:
+        """y_j drawn from q̃ at the draft's temperature; its logits are kept (plan.q_logits) for the weight. Drafting
+        stops at an end token: nothing after it is kept.  logits: [1, V]"""
+        generation = plan.generation
+        draft = acc.Sampling(self.own(generation.settings).draft_temperature)
+        token = int(acc.draw(draft.probs(logits), generation.generator))
+        plan.drafting_done = token in generation.pair.eos_ids
+        return Proposal(token, None)
+
+    def judge_group(self, plans: list) -> Block:
+        """The cycle: every particle that drafted is weighed and takes its bonus; the weights may resample the
+        population (its rows follow); when all have ended the output is chosen. The block is what every particle
+        agrees on that the lane does not have yet (or, once chosen, the output's rest)."""
+        generation, population = plans[0].generation, plans[0].generation.state
+        own = self.own(generation.settings)
+        cycled = [plan for plan in plans if plan.p_logits is not None]
+        if cycled:
+            texts = {plan.member: _extend(generation, population, plan, own) for plan in cycled}
+            _weigh(generation, population, own, texts)
+            population.cycle += 1
+        if population.chosen is None and all(p.done for p in population.particles):
+            population.chosen = choose(population.log_w(), own.final, generation.generator)
+        agreed = population.agreed()
+        records = population.leading.records[population.committed : agreed]
         population.committed = agreed
-
-    def judge(self, plan) -> Block:
-        records = plan.generation.state.pending
         end = records[-1].origin if records else SMC_DRAFT.name
-        return Block(plan.block, [], records, end, plan.generation)
+        return Block(plans[0].block, [], records, end, generation)
 
     def ended(self, generation) -> str | None:
         """Ended when the output particle's tokens are all in the trace (an end token or the budget ends it first)."""
         population = generation.state
-        return "max_new_tokens" if population.finished and population.committed >= len(population.particles[0].tokens) else None
+        return "max_new_tokens" if population.chosen is not None and population.committed >= population.agreed() else None
 
     def explains(self, record, settings) -> str:
         own, smc = self.own(settings), record.own
@@ -315,46 +341,27 @@ class Sequential(Method):
         return f"cycles {len(cycles)}  resampled {resampled / len(cycles):.2f}  ESS/N {ess:.2f}  tokens/target pass {tokens / max(passes, 1):.2f}"
 
 
-def _cycle(generation, population: Population, own: SmcSettings) -> None:
-    """Draft, weigh, extend and maybe resample every unfinished particle, on the population's own caches."""
-    pair, settings = generation.pair, generation.settings
-    draft_caches, target_caches = population.caches or _caches(generation, population)
-    population.caches = (draft_caches, target_caches)
-    prompt, limit = generation.prompt_ids, _limit(generation)
-    live = [i for i, p in enumerate(population.particles) if not p.done]
-    ks = {i: min(settings.k, limit - len(population.particles[i].tokens) - 1) for i in live}  # room for the bonus
+def _extend(generation, population: Population, plan, own: SmcSettings) -> str:
+    """One particle's cycle after the passes: its drafts weighed by p̃ / q̃ in log space, kept up to an end token, and
+    the target's bonus after them; its row's sequence grows by them (`plan.keep`). -> the text it added"""
+    pair, particle = generation.pair, population.particles[plan.member]
     draft, target = acc.Sampling(own.draft_temperature), acc.Sampling(own.target_temperature)
-    precise = range(len(population.particles)) if settings.signals == "float32" else ()
-    drafted = {i: [] for i in live}
-    q_raw = {i: [] for i in live}  # [1, V] per drafted token: the draft's logits, q̃ is draft.log_probs of them
-    for j in range(max(ks.values(), default=0)):  # the draft's passes: every particle still drafting in each
-        asking = [i for i in live if ks[i] > j]
-        sequences = {i: prompt + population.particles[i].tokens + drafted[i] for i in asking}
-        out = _pass(generation, draft_caches, "draft", sequences, dict.fromkeys(asking, 1), precise)
-        for i in asking:
-            drafted[i].append(int(acc.draw(draft.probs(out[i]), generation.generator)))
-            q_raw[i].append(out[i])
-    sequences = {i: prompt + population.particles[i].tokens + drafted[i] for i in live}
-    out = _pass(generation, target_caches, "target", sequences, {i: ks[i] + 1 for i in live}, precise)
-    texts = {}
-    for i in live:
-        particle, p_logits = population.particles[i], out[i]  # [k_i + 1, V]
-        tokens = torch.tensor(drafted[i], dtype=torch.long, device=p_logits.device)
-        kept = _until_end(drafted[i], pair.eos_ids)
-        q_rows = torch.cat(q_raw[i][:kept]) if kept else None  # [kept, V]
-        if kept:
-            particle.log_w += float(weigh(target.log_probs(p_logits[:kept]), draft.log_probs(q_rows), tokens[:kept]))
-        new = drafted[i][:kept]
-        origins = [SMC_DRAFT.name] * kept
-        if kept == len(drafted[i]):  # no end token among the drafts: the target's bonus follows
-            new.append(int(acc.draw(target.probs(p_logits[kept : kept + 1]), generator=generation.generator)))
-            origins.append(SMC_BONUS.name)
-        particle.records += _records(generation, population.cycle, particle, new, origins, q_rows, p_logits)
-        particle.tokens += new
-        particle.done = new[-1] in pair.eos_ids or len(particle.tokens) >= limit
-        texts[i] = pair.tokenizer.decode(new)
-    _weigh(generation, population, own, texts)
-    population.cycle += 1
+    p_logits = plan.p_logits  # [k + 1, V]
+    kept = _until_end(plan.drafted, pair.eos_ids)
+    q_rows = torch.cat(plan.q_logits[:kept]) if kept else None  # [kept, V]
+    if kept:
+        tokens = torch.tensor(plan.drafted[:kept], dtype=torch.long, device=p_logits.device)
+        particle.log_w += float(weigh(target.log_probs(p_logits[:kept]), draft.log_probs(q_rows), tokens))
+    new = plan.drafted[:kept]
+    origins = [SMC_DRAFT.name] * kept
+    if kept == len(plan.drafted):  # no end token among the drafts: the target's bonus follows
+        new.append(int(acc.draw(target.probs(p_logits[kept : kept + 1]), generator=generation.generator)))
+        origins.append(SMC_BONUS.name)
+    particle.records += _records(generation, population.cycle, particle, new, origins, q_rows, p_logits)
+    particle.tokens += new
+    particle.done = new[-1] in pair.eos_ids or len(particle.tokens) >= _limit(generation)
+    plan.keep = new
+    return pair.tokenizer.decode(new)
 
 
 def _weigh(generation, population: Population, own: SmcSettings, texts: dict[int, str]) -> None:
@@ -369,12 +376,11 @@ def _weigh(generation, population: Population, own: SmcSettings, texts: dict[int
         for record in particle.records:
             if record.own is None:  # this cycle's
                 record.own = SmcRecord(population.cycle, shares[i], ess, resampled, listing)
-    if resampled:
-        for caches in population.caches:  # each row becomes a copy of its ancestor's (both models' caches alike)
-            held = [(generation.prompt_ids + population.particles[p].tokens)[: caches.length(p)] for p in parents]
-            order = follow(caches, parents, held, _room(generation))
-        particles = [population.particles[parents[k]] for k in order]
-        population.particles = [Particle(list(p.tokens), list(p.records), 0.0, p.done) for p in particles]
+    if resampled:  # particle i becomes a copy of its ancestor, and its row too (the batch copies the caches)
+        population.particles = [
+            Particle(list(p.tokens), list(p.records), 0.0, p.done) for p in (population.particles[a] for a in parents)
+        ]
+        generation.parents = parents
 
 
 def _records(generation, cycle, particle, tokens, origins, q_rows, p_logits) -> list[TokenRecord]:
@@ -396,39 +402,9 @@ def _records(generation, cycle, particle, tokens, origins, q_rows, p_logits) -> 
     ]
 
 
-def _caches(generation, population: Population) -> tuple:
-    """The particles' caches: the prompt (but its last token) computed once a model and copied to each particle's row;
-    the next pass computes the rest of each particle's tokens (all of them, where a snapshot resumes elsewhere)."""
-    pair, room, prompt = generation.pair, _room(generation), generation.prompt_ids
-    made = []
-    for model in (pair.draft, pair.target):
-        caches = model.caches(pair.vocab_size, generation.use_cache)
-        caches.add_row(prompt[:-1], room)
-        shared = caches.save_row(0)
-        for _ in population.particles[1:]:
-            caches.add_row(prompt[:-1], room, start=shared)
-        made.append(caches)
-    return tuple(made)
-
-
-def _pass(generation, caches, model: str, sequences: dict, last: dict, precise) -> dict:
-    """A forward pass of the particles' own caches, counted in the generation's trace as the batch counts its own."""
-    started = time.perf_counter()
-    out = caches.logits(sequences, last, [row for row in precise if row in sequences])
-    stats = generation.trace.stats
-    setattr(stats, f"{model}_seconds", getattr(stats, f"{model}_seconds") + time.perf_counter() - started)
-    setattr(stats, f"{model}_calls", getattr(stats, f"{model}_calls") + 1)
-    setattr(stats, f"{model}_rows", getattr(stats, f"{model}_rows") + len(sequences))
-    return out
-
-
 def _limit(generation) -> int:
     """The most new tokens a particle may hold: the budget, within the context."""
     return min(generation.settings.max_new_tokens, generation.pair.context_length - generation.prompt_length)
-
-
-def _room(generation) -> int:
-    return generation.prompt_length + _limit(generation) + generation.settings.k + 1
 
 
 def _until_end(tokens: list[int], eos_ids) -> int:
