@@ -190,13 +190,15 @@ GROUPS = [  # generations that hold several rows (SMC-SD's particles) beside gen
     dict(method="smc", smc_particles=3, seed=2),
     dict(method="easd", k=2, temperature=1.0, seed=5),
     dict(method="smc", smc_particles=2, k=3, seed=7, smc_ess=1.0),  # resamples after nearly every cycle
+    dict(method="specguard", specguard_delimiter=" ", specguard_threshold=0.8, seed=4),  # 3 candidates side by side
 ]
 
 
 def test_groups_of_rows_decode_beside_other_rows_exactly_as_alone(tiny_pair):
-    """SMC-SD's particles are rows of the shared batch: a batch of SD, EASD and two SMC-SD generations (5 particle rows,
-    2 resampling often) gives every generation its solo run, token for token, origin for origin, pass for pass; with
-    `max_rows` 4 the 3-particle group waits for 3 free rows, and the batch never holds more than 4."""
+    """SMC-SD's particles and SpecGuard's candidates are rows of the shared batch: a batch of SD, EASD, two SMC-SD
+    generations (5 particle rows, 2 resampling often) and a SpecGuard one (3 candidate rows, some steps kept, some
+    written again by the target) gives every generation its solo run, token for token, origin for origin, pass for
+    pass; with `max_rows` 4 a 3-row group waits for 3 free rows, and the batch never holds more than 4."""
     from easd.method.methods import make_settings
 
     generations = [Generation(tiny_pair, PROMPTS[i % 3], make_settings(max_new_tokens=20, **kw)) for i, kw in enumerate(GROUPS)]

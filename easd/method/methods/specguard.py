@@ -6,8 +6,9 @@ Only the paper's abstract (and its earlier version's, "InferSpec") and readers' 
 docs/method.md, "SpecGuard", lists every choice and its source. In short:
   step          text up to `delimiter` ("\\n\\n", as RSD's), or an end token, or the room left (easd.method.methods.steps)
   candidates    `candidates` steps the draft samples from the same prefix at `temperature` within `top_p` (the
-                notes: 16 at top-p 0.8; 3 by default here, a CPU's budget), one after another (a step each). At
-                temperature 0, one candidate: the paper's greedy variant
+                notes: 16 at top-p 0.8; 3 by default here, a CPU's budget), side by side: a group of rows of the
+                batch, drafting in the same passes (easd.method.rows). At temperature 0, one candidate: the paper's
+                greedy variant
   consistency   each candidate's mean Jaccard similarity of its token set with the others'; the highest is chosen
                 (ties: the first). Ours: the paper embeds the candidates with a sentence encoder, a third model
   scorer        whose signals score the chosen step: the draft's (default) or the target's. The abstract says only
@@ -253,61 +254,59 @@ class Guarded(Stepwise):
         own = self.own(settings)
         return acc.Sampling(own.temperature, own.top_p)
 
-    def plan(self, generation) -> tuple[int, bool]:
-        """While the target scores the chosen step: no draft pass, the target's pass over the step (`given`)."""
-        if generation.state.writer == "scoring":
-            return 0, True
-        return super().plan(generation)
+    def width(self, generation) -> int:
+        """A row of the batch per candidate: they are drafted side by side, in the same passes."""
+        return generation.state.wanted
+
+    def plan_member(self, generation, member: int) -> tuple[int, bool]:
+        """While candidates are drafted, every row drafts one until its step ends (at most the room left); while the
+        target scores the chosen step or writes the step again, the first row takes its passes and the others rest."""
+        if generation.state.writer == "draft":
+            return generation.room(), False
+        return (0, True) if member == 0 else (0, False)
 
     def given(self, generation, member: int = 0) -> list[int]:
+        """The chosen step, which the target's pass reads to score it (scorer "target")."""
         steps = generation.state
-        return list(steps.candidates[steps.chosen].tokens) if steps.writer == "scoring" else []
+        return list(steps.candidates[steps.chosen].tokens) if steps.writer == "scoring" and member == 0 else []
 
-    def after_passes(self, plan) -> None:
-        """Keep the candidate the draft wrote; after the last one, choose the most consistent, and score it by the
-        draft's signals (scorer "draft"), or hand it to the target's next pass (scorer "target")."""
-        generation, steps = plan.generation, plan.generation.state
-        if steps.writer != "draft" or not plan.drafted:
-            return
-        recorder = generation.recorder
-        records = [
-            recorder.single_record(plan.block, plan.position + i, t, plan.q_logits[i], "draft")
-            for i, t in enumerate(plan.drafted)
-        ]
-        logits = torch.cat(plan.q_logits[: len(plan.drafted)])  # [n, V]
-        steps.candidates.append(Drafted(list(plan.drafted), records, confidence(logits, plan.drafted)))
-        if len(steps.candidates) < steps.wanted:
-            return
-        steps.chosen = most_consistent(steps)
-        if steps.settings.scorer == "target":
-            steps.writer = "scoring"
-        else:
+    def judge_group(self, plans: list) -> Block:
+        """After the candidates are drafted: the most consistent chosen and scored by the draft (kept whole, or the
+        target writes the step again, a token a block), or handed to the target's next pass to score (scorer
+        "target"); after that pass, its verdict; while the target writes the step, one token of it."""
+        plan, generation, steps = plans[0], plans[0].generation, plans[0].generation.state
+        if steps.writer == "draft":
+            steps.candidates = [_candidate(p) for p in plans if p.drafted]
+            if not steps.candidates:  # no room left to draft: the generation ends
+                return Block(plan.block, [], [], SPECGUARD_KEPT.name, generation)
+            steps.chosen = most_consistent(steps)
+            if steps.settings.scorer == "target":
+                steps.writer = "scoring"
+                return Block(plan.block, [], [], SPECGUARD_KEPT.name, generation)
             steps.verdict = verdict(generation, steps, steps.candidates[steps.chosen].confidence)
-
-    def judge(self, plan) -> Block:
-        """Nothing while candidates are drafted or wait for the target's scores; then the chosen step whole if kept
-        (else the target writes it again, a token a block), or one token of the target's version of the step."""
-        generation, steps = plan.generation, plan.generation.state
-        if steps.writer == "scoring" and plan.p_logits is not None:  # the target's pass read the chosen step: it scores it
+            return self._decide(plan)
+        if steps.writer == "scoring":  # the target's pass read the chosen step: it scores it
             chosen = steps.candidates[steps.chosen]
             steps.verdict = verdict(generation, steps, confidence(plan.p_logits[: len(chosen.tokens)], chosen.tokens))
             if steps.verdict.specguard_score < steps.settings.threshold:
                 steps.writer = "target"  # and the target's first token of the step is already in this pass
                 return self._target_token(plan, plan.p_logits[:1])
-        if steps.writer in ("draft", "scoring"):
-            if steps.verdict is None:  # more candidates to draft from the same prefix, or the target's scores to come
-                return Block(plan.block, plan.drafted, [], SPECGUARD_KEPT.name, generation)
-            chosen = steps.candidates[steps.chosen]
-            if steps.verdict.specguard_score >= steps.settings.threshold:
-                records = [
-                    replace(r, position=plan.position + i, block=plan.block, origin=SPECGUARD_KEPT.name, own=steps.verdict)
-                    for i, r in enumerate(chosen.records)
-                ]
-                steps.next_step(len(generation.tokens) + len(records))
-                return Block(plan.block, chosen.tokens, records, SPECGUARD_KEPT.name, generation)
-            steps.writer = "target"
-            return Block(plan.block, chosen.tokens, [], SPECGUARD_TARGET.name, generation)
+            return self._decide(plan)
         return self._target_token(plan, plan.p_logits)
+
+    def _decide(self, plan) -> Block:
+        """The chosen step, whole, if its score reaches the threshold; else nothing yet: the target writes it again."""
+        generation, steps = plan.generation, plan.generation.state
+        chosen = steps.candidates[steps.chosen]
+        if steps.verdict.specguard_score >= steps.settings.threshold:
+            records = [
+                replace(r, position=plan.position + i, block=plan.block, origin=SPECGUARD_KEPT.name, own=steps.verdict)
+                for i, r in enumerate(chosen.records)
+            ]
+            steps.next_step(len(generation.tokens) + len(records))
+            return Block(plan.block, chosen.tokens, records, SPECGUARD_KEPT.name, generation)
+        steps.writer = "target"
+        return Block(plan.block, chosen.tokens, [], SPECGUARD_TARGET.name, generation)
 
     def _target_token(self, plan, logits: torch.Tensor) -> Block:
         """One token of the target's version of the step, drawn at the run's temperature.  logits: [1, V]"""
@@ -358,6 +357,17 @@ class Guarded(Stepwise):
 
 
 # --- the checks, pure (docs/method.md, "SpecGuard") -------------------------------------------------------------
+
+
+def _candidate(plan) -> Drafted:
+    """The candidate step a row drafted this step, with its tokens' draft-only records and its confidence."""
+    generation = plan.generation
+    records = [
+        generation.recorder.single_record(plan.block, plan.position + i, t, plan.q_logits[i], "draft")
+        for i, t in enumerate(plan.drafted)
+    ]
+    logits = torch.cat(plan.q_logits[: len(plan.drafted)])  # [n, V]
+    return Drafted(list(plan.drafted), records, confidence(logits, plan.drafted))
 
 
 def consistency(candidates: list[list[int]]) -> list[float]:
