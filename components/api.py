@@ -21,7 +21,7 @@ import gradio as gr
 from easd.errors import shown
 from easd.method.compare import DEFAULT_METHODS, LANES, brief
 from easd.method.knobs import finite
-from easd.method.methods import in_batch, knobs, owner, settings_values
+from easd.method.methods import METHODS, knobs, owner, settings_values
 from easd.serving.host import Client, ModelHost
 from easd.traces import files as trace_io
 
@@ -39,7 +39,7 @@ def parameters() -> list[tuple[str, object, type, str]]:
     """The API's parameters in order, each (name, default, type, description): the prompt, the settings every method
     reads, the pair, the chat flag and the lanes' methods, then each method's own settings (appended, so that a
     caller passing values in order keeps their places)."""
-    defaults, methods = settings_values(DEFAULTS), ", ".join(in_batch())
+    defaults, methods = settings_values(DEFAULTS), ", ".join(METHODS)
     settings = {name: (defaults[name], KINDS[knob.kind], _described(knob)) for name, knob in knobs().items() if knob.control}
     shared = [(name, *rest) for name, rest in settings.items() if owner(name)[0] is None]
     own = [(name, *rest) for name, rest in settings.items() if owner(name)[0] is not None]
@@ -92,7 +92,7 @@ def _taken(name: str) -> str:
     if name in known:
         return _takes(known[name])
     if name in LANES:
-        return f"one of {', '.join(in_batch())}"
+        return f"one of {', '.join(METHODS)}"
     return {"prompt": "text", "chat": "true or false"}.get(
         name, 'the name of a model pair this server allows ("" for its default)'
     )

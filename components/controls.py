@@ -15,7 +15,7 @@ import gradio as gr
 
 from easd.errors import SettingsError, shown
 from easd.method.knobs import Control, Knob, finite, is_utf8
-from easd.method.methods import in_batch, knobs, make_settings, owner, settings_values
+from easd.method.methods import METHODS, knobs, make_settings, owner, settings_values
 from easd.method.settings import MAX_SEED, WHATIF_TOP, DecodeSettings
 from easd.method.whatif import RuleView
 
@@ -99,8 +99,8 @@ def check_prompt(value) -> str:
 
 def check_method(lane: str, value) -> str:
     """A lane's method (`lane` is "left" or "right", as the API's parameters are named): one the batch decodes."""
-    if not (isinstance(value, str) and value in in_batch()):
-        raise SettingsError(lane, f"must be one of {', '.join(in_batch())} (got {shown(value)})")
+    if not (isinstance(value, str) and value in METHODS):
+        raise SettingsError(lane, f"must be one of {', '.join(METHODS)} (got {shown(value)})")
     return value
 
 

@@ -9,7 +9,7 @@ import gradio as gr
 from gradio.utils import get_upload_folder
 
 from easd.method.compare import DEFAULT_METHODS, LANES
-from easd.method.methods import in_batch
+from easd.method.methods import METHODS
 from easd.method.whatif import RuleView
 from easd.render import figures
 from easd.render.html import tag
@@ -217,7 +217,7 @@ def _lanes() -> dict:
                 with gr.Row(equal_height=True, elem_classes=["lane-head"]):
                     titles[lane] = gr.HTML(tag("h3", lane_title(lane, None)), elem_id=f"title_{lane}", min_width=120)
                     methods[lane] = gr.Dropdown(
-                        [(method.title, name) for name, method in in_batch().items()],
+                        [(method.title, name) for name, method in METHODS.items()],
                         value=DEFAULT_METHODS[lane],
                         label=f"{lane} lane runs",
                         show_label=False,

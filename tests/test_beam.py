@@ -11,7 +11,7 @@ from easd.errors import SettingsError
 from easd.method import acceptance as acc
 from easd.method.generation import Generation
 from easd.method.methods import make_settings, with_values
-from easd.method.methods.beam import BEAM, Beam, _settled
+from easd.method.methods.beam import Beam, _settled
 from easd.method.prompts import encode_prompt
 from easd.method.settings import DecodeSettings
 
@@ -24,7 +24,8 @@ def beams(width: int, length_penalty: float = 1.0, base: DecodeSettings = DRAFT)
 
 
 def beam_search(pair, prompt: str, settings: DecodeSettings):
-    return BEAM.decode(pair, prompt, settings)
+    """The best beam's trace: a generation of the batch whose beams are its rows."""
+    return Generation(pair, prompt, settings).run()
 
 
 def draft_logits(pair, prompt: str, tokens: list[int]) -> torch.Tensor:

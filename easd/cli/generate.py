@@ -28,17 +28,12 @@ def run(args: argparse.Namespace) -> int:
     from ..method.methods import lookup
 
     settings = settings_from_args(args)
-    method = lookup(settings.method)
     prompt = _read_prompt(args)
     for option, path in (("--trace", args.trace), ("--json", args.json)):
         if path is not None and not path.parent.resolve().is_dir():
             raise SettingsError(option, f"the folder {path.parent} does not exist")
     pair = load_models(args)
-    if not method.in_batch:  # beam search ends before any beam is known to be the answer: printed whole
-        trace = method.decode(pair, prompt, settings, chat=not args.no_chat)
-        print(trace.text)
-    else:
-        trace = _stream(pair, prompt, settings, chat=not args.no_chat)
+    trace = _stream(pair, prompt, settings, chat=not args.no_chat)
     if args.trace:
         trace_io.write_csv([trace], args.trace)
     if args.json:

@@ -7,7 +7,7 @@ import argparse
 HELP = "list the decoding methods: what each runs, what its tokens say, its own settings (a Markdown table)"
 HEADER = (
     "| method | title | draft | target | verifies (SD's block) | EASD's signals | origins of its tokens | interventions "
-    "| models (Table 1) | its own settings | its own trace columns | `sweep --grid` | `bench` rows by | decoded |\n"
+    "| models (Table 1) | its own settings | its own trace columns | `sweep --grid` | `bench` rows by | a generation holds |\n"
     "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
@@ -42,7 +42,7 @@ def methods_table() -> str:
             record,
             grid,
             f"`--{method.bench.replace('_', '-')}`" if method.bench else "—",
-            "in the batch" if method.in_batch else "alone",
+            f"{'a group of rows' if method.grouped else 'a row'} of the batch",
         ]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)

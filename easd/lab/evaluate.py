@@ -150,12 +150,7 @@ def decode_items(
         sd = next((v for v in decoded if _followed(v, item.variants)), None)
         followers = [v for v in item.variants if sd and lookup(v.settings.method).follows == sd.settings.method]
         for variant in decoded:
-            method = lookup(variant.settings.method)
-            if not method.in_batch:  # beam search: its beams are rows of their own caches, decoded now, outside the batch
-                problem = item.problem
-                trace = method.decode(pair, problem.prompt, _seeded(variant, item), system=problem.system)
-                ready.extend(finish(item, variant, trace, 0.0))
-            elif variant not in followers:
+            if variant not in followers:
                 generation = Generation(
                     pair,
                     item.problem.prompt,

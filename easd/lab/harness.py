@@ -21,7 +21,7 @@ from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 
 from ..errors import EasdError, SettingsError
 from ..method.generation import Generation
-from ..method.methods import in_batch, knobs, make_settings
+from ..method.methods import METHODS, knobs, make_settings
 from ..method.pair import ModelPair
 from ..method.settings import DecodeSettings
 from ..method.step import Batch
@@ -152,8 +152,8 @@ def settings_from_model_args(values: dict) -> DecodeSettings:
         raise EasdError(f"--model_args: unknown {', '.join(unknown)}; the easd model takes {known}")
     try:
         settings = make_settings(values).validate()  # method: the settings' default (EASD) unless given
-        if settings.method not in in_batch():  # lm-eval's requests are decoded as the rows of one batch
-            raise SettingsError("method", f"must be one of {', '.join(in_batch())} (got {settings.method!r})")
+        if settings.method not in METHODS:
+            raise SettingsError("method", f"must be one of {', '.join(METHODS)} (got {settings.method!r})")
         return settings
     except SettingsError as err:
         raise EasdError(f"--model_args {err.setting}: {err.message}") from None

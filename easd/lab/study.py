@@ -41,7 +41,7 @@ from .._version import __version__
 from ..errors import EasdError, SettingsError
 from ..files import claim_folder, file_stem, write_text_whole
 from ..method.compare import first_difference
-from ..method.methods import METHODS, Method, in_batch, knobs, lookup, make_settings, own_knobs, settings_values
+from ..method.methods import METHODS, Method, knobs, lookup, make_settings, own_knobs, settings_values
 from ..method.pair import ModelPair
 from ..method.settings import DecodeSettings
 from ..traces import files as trace_io
@@ -67,7 +67,7 @@ BUSY_SPREAD = 0.10
 
 def studied() -> dict[str, Method]:
     """The methods a study compares with SD: every method of the shared batch but SD and target-only themselves."""
-    return {name: method for name, method in in_batch().items() if name not in ("sd", "target")}
+    return {name: method for name, method in METHODS.items() if name not in ("sd", "target")}
 
 
 @dataclass(frozen=True)

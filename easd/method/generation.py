@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..errors import EasdError, SettingsError
+from ..errors import EasdError
 from .judging import Block, Recorder
 from .methods import lookup
 from .pair import ModelPair
@@ -102,8 +102,6 @@ class Generation:
 
     def __post_init__(self):
         self.method = lookup(self.settings.method)  # resolved once: the step asks it what this row does
-        if not self.method.in_batch:
-            raise SettingsError("method", f"{self.method.name} decodes alone, not as a generation of a batch: use its decode()")
         self.settings.validate()
         self.method.check(self.pair, self.settings)
         self.settings = self.method.on_pair(self.pair, self.settings)

@@ -31,8 +31,8 @@ from .specguard import SPECGUARD
 from .target import TARGET
 from .typical import TYPICAL
 
-# in the order the page offers them: the comparison's two first; beam search last, as it decodes alone; a method added
-# later comes after those before it, so that the API's values in order (/call/compare) keep their places
+# in the order the page offers them: the comparison's two first; a method added later comes after those before it,
+# so that the API's values in order (/call/compare) keep their places
 METHODS: dict[str, Method] = {
     method.name: method for method in (SD, EASD, MTI, RSD, SPECGUARD, SMC, TYPICAL, RELAXED, TARGET, DRAFT, BEAM)
 }
@@ -83,11 +83,6 @@ def lookup(name) -> Method:
     if not isinstance(name, str) or name not in METHODS:
         raise SettingsError("method", f"must be one of {', '.join(METHODS)} (got {shown(name)})")
     return METHODS[name]
-
-
-def in_batch() -> dict[str, Method]:
-    """The methods a lane of the page, the API or lm-eval can run: those decoded as rows of the shared batch."""
-    return {name: method for name, method in METHODS.items() if method.in_batch}
 
 
 def origins() -> dict[str, Origin]:

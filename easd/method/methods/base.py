@@ -65,10 +65,10 @@ class Method:
     signals: bool = False  # its records carry EASD's signals (entropies, overlap, the rule, margins) at drafted positions
     refuses: bool = False  # EASD's rule: a draft the standard test kept is refused where the rule fires
     follows: str = ""  # the method whose run it equals until its first intervention (EASD: SD's), which it may resume
-    in_batch: bool = True  # decoded as a row of the shared batch (beam search holds rows of its own: it decodes alone)
     settings: type | None = None  # its own settings: a frozen dataclass of knobs (easd.method.knobs), or None
     record: type | None = None  # its own trace columns: a dataclass of `recorded` fields (easd.method.trace), or None
     variant_form: str = ""  # what an --methods label may add after its name (`variant`), in words; "": nothing
+    grouped: bool = False  # its generations hold a group of rows of the batch (`width`: particles, candidates, beams)
     greedy_form: bool = True  # it can decode greedily (SMC-SD samples whatever the temperature): a comparison's protocol
 
     def own(self, settings) -> Any:

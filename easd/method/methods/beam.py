@@ -1,38 +1,34 @@
 """Beam search on the draft model: one of the paper's draft-model baselines (N beams on the draft alone).
 
-It is in the methods' table, but not a row of the batch (easd.method.step): its N beams are N rows of ONE
-generation, copied and dropped as the search goes, so it decodes alone (`decode`), on the draft's caches
-(easd.method.seam), and returns the best beam's trace (its tokens' origin: draft). Words: a beam's *score* is the sum of its tokens' log-probabilities; it is
-*ranked* by score / length^α, α the length penalty (transformers' `length_penalty`: 1, its default, ranks by the mean
-log-probability per token; 0 by the sum, where longer beams lose). One step:
+Its N beams are a group of N rows of the shared batch (easd.method.rows), each taking the batch's draft pass, copied
+and dropped as the search goes (`follow`), beside every other generation's rows. Words: a beam's *score* is the sum of
+its tokens' log-probabilities; it is *ranked* by score / length^α, α the length penalty (transformers'
+`length_penalty`: 1, its default, ranks by the mean log-probability per token; 0 by the sum, where longer beams lose).
+One step:
   1. ONE draft pass over every unfinished beam: log q(· | beam) for each; when sampling (temperature > 0, as the
      paper's beam search at 0.7 and top-p 0.8), log of q at that temperature within the top-p nucleus.
   2. Candidates: greedy, each beam's N most likely next tokens; sampled, N (beam, token) pairs drawn without
      replacement from softmax(score + log q) over every beam and token (transformers' beam-search multinomial
      sampling). With every finished beam as it is, the N best ranked are the new beams (EOS finishes a beam).
-  3. The caches follow: a beam kept once keeps its row, one kept more than once gets copies of it.
+  3. The rows follow: a beam kept once keeps its row, one kept more than once gets copies of it.
 It stops when no unfinished beam ranks above the best finished one (exact with α = 0, where scores only fall as a
 beam grows; a heuristic otherwise, like transformers' early_stopping=False), when every beam has finished, or at
-max_new_tokens or the context. With N = 1, greedy and α = 0 it is greedy draft-only, token for token.
+max_new_tokens or the context. With N = 1, greedy and α = 0 it is greedy draft-only, token for token. The lane streams
+what every beam agrees on, then the best beam's rest.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field, replace
 
 import torch
 
-from ...errors import EasdError
 from .. import acceptance as acc
-from ..judging import Recorder
+from ..judging import Block
 from ..knobs import knob
 from ..origins import DRAFT
-from ..pair import ModelPair
-from ..prompts import encode_prompt
-from ..seam import follow
 from ..settings import DecodeSettings
-from ..trace import RunStats, TokenRecord, Trace, software_versions
+from ..trace import TokenRecord
 from .base import Method
 
 MAX_BEAMS = 64  # each beam is a row of the draft's caches: more only multiplies the cost
@@ -51,18 +47,105 @@ class BeamSettings:
     )
 
 
+@dataclass
+class Search:
+    """A beam search's state: its beams (member i of its group of rows holds beams[i]; a finished beam keeps its row,
+    idle), how many of the best beam's tokens the lane has, and the best beam once the search is over."""
+
+    beams: list[Beam]
+    committed: int = 0
+    best: int | None = None
+
+    def copy(self) -> Search:
+        return Search([Beam(list(b.tokens), b.score, list(b.records), b.done) for b in self.beams], self.committed, self.best)
+
+    def agreed(self) -> int:
+        """How many tokens every beam shares (the best one's all, once the search is over)."""
+        if self.best is not None:
+            return len(self.beams[self.best].tokens)
+        shortest = min(len(b.tokens) for b in self.beams)
+        first = self.beams[0].tokens
+        return next((i for i in range(shortest) if any(b.tokens[i] != first[i] for b in self.beams)), shortest)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Searched(Method):
-    """Beam search on the draft: decoded alone, not as a row of the batch (`decode`)."""
+    """Beam search on the draft: its beams a group of rows of the batch (the module's docstring)."""
 
-    in_batch: bool = False
+    def start(self, generation) -> Search:
+        return Search([Beam([])])
 
-    def decode(self, pair: ModelPair, prompt: str, settings: DecodeSettings, chat: bool = True, system: str = "") -> Trace:
-        """The best continuation the search finds (see `beam_search`)."""
-        return beam_search(pair, prompt, settings, chat, system)
+    def copy_state(self, state: Search) -> Search:
+        return state.copy()
 
-    def judge(self, plan):
-        raise EasdError("beam search decodes alone, not as a row of a batch: decode it with its method's decode()")
+    def width(self, generation) -> int:
+        """A row of the batch per beam: all of them from the start, the first holding the one empty beam."""
+        return self.own(generation.settings).width
+
+    def sequence(self, generation, member: int) -> list[int]:
+        beams = generation.state.beams
+        return generation.prompt_ids + (beams[member].tokens if member < len(beams) else [])
+
+    def plan_member(self, generation, member: int) -> tuple[int, bool]:
+        """An unfinished beam takes the draft's pass; a finished one, an empty row or every one once the search is
+        over takes none."""
+        search = generation.state
+        beam = search.beams[member] if member < len(search.beams) else None
+        live = search.best is None and beam is not None and not beam.done and len(beam.tokens) < _limit(generation)
+        return int(live), False
+
+    def propose(self, plan, logits):
+        """Nothing: the step keeps the beam's logits (plan.q_logits), which the search ranks in `judge_group`."""
+        return None
+
+    def judge_group(self, plans: list) -> Block:
+        """One step of the search: the N best ranked of the live beams' candidates and the finished beams; the rows
+        follow the beams they came from; when no live beam can rank above the best finished one, or none is left,
+        the best beam is the answer. The block: what every beam agrees on that the lane does not have yet."""
+        generation, search = plans[0].generation, plans[0].generation.state
+        own, settings, pair = self.own(generation.settings), generation.settings, generation.pair
+        searched = {plan.member: plan for plan in plans if plan.q_logits}
+        if searched:
+            live = [search.beams[m] for m in searched]
+            finished = [b for b in search.beams if b.done]
+            out = {i: searched[m].q_logits[0] for i, m in enumerate(searched)}  # {live index: [1, V]}
+            generator = None if settings.greedy else generation.generator
+            chosen = _best(live, finished, out, own, settings, generator)
+            members = list(searched)
+            extended = [
+                (members[row], _extend(beam, t, value, out[row], generation.recorder, pair))
+                for row, beam, t, value in chosen
+                if t is not None
+            ]
+            for member, beam in extended:
+                searched[member].keep = [beam.tokens[-1]]  # its row computed the parent's last token: keep it
+            growing = _first_children_first([(m, b) for m, b in extended if not b.done])
+            ended = [(_member(search, b), b) for _, b, t, _ in chosen if t is None] + [(m, b) for m, b in extended if b.done]
+            parents = [m for m, _ in growing + ended]
+            beams = [b for _, b in growing + ended]
+            search.beams = beams
+            generation.parents = parents
+        limit = _limit(generation)
+        live = [b for b in search.beams if not b.done and len(b.tokens) < limit]
+        finished = [b for b in search.beams if b.done or len(b.tokens) >= limit]
+        if search.best is None and (not live or _settled(live, finished, own.length_penalty)):
+            search.best = max(range(len(search.beams)), key=lambda i: search.beams[i].rank(own.length_penalty))
+            best = search.beams[search.best]
+            generation.trace.info |= {
+                "beams": own.width,
+                "beam_length_penalty": own.length_penalty,
+                "beam_score": best.score,
+                "beam_rank": best.rank(own.length_penalty),
+            }
+        agreed = search.agreed()
+        records = search.beams[search.best or 0].records[search.committed : agreed]
+        search.committed = agreed
+        return Block(plans[0].block, [], records, DRAFT.name, generation)
+
+    def ended(self, generation) -> str | None:
+        """Over when the best beam's tokens are all in the trace (an end token or the budget ends it first)."""
+        search = generation.state
+        return "max_new_tokens" if search.best is not None and search.committed >= search.agreed() else None
 
     def variant(self, spec: str, settings: DecodeSettings) -> DecodeSettings:
         """beam:N, N beams ranked by mean log-probability per token (α = 1, transformers' default), or beam:N/α with
@@ -83,7 +166,13 @@ class Searched(Method):
 
 
 BEAM = Searched(
-    name="beam", title="beam search", models="DM", origins=(DRAFT,), settings=BeamSettings, variant_form="beam:N or beam:N/α"
+    name="beam",
+    title="beam search",
+    models="DM",
+    origins=(DRAFT,),
+    settings=BeamSettings,
+    variant_form="beam:N or beam:N/α",
+    grouped=True,
 )
 
 
@@ -98,38 +187,23 @@ class Beam:
         return self.score / max(len(self.tokens), 1) ** alpha
 
 
-def beam_search(pair: ModelPair, prompt: str, settings: DecodeSettings, chat: bool = True, system: str = "") -> Trace:
-    """The best continuation the search (BEAM's own settings in `settings`) finds on the draft; its trace's tokens are
-    the draft's (info: beams, beam_length_penalty, beam_score, the best beam's rank)."""
-    search = BEAM.own(settings.validate())
-    generator = None if settings.greedy else torch.Generator(device=pair.device).manual_seed(settings.seed)
-    started = time.perf_counter()
-    prompt_ids = encode_prompt(pair, prompt, chat, system)
-    limit = min(settings.max_new_tokens, pair.context_length - len(prompt_ids))
-    recorder = Recorder(pair, settings)
-    caches, room = pair.draft.caches(pair.vocab_size), len(prompt_ids) + limit + 1
-    caches.add_row(prompt_ids[:-1], room)
-    live, finished, steps, draft_seconds = [Beam([])], [], 0, 0.0
-    while live and len(live[0].tokens) < limit and not _settled(live, finished, search.length_penalty):
-        sequences = {row: prompt_ids + beam.tokens for row, beam in enumerate(live)}
-        passed = time.perf_counter()
-        out = caches.logits(sequences, dict.fromkeys(sequences, 1))  # {row: [1, V]}
-        draft_seconds += time.perf_counter() - passed
-        steps += 1
-        chosen = _best(live, finished, out, search, settings, generator)
-        finished = [beam for _, beam, _, _ in chosen if beam.done]
-        extended = [
-            (row, _extend(beam, token, value, out[row], recorder, pair))
-            for row, beam, token, value in chosen
-            if token is not None
-        ]
-        live = [beam for _, beam in extended if not beam.done]
-        finished += [beam for _, beam in extended if beam.done]
-        _follow(caches, [row for row, beam in extended if not beam.done], live, prompt_ids, room)
-    best = max(live + finished, key=lambda beam: beam.rank(search.length_penalty))
-    trace = _trace(pair, prompt, settings, search, best, len(prompt_ids), steps, time.perf_counter() - started, draft_seconds)
-    trace.system = system
-    return trace
+def _first_children_first(growing: list[tuple[int, Beam]]) -> list[tuple[int, Beam]]:
+    """The growing beams (each with its parent's member), each parent's first child first, in order, then the others:
+    the rows' order after they follow (the first child keeps its parent's row, the others get copies), in which the
+    next step's draws are made."""
+    parents = [m for m, _ in growing]
+    firsts = [i for i, m in enumerate(parents) if parents.index(m) == i]
+    return [growing[i] for i in firsts] + [growing[i] for i in range(len(growing)) if i not in firsts]
+
+
+def _member(search: Search, beam: Beam) -> int:
+    """The member whose row holds `beam`."""
+    return next(i for i, b in enumerate(search.beams) if b is beam)
+
+
+def _limit(generation) -> int:
+    """The most tokens a beam may hold: the budget, within the context."""
+    return min(generation.settings.max_new_tokens, generation.pair.context_length - generation.prompt_length)
 
 
 def _settled(live: list[Beam], finished: list[Beam], alpha: float) -> bool:
@@ -170,54 +244,8 @@ def _log_q(logits: torch.Tensor, settings: DecodeSettings) -> torch.Tensor:
     return torch.log(acc.sampling_probs(logits[None], settings.temperature, settings.top_p)[0])
 
 
-def _extend(beam: Beam, token: int, log_q: float, logits: torch.Tensor, recorder: Recorder, pair: ModelPair) -> Beam:
+def _extend(beam: Beam, token: int, log_q: float, logits: torch.Tensor, recorder, pair) -> Beam:
     """`beam` followed by `token`, with the token's draft-only record (its entropy and top candidates).  logits: [1, V]"""
     position = len(beam.tokens)
     record = recorder.single_record(position, position, token, logits, "draft")
     return Beam(beam.tokens + [token], beam.score + log_q, beam.records + [record], token in pair.eos_ids)
-
-
-def _follow(caches, parents: list[int], live: list[Beam], prompt_ids: list[int], room: int) -> None:
-    """Make row i of the caches hold live[i]'s context, from the rows of its parents (`parents[i]`, in the old order);
-    `live` is reordered to match the rows (easd.method.seam.follow)."""
-    contexts = [prompt_ids + beam.tokens[:-1] for beam in live]  # a parent's row holds all but the newest token
-    order = follow(caches, parents, contexts, room)
-    live[:] = [live[i] for i in order]
-
-
-def _trace(
-    pair: ModelPair,
-    prompt: str,
-    settings: DecodeSettings,
-    search: BeamSettings,
-    best: Beam,
-    prompt_tokens: int,
-    steps: int,
-    seconds: float,
-    draft_seconds: float,
-) -> Trace:
-    trace = Trace(
-        settings,
-        pair.draft_name,
-        pair.target_name,
-        records=best.records,
-        prompt=prompt,
-        info={
-            **pair.info,
-            **software_versions(),
-            "beams": search.width,
-            "beam_length_penalty": search.length_penalty,
-            "beam_score": best.score,
-            "beam_rank": best.rank(search.length_penalty),
-        },
-    )
-    trace.stats = RunStats(
-        prompt_tokens=prompt_tokens,
-        seconds=seconds,
-        target_calls=0,
-        draft_calls=steps,
-        target_seconds=0.0,
-        draft_seconds=draft_seconds,
-        stop_reason="eos" if best.done else ("max_new_tokens" if len(best.tokens) >= settings.max_new_tokens else "context"),
-    )
-    return trace

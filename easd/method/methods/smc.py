@@ -422,4 +422,5 @@ SMC = Sequential(
     settings=SmcSettings,
     record=SmcRecord,
     greedy_form=False,
+    grouped=True,
 )

@@ -452,4 +452,5 @@ SPECGUARD = Guarded(
     bench="specguard_threshold",
     settings=SpecGuardSettings,
     record=SpecGuardRecord,
+    grouped=True,
 )
