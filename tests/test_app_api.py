@@ -10,7 +10,7 @@ import pytest
 from gradio_client import Client
 from test_app_isolation import ARGUMENTS
 
-from easd.method.methods import in_batch
+from easd.method.methods import METHODS
 from easd.traces import files as trace_io
 
 
@@ -67,9 +67,9 @@ BAD_INPUTS = [  # each wrong type or value, and the one line the API answers, in
     ({"prompt": "x", "chat": "yes"}, "chat: must be true or false"),
     ({"prompt": "x", "pair": "qwen-coder"}, "pair: must be one of tiny-random"),
     ({"prompt": "x", "pair": 7}, "pair: must be one of tiny-random"),
-    ({"prompt": "x", "left": "beam"}, f"left: must be one of {', '.join(in_batch())}"),
+    ({"prompt": "x", "left": "nonesuch"}, f"left: must be one of {', '.join(METHODS)}"),
     ({"prompt": "x", "left": "rsd"}, "the left lane's RSD asks a process reward model"),
-    ({"prompt": "x", "right": None}, f"right: must be one of {', '.join(in_batch())}"),
+    ({"prompt": "x", "right": None}, f"right: must be one of {', '.join(METHODS)}"),
 ]
 
 

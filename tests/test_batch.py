@@ -187,24 +187,27 @@ def test_a_system_prompt_is_the_chat_templates_system_turn_and_the_trace_keeps_i
 
 GROUPS = [  # generations that hold several rows (SMC-SD's particles) beside generations of one row
     dict(method="sd", k=4),
-    dict(method="smc", smc_particles=3, seed=2),
+    dict(method="smc", smc_particles=3, seed=2, smc_ess=1.0),
+    dict(method="typical"),  # its rows after a group that resamples: they move when the group's rows are copied
     dict(method="easd", k=2, temperature=1.0, seed=5),
     dict(method="smc", smc_particles=2, k=3, seed=7, smc_ess=1.0),  # resamples after nearly every cycle
     dict(method="specguard", specguard_delimiter=" ", specguard_threshold=0.8, seed=4),  # 3 candidates side by side
+    dict(method="beam", beam_width=3),  # 3 beams, copied and dropped
 ]
 
 
 def test_groups_of_rows_decode_beside_other_rows_exactly_as_alone(tiny_pair):
-    """SMC-SD's particles and SpecGuard's candidates are rows of the shared batch: a batch of SD, EASD, two SMC-SD
-    generations (5 particle rows, 2 resampling often) and a SpecGuard one (3 candidate rows, some steps kept, some
-    written again by the target) gives every generation its solo run, token for token, origin for origin, pass for
-    pass; with `max_rows` 4 a 3-row group waits for 3 free rows, and the batch never holds more than 4."""
+    """SMC-SD's particles, SpecGuard's candidates and beam search's beams are rows of the shared batch: a batch of SD,
+    typical acceptance, EASD, two SMC-SD generations (5 particle rows, resampling often), a SpecGuard one (3 candidate
+    rows, some steps kept, some written again by the target) and a beam search (3 beams) gives every generation its
+    solo run, token for token, origin for origin, pass for pass; with `max_rows` 6 a 3-row group waits for 3 free
+    rows, and the batch never holds more than 6."""
     from easd.method.methods import make_settings
 
     generations = [Generation(tiny_pair, PROMPTS[i % 3], make_settings(max_new_tokens=20, **kw)) for i, kw in enumerate(GROUPS)]
-    batch = Batch(tiny_pair, generations, max_rows=4)
+    batch = Batch(tiny_pair, generations, max_rows=6)
     for _ in batch:
-        assert len(batch.rows.generations) <= 4
+        assert len(batch.rows.generations) <= 6
     for generation in generations:
         alone = Generation(tiny_pair, generation.prompt, generation.settings).run()
         assert generation.trace.token_ids == alone.token_ids

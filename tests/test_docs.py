@@ -209,12 +209,12 @@ def test_the_apis_count_of_values_lane_methods_and_own_parameters_are_the_code_s
     """docs/app-and-api.md said /call/compare takes 18 values (it took 27), and named the lanes' methods and the methods'
     own parameters without SpecGuard's and SMC-SD's: each is checked against the code, so none goes stale again."""
     from components.api import parameters
-    from easd.method.methods import in_batch
+    from easd.method.methods import METHODS
 
     page = " ".join((ROOT / "docs" / "app-and-api.md").read_text(encoding="utf-8").split())  # lines joined
     names = [name for name, *_ in parameters()]
     assert f"`POST /gradio_api/call/compare` takes all {len(names)} values in order" in page
-    assert "one of " + ", ".join(f"`{method}`" for method in in_batch()) + ": those the batch decodes" in page
+    assert "one of " + ", ".join(f"`{method}`" for method in METHODS) + ": those the batch decodes" in page
     assert "(" + ", ".join(f"`{name}`" for name in names[names.index("right") + 1 :]) + "): a method added" in page
     assert re.findall(r"takes all (\d+) values", page) == [str(len(names))]  # no other count of them
 

@@ -43,12 +43,12 @@ def test_the_pace_learns_each_batch_sizes_step_and_finished_generations():
     pace = Pace()
     assert pace.step_s(4) == pytest.approx(4 * GUESS_ROW_S)  # nothing measured: the first guess
     for _ in range(20):
-        pace.step(seconds=0.2, generations=4, tokens=12)  # 3 tokens per generation per step
-    pace.step(seconds=5.0, generations=4, tokens=12, joined=True)  # a prompt computed: not a step's time
+        pace.step(seconds=0.2, rows=4, tokens=12)  # 3 tokens per generation per step
+    pace.step(seconds=5.0, rows=4, tokens=12, joined=True)  # a prompt computed: not a step's time
     assert pace.step_s(4) == pytest.approx(0.2) and pace.tokens_per_step == pytest.approx(3.0)
     assert pace.step_s(2) == pytest.approx(0.1) and pace.step_s(8) == pytest.approx(0.4)  # in proportion, until measured
     for _ in range(3):
-        pace.step(seconds=0.15, generations=2, tokens=6)
+        pace.step(seconds=0.15, rows=2, tokens=6)
     assert pace.step_s(2) == pytest.approx(0.15) and pace.step_s(1) == pytest.approx(0.075)  # from the nearest size
     assert pace.steps_for(30) == pytest.approx(10.0)
     for count in range(20):
@@ -65,29 +65,31 @@ def test_steps_that_emit_no_token_slow_the_pace_but_never_stop_it():
     pace = Pace()
     for _ in range(5):  # SpecGuard, 2 rows: three candidate steps emit nothing, then each row's kept step of 8 tokens
         for tokens in (0, 0, 0, 16):
-            pace.step(seconds=0.2, generations=2, tokens=tokens)
+            pace.step(seconds=0.2, rows=2, tokens=tokens)
     assert pace.tokens_per_step == pytest.approx(2.0) and pace.steps_for(100) == pytest.approx(50)
     for _ in range(RECENT):  # recent steps that emitted nothing: every step's pace, not none
-        pace.step(seconds=0.2, generations=2, tokens=0)
+        pace.step(seconds=0.2, rows=2, tokens=0)
     assert pace.tokens_per_step == pytest.approx(80 / 72)
     ends, _ = schedule([Job(2, pace.steps_for(100))], [], max_rows=4, step_s=pace.step_s)
     assert ends == [pytest.approx(90 * 0.2)]
     fresh = Pace()
-    fresh.step(seconds=0.2, generations=2, tokens=0)
+    fresh.step(seconds=0.2, rows=2, tokens=0)
     assert fresh.tokens_per_step == 1.0  # nothing emitted yet: the first guess, as before any step
 
 
 def test_a_batch_drafting_candidates_is_told_a_wait_it_can_believe(hf_tiny_pair):
-    """Through the worker: a SpecGuard row drafting its 8 candidates, steps that emit nothing; the estimate is the
-    run's 16 tokens at a token a step (the first guess) at most, not 16 million steps."""
-    settings = make_settings(method="specguard", max_new_tokens=16, specguard_candidates=8, specguard_delimiter=" ")
-    worker = Worker(hf_tiny_pair, max_rows=2, row_tokens=64)
+    """Through the worker: a SpecGuard generation whose first step drafts its 8 candidates side by side (8 rows) and
+    emits nothing (its threshold refuses every step); the estimate is the run's 16 tokens at a token a step (the
+    first guess) at most, not 16 million steps."""
+    settings = make_settings(
+        method="specguard", max_new_tokens=16, specguard_candidates=8, specguard_delimiter=" ", specguard_threshold=1.0
+    )
+    worker = Worker(hf_tiny_pair, max_rows=8, row_tokens=64)  # its 8 candidates are 8 rows
     stream = worker.submit([Generation(hf_tiny_pair, "question", settings)])
-    while worker.pace.steps < 3:
+    while worker.pace.steps < 1:
         stream.wait(-1, 0.05)
     end = stream.estimate()[1]
-    assert not stream.generations[0].trace.records  # every step so far drafted a candidate: no token yet
-    slowest = max(GUESS_ROW_S, *worker.pace.seconds[1])  # a step's time the estimate may have read
+    slowest = max([GUESS_ROW_S * 8, *(s for times in worker.pace.seconds.values() for s in times)])  # a step it read
     assert 0 < end <= 16 * slowest
     stream.cancel()
     assert stream.join(60)

@@ -24,7 +24,7 @@ from easd.cli import main  # noqa: E402
 from easd.errors import EasdError  # noqa: E402
 from easd.lab.harness import EasdLM, cut_at_stops  # noqa: E402
 from easd.method.generation import Generation  # noqa: E402
-from easd.method.methods import in_batch  # noqa: E402
+from easd.method.methods import METHODS  # noqa: E402
 from easd.method.settings import DecodeSettings  # noqa: E402
 
 QUESTIONS = ["What is 2+2?", "Name a colour.", "Count to three."]
@@ -120,7 +120,7 @@ def test_the_cli_registers_the_model_and_hands_over_to_lm_eval(task_folder, tmp_
     "model_args, message",
     [
         ("pair=tiny-random,tau_h=-1", "--model_args tau_h: must be a number of nats ≥ 0"),
-        ("pair=tiny-random,method=beam", f"--model_args method: must be one of {', '.join(in_batch())}"),
+        ("pair=tiny-random,method=nonesuch", f"--model_args method: must be one of {', '.join(METHODS)}"),
         ("pair=tiny-random,temprature=1", "--model_args: unknown temprature; the easd model takes pair, dtype"),
         ("pair=no-such-pair", "--model_args pair: unknown pair 'no-such-pair'"),
     ],

@@ -15,7 +15,7 @@ from test_app_isolation import ARGUMENTS
 
 from components.api import parameters
 from easd.method.compare import LANES, brief
-from easd.method.methods import in_batch
+from easd.method.methods import METHODS
 from easd.method.settings import RULES
 from easd.pairs.tiny import load_tiny_pair
 from easd.serving.host import ModelHost
@@ -71,7 +71,7 @@ def test_the_one_tool_says_what_each_setting_does(served):
     properties = tool.inputSchema["properties"]
     assert list(properties) == [name for name, *_ in parameters()]
     assert all(properties[name].get("description") for name in properties), "every parameter is described"
-    assert all(method in properties["left"]["description"] for method in in_batch())
+    assert all(method in properties["left"]["description"] for method in METHODS)
     assert all(rule in properties["rule"]["description"] for rule in RULES)
 
 
@@ -101,7 +101,7 @@ BAD = [  # each wrong value, and the one line the tool answers, in its parameter
     ({"prompt": "  "}, "prompt: is empty"),
     ({"prompt": "x", "max_new_tokens": 2001}, "max_new_tokens: must be a whole number from 1 to 2000"),
     ({"prompt": "x", "tau_o": 2.0}, "tau_o: must be a number from 0 to 1"),
-    ({"prompt": "x", "left": "beam"}, f"left: must be one of {', '.join(in_batch())}"),
+    ({"prompt": "x", "left": "nonesuch"}, f"left: must be one of {', '.join(METHODS)}"),
     ({"prompt": "x", "pair": "../../etc/passwd"}, "pair: must be one of tiny-random"),
     # the tool's input schema refuses these before the tool runs, in the MCP library's words: "None is not of type
     # 'number'", naming no argument; a float setting past a float's range was an OverflowError and its traceback

@@ -14,7 +14,7 @@ from easd.cli import main
 from easd.method import acceptance as acc
 from easd.method.generation import Generation
 from easd.method.knobs import Control, knob
-from easd.method.methods import METHODS, in_batch, make_settings, register
+from easd.method.methods import METHODS, make_settings, register
 from easd.method.methods.sd import SD, Speculative
 from easd.method.origins import Origin
 from easd.method.prompts import encode_prompt
@@ -39,13 +39,10 @@ def prm_folder(tmp_path_factory):
 
 
 def test_every_method_of_the_table_decodes_as_its_entry_says(tiny_pair, prm_folder, tmp_path):
-    """Those the batch decodes in one batch, beam search alone."""
+    """Every method in one batch: those of one row and those of a group of rows (particles, candidates, beams)."""
     pair = with_prm(tiny_pair, str(prm_folder))
-    alone = {name: method for name, method in METHODS.items() if not method.in_batch}
-    batched = Batch(pair, [Generation(pair, PROMPTS[0], make_settings(method=name, **EAGER)) for name in in_batch()]).run()
-    traces = [*batched, *(m.decode(pair, PROMPTS[0], make_settings(method=name, **EAGER)) for name, m in alone.items())]
-    every = [*in_batch().items(), *alone.items()]  # in the order of `traces`
-    for (name, method), trace in zip(every, traces):
+    traces = Batch(pair, [Generation(pair, PROMPTS[0], make_settings(method=name, **EAGER)) for name in METHODS]).run()
+    for (name, method), trace in zip(METHODS.items(), traces):
         origins = {r.origin for r in trace.records}
         assert trace.settings.method == name and origins <= set(method.origin_names), name
         assert (trace.stats.draft_calls > 0, trace.stats.target_calls > 0) == (method.uses_draft, method.uses_target), name
@@ -54,7 +51,7 @@ def test_every_method_of_the_table_decodes_as_its_entry_says(tiny_pair, prm_fold
     trace_io.write_json(traces, tmp_path / "all.json")  # the trace files hold every method
     for trace, loaded in zip(traces, trace_io.read_json(tmp_path / "all.json")):
         assert (loaded.settings, loaded.records) == (trace.settings, trace.records)
-    for (name, method), trace in zip(every, traces):
+    for (name, method), trace in zip(METHODS.items(), traces):
         assert lane_title("left", trace).startswith(method.title)
         assert str(lane_html("left", trace)).count('data-pos="') == len(trace.records), name
 

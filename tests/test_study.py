@@ -233,8 +233,8 @@ def test_the_command_line_says_what_is_wrong_before_loading_a_model(data, tmp_pa
         (["--data", str(data), "--app-url", "javascript:alert(1)"], "--app-url: must be the app's address"),
         (["--data", str(data), "--ray-actors", "2"], "--ray-actors: needs --ray"),
     ]
-    # a method the study cannot compare with SD: SD and target-only themselves, beam search (it decodes alone), none
-    for method in ("sd", "target", "beam", "easd:no_overlap"):
+    # a method the study cannot compare with SD: SD and target-only themselves, an --methods label, none
+    for method in ("sd", "target", "easd:no_overlap"):
         message = f"--method: must be one of {', '.join(studied())}: the methods a study compares with SD (got '{method}')"
         cases.append((["--data", str(data), "--method", method], re.escape(message)))
     for effect in ("0", "-3.5", "101", "nan", "inf"):

@@ -12,7 +12,7 @@ from components.gallery import Gallery
 from components.page import build_page
 from components.session import Session
 from easd.errors import Busy, SettingsError
-from easd.method.methods import in_batch, knobs, settings_values
+from easd.method.methods import METHODS, knobs, settings_values
 from easd.method.settings import DecodeSettings
 from easd.method.whatif import RuleView
 from easd.render.html import Html, join, number, tag, text
@@ -81,7 +81,7 @@ def test_generate_answers_bad_input_in_the_page_words(page, hf_tiny_pair):
     values |= {page.methods["left"]: "sd", page.methods["right"]: "mti"}
     run = wire(handlers.generate, page, host, gradio_internals.Outbox(None), show=lambda t: {page.message: views.say(t)})
     messages = [str(next(iter(u.values()))) for u in run(values | {page.methods["left"]: "<beam>"}, None)]
-    assert messages == [f"<p>⚠️ left lane: must be one of {', '.join(in_batch())} (got &#x27;&lt;beam&gt;&#x27;)</p>"]
+    assert messages == [f"<p>⚠️ left lane: must be one of {', '.join(METHODS)} (got &#x27;&lt;beam&gt;&#x27;)</p>"]
     messages = [str(next(iter(u.values()))) for u in run(values | {page.controls["k"]: "abc"}, None)]
     assert messages == ["<p>⚠️ k: must be a whole number from 1 to 12 (got &#x27;abc&#x27;)</p>"]
     messages = [str(next(iter(u.values()))) for u in run(values | {page.controls["seed"]: float("inf")}, None)]

@@ -269,6 +269,8 @@ class Batch:
                 self.target.truncate(plan.row, held)
                 self.draft.truncate(plan.row, held)
             generation.tokens.extend(emitted)
+        for block in blocks:  # after every row's own: a follow renumbers the rows the plans name
+            generation = block.generation
             if generation.parents is not None:  # its method reordered or copied its members
                 self.rows.follow(generation, generation.parents)
                 generation.parents = None

@@ -60,15 +60,17 @@ class Pace:
                 return tokens / generations
         return 1.0
 
-    def step(self, seconds: float, generations: int, tokens: int, joined: bool = False) -> None:
-        """One step of `generations` rows took `seconds` and emitted `tokens` in all; `joined`: a request joined
-        before it, so its time includes computing a prompt."""
-        if not generations:
+    def step(self, seconds: float, rows: int, tokens: int, joined: bool = False, generations: int | None = None) -> None:
+        """One step of `rows` rows took `seconds` and its `generations` (as many as rows where not given; fewer where
+        some hold a group of rows) emitted `tokens` in all; `joined`: a request joined before it, so its time includes
+        computing a prompt."""
+        generations = rows if generations is None else generations
+        if not rows:
             return
         self.tokens.append((tokens, generations))
         self.emitted = (self.emitted[0] + tokens, self.emitted[1] + generations)
         if not joined:
-            self.seconds.setdefault(generations, deque(maxlen=RECENT)).append(seconds)
+            self.seconds.setdefault(rows, deque(maxlen=RECENT)).append(seconds)
         self.steps += 1
 
     def finished(self, emitted: int, budget: int, count: int) -> None:

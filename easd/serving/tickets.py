@@ -160,8 +160,9 @@ class Ticket:
 
     @property
     def rows_held(self) -> int:
-        """Rows of the batch this ticket holds (or will, once in): those not ended or stopped."""
-        return sum(not (g.done or g.stopped) for g in self.generations)
+        """Rows of the batch this ticket holds (or will, once in): those of its generations not ended or stopped (a group
+        of rows counts by its rows: SMC-SD's particles, SpecGuard's candidates, beam search's beams)."""
+        return sum(g.width for g in self.generations if not (g.done or g.stopped))
 
     # --- called by the worker thread --------------------------------------------------------------
 

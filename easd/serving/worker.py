@@ -88,7 +88,8 @@ class Worker:
         self.joins = True  # False: a request never joins its twin (the load test's baseline: the app before sharing)
         self.pace = Pace()  # the batch's measured speed, for the estimates
         self.metrics, self.name = metrics, name  # the app's figures for Prometheus (app.py --metrics), labelled `name`
-        self._step = (time.monotonic(), set(), 0, False)  # since the last boundary: (its time, ids stepped, tokens, joined)
+        # since the last boundary: (its time, {id: rows} of the generations that stepped, tokens, joined)
+        self._step = (time.monotonic(), {}, 0, False)
         self._ended = 0  # generations that ran to their end, for the pace's running mean
         self._lock = threading.Condition()
         serve = self._serve if chunks is None else self._serve_in_chunks
@@ -109,8 +110,12 @@ class Worker:
         nothing, and is never refused)."""
         ticket = Ticket(generations, address)
         ticket.key = key = request_key(self.pair, ticket.generations)
-        if len(ticket.generations) > self.max_rows:
-            raise SettingsError("--max-batch", f"is {self.max_rows} rows; a request of {len(ticket.generations)} rows cannot fit")
+        if ticket.rows_held > self.max_rows:
+            raise SettingsError(
+                "--max-batch",
+                f"is {self.max_rows} rows; a request of {ticket.rows_held} rows cannot fit (particles, candidates and beams "
+                "are rows each): ask for fewer",
+            )
         longest = max(g.prompt_length + g.settings.max_new_tokens for g in ticket.generations)
         if longest > self.row_tokens:
             raise SettingsError(
@@ -219,7 +224,7 @@ class Worker:
 
     def _deliver(self, block: Block) -> None:
         began, stepped, tokens, joined = self._step
-        self._step = (began, stepped | {id(block.generation)}, tokens + len(block.records), joined)
+        self._step = (began, stepped | {id(block.generation): block.generation.width}, tokens + len(block.records), joined)
         ticket = next(t for t in self.running if block.generation in t.generations)
         ticket.deliver(block, sharing=len(self.running))
 
@@ -263,7 +268,7 @@ class Worker:
         began, stepped, tokens, joined = self._step
         with self._lock:  # the pace is read under it too, by `submit` renumbering the line
             if stepped:  # a step (or, in chunks, a round of steps) ended: the pace learns from it
-                self.pace.step(now - began, len(stepped), tokens, joined)
+                self.pace.step(now - began, sum(stepped.values()), tokens, joined, len(stepped))
             for ticket in self.running:
                 if self.abandon_after_s is not None and ticket.unread_for(now) > self.abandon_after_s:
                     ticket.cancel("unread")
@@ -286,7 +291,7 @@ class Worker:
                 ticket.started = ticket.last_read = now
                 self.running.append(ticket)
                 admitted.append(ticket)
-            self._step = (now, set(), 0, bool(admitted))  # the next step also computes the prompts of those let in
+            self._step = (now, {}, 0, bool(admitted))  # the next step also computes the prompts of those let in
             self._renumber()
             if self.metrics is not None:
                 rows = sum(t.rows_held for t in self.running)
