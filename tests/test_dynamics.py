@@ -345,10 +345,10 @@ def test_questions_are_decoded_a_category_at_a_time_in_turn(tmp_path):
 
 
 def test_resume_after_a_kill_loses_nothing(tmp_path):
-    rows = [{"question_id": i, "category": ("writing", "coding", "qa")[i % 3], "turns": [f"Count to {i}."]} for i in range(15)]
+    rows = [{"question_id": i, "category": ("writing", "coding", "qa")[i % 3], "turns": [f"Count to {i}."]} for i in range(8)]
     data = write_questions(tmp_path / "q.jsonl", rows)
     out = tmp_path / "out"
-    argv = command(data, out, "--max-new-tokens", "100")
+    argv = command(data, out, "--max-new-tokens", "48")  # a question at a time, each long enough for the kill to land
     process = subprocess.Popen(
         [sys.executable, "-m", "easd", *argv], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -365,10 +365,10 @@ def test_resume_after_a_kill_loses_nothing(tmp_path):
 
     assert main([*argv, "--resume"]) == 0
     after = {p.name: p.read_bytes() for p in folder.glob("*.json")}
-    assert sorted(after) == sorted(question_file(out, i).name for i in range(15))
+    assert sorted(after) == sorted(question_file(out, i).name for i in range(len(rows)))
     assert all(after[name] == content for name, content in before.items())  # kept as written before the kill
     assert not leftover.exists()
-    assert json.loads((out / "figures.json").read_text())["overall"]["questions"] == 15
+    assert json.loads((out / "figures.json").read_text())["overall"]["questions"] == len(rows)
 
 
 @pytest.mark.slow  # Chromium with the network off, on the report
