@@ -28,6 +28,7 @@ from components.api import parameters
 from easd.errors import EasdError
 from easd.method.compare import Comparison
 from easd.method.settings import DecodeSettings
+from easd.method.step import Batch
 from easd.method.trace import Trace
 from easd.pairs.tiny import load_tiny_pair
 from easd.serving.host import ModelHost
@@ -55,6 +56,16 @@ def read_stream(url: str, event_id: str, route: str = "compare") -> bytes:
 def solo(pair, prompt: str, **settings) -> dict[str, list[int]]:
     traces = Comparison(pair, prompt, DecodeSettings(record_top=20, **settings)).run()
     return {trace.settings.method: trace.token_ids for trace in traces.values()}
+
+
+def solos(pair, asked: dict[str, dict]) -> dict[str, dict[str, list[int]]]:
+    """`solo` for each prompt in `asked` (its settings), all their lanes decoded as one batch, in which each row decodes
+    as it would alone (docs/method.md, "Many rows at once"; tests/test_batch.py checks it): one pass serves them all."""
+    comparisons = {
+        prompt: Comparison(pair, prompt, DecodeSettings(record_top=20, **settings)) for prompt, settings in asked.items()
+    }
+    Batch(pair, [generation for c in comparisons.values() for generation in c.generations.values()]).run()
+    return {prompt: {t.settings.method: t.token_ids for t in c.traces.values()} for prompt, c in comparisons.items()}
 
 
 def tokens_by_lane(result: dict) -> dict[str, list[int]]:
