@@ -536,3 +536,18 @@ def test_a_session_past_its_time_limit_frees_its_traces_and_files(load, request)
         )
     finally:
         demo.close()
+
+
+def test_closing_the_app_waits_for_no_clients_heartbeat(hf_tiny_pair):
+    """Closing the app ends every session's heartbeat, and a heartbeat that ends waits RECONNECT_S for its client to
+    come back (`leave`): not while the app closes. Gradio's close waited that out for any client still connected (5 s,
+    then it gave up with the server still running), in every test that starts an app of its own."""
+    host = ModelHost({"tiny-random": lambda: hf_tiny_pair}, "tiny-random", max_new_tokens_cap=400, max_batch=4)
+    url, demo = launch_app(host)
+    client = Client(url, verbose=False)  # its heartbeat stays connected until the app closes
+    assert len(client.predict(prompt="hi", max_new_tokens=8, api_name="/compare")["runs"][0]["rows"]) == 8
+    started = time.monotonic()
+    demo.close()
+    closed = time.monotonic() - started
+    print(f"\nthe app closed {closed:.2f} s after it was asked, a client connected")
+    assert closed < 4  # 5.0 s before
