@@ -141,10 +141,12 @@ class Outbox:
         return uptake
 
     async def still_connected(self, session: str, within_s: float) -> bool:
-        """Whether `session` holds a connection open, or opens one within `within_s` (a heartbeat that reconnects)."""
+        """Whether `session` holds a connection open, or opens one within `within_s` (a heartbeat that reconnects).
+        Not once the app is closing: its close ends every heartbeat itself, and would wait out each such wait (it
+        gives up after 5 s, with the server still running)."""
         deadline = time.monotonic() + within_s
         while not self.connections.holds(session):
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or not self.demo.is_running:
                 return False
             await asyncio.sleep(RECONNECT_POLL_S)
         return True

@@ -8,7 +8,7 @@ from itertools import accumulate
 
 import pytest
 from gradio_client import Client
-from test_app_isolation import ARGUMENTS
+from test_app_isolation import ARGUMENTS, solos
 
 from easd.method.methods import METHODS
 from easd.traces import files as trace_io
@@ -103,10 +103,17 @@ def test_what_gradio_client_cannot_send_is_refused_too(app_url, arguments, messa
     assert message in line and "Traceback" not in line
 
 
+@pytest.fixture(scope="module")
+def client(app_url):
+    """One API client for the refusals: a client's start (the app's config and API, a heartbeat) costs more CPU than
+    a refused call, and a refusal leaves the client as it was."""
+    return Client(app_url, verbose=False)
+
+
 @pytest.mark.parametrize("arguments, message", BAD_INPUTS)
-def test_bad_input_is_one_clear_line(app_url, arguments, message):
+def test_bad_input_is_one_clear_line(client, arguments, message):
     with pytest.raises(Exception) as caught:
-        Client(app_url, verbose=False).predict(**arguments, api_name="/compare")
+        client.predict(**arguments, api_name="/compare")
     text = str(caught.value)
     assert message in text and "Traceback" not in text and "\n" not in text.strip()
 
@@ -132,9 +139,6 @@ def test_one_client_flooding_does_not_lock_out_another(app_url):
 
 def test_eight_users_at_once_each_get_what_they_get_alone(app_url, hf_tiny_pair):
     """Eight API users with their own prompts and seeds share the batch; each result equals the same request run alone."""
-    from easd.method.compare import Comparison
-    from easd.method.settings import DecodeSettings
-
     requests = {f"u{i}": dict(prompt=f"user {i} counts apples", seed=40 + i, max_new_tokens=48) for i in range(8)}
     results = {}
 
@@ -147,18 +151,16 @@ def test_eight_users_at_once_each_get_what_they_get_alone(app_url, hf_tiny_pair)
     for t in threads:
         t.join(timeout=240)
     assert set(results) == set(requests)  # none lost
+    # greedy (docs/app-and-api.md, "A class at once"): each request's lanes as they run alone
+    alone = solos(hf_tiny_pair, {r["prompt"]: dict(seed=r["seed"], max_new_tokens=48) for r in requests.values()})
     for name, result in results.items():
         asked = requests[name]
         runs = runs_of(result)
         assert all(run["prompt"] == asked["prompt"] and run["settings"]["seed"] == asked["seed"] for run in runs.values())
-        settings = DecodeSettings(
-            seed=asked["seed"], max_new_tokens=48, record_top=20
-        )  # greedy: see docs/app-and-api.md, "A class at once"
-        alone = Comparison(hf_tiny_pair, asked["prompt"], settings).run()
-        for lane, trace in alone.items():
-            rows = runs[trace.settings.method]["rows"]
+        for method, token_ids in alone[asked["prompt"]].items():
+            rows = runs[method]["rows"]
             assert [r["position"] for r in rows] == list(range(len(rows)))  # none duplicated
-            assert [r["token_id"] for r in rows] == trace.token_ids, (name, lane)
+            assert [r["token_id"] for r in rows] == token_ids, (name, method)
 
 
 def test_the_api_streams_both_traces_before_the_final_result(app_url):

@@ -354,11 +354,24 @@ def test_a_difference_in_the_evaluation_tab_opens_both_runs_in_the_compare_lanes
         driver.quit()
 
 
+def bad_links(key: str, folder: str) -> list[tuple[str, str]]:
+    """Links that open nothing, each with the one line the page answers (`key`: a recording; `folder`: an eval folder)."""
+    return [
+        ("?run=nope", "the link's run=: must be the key of a recording in the gallery (got 'nope')"),
+        ("?eval=../etc&problem=1", "the link's eval=: must be the name of an evaluation folder"),
+        (f"?run={key}&token=99999", "⚠️ token: the right lane has tokens 0 to"),
+        (f"?run={key}&token=%C2%B2", "the link's token=: must be a whole number from 0 to 999,999,999 (got '²')"),
+        (f"?run={key}&token={'9' * 200}", "the link's token=: must be a whole number from 0 to 999,999,999 (got '9999"),
+        (f"?eval={folder}&problem=0%00", "the link's problem=: must be a problem id of that folder"),
+        (f"?eval={folder}&problem=../../x", "This folder's traces/ holds no trace of 'sd' on problem '../../x'"),
+    ]
+
+
 @pytest.mark.parametrize("served", ["tiny-random", "none"])
 def test_a_link_opens_a_recorded_run_at_its_token_and_the_inspector_copies_it(request, served, eval_folder):
     """?run=KEY&lane=…&token=… opens a gallery recording, ?eval=NAME&problem=… an allowed folder's problem, each at its
     token, with no model (`--pair none` too); a token's link is offered and follows the selection; a bad link is one
-    line."""
+    line (asked of the app without a model: one reading of a link answers it on both apps, at a page load each)."""
     url = request.getfixturevalue("app_url" if served == "tiny-random" else "viewer_only")
     driver = chromium()
     try:
@@ -378,15 +391,7 @@ def test_a_link_opens_a_recorded_run_at_its_token_and_the_inspector_copies_it(re
         driver.get(f"{url}?eval={eval_folder.name}&problem={problem}&left=sd&right=easd&token=2")
         wait(driver).until(lambda d: f"Opened problem {problem} (sample 0) of {eval_folder.name}" in text_of(d, "message"))
         assert "Token #2 in EASD" in text_of(driver, "inspector")
-        for bad, line in (
-            ("?run=nope", "the link's run=: must be the key of a recording in the gallery (got 'nope')"),
-            ("?eval=../etc&problem=1", "the link's eval=: must be the name of an evaluation folder"),
-            (f"?run={key}&token=99999", "⚠️ token: the right lane has tokens 0 to"),
-            (f"?run={key}&token=%C2%B2", "the link's token=: must be a whole number from 0 to 999,999,999 (got '²')"),
-            (f"?run={key}&token={'9' * 200}", "the link's token=: must be a whole number from 0 to 999,999,999 (got '9999"),
-            (f"?eval={eval_folder.name}&problem=0%00", "the link's problem=: must be a problem id of that folder"),
-            (f"?eval={eval_folder.name}&problem=../../x", "This folder's traces/ holds no trace of 'sd' on problem '../../x'"),
-        ):
+        for bad, line in bad_links(key, eval_folder.name) if served == "none" else ():
             driver.get(url + bad)
             wait(driver).until(lambda d, line=line: line in text_of(d, "message"))
         assert driver.execute_script("return window.__xss") is None

@@ -28,6 +28,7 @@ from components.api import parameters
 from easd.errors import EasdError
 from easd.method.compare import Comparison
 from easd.method.settings import DecodeSettings
+from easd.method.step import Batch
 from easd.method.trace import Trace
 from easd.pairs.tiny import load_tiny_pair
 from easd.serving.host import ModelHost
@@ -55,6 +56,16 @@ def read_stream(url: str, event_id: str, route: str = "compare") -> bytes:
 def solo(pair, prompt: str, **settings) -> dict[str, list[int]]:
     traces = Comparison(pair, prompt, DecodeSettings(record_top=20, **settings)).run()
     return {trace.settings.method: trace.token_ids for trace in traces.values()}
+
+
+def solos(pair, asked: dict[str, dict]) -> dict[str, dict[str, list[int]]]:
+    """`solo` for each prompt in `asked` (its settings), all their lanes decoded as one batch, in which each row decodes
+    as it would alone (docs/method.md, "Many rows at once"; tests/test_batch.py checks it): one pass serves them all."""
+    comparisons = {
+        prompt: Comparison(pair, prompt, DecodeSettings(record_top=20, **settings)) for prompt, settings in asked.items()
+    }
+    Batch(pair, [generation for c in comparisons.values() for generation in c.generations.values()]).run()
+    return {prompt: {t.settings.method: t.token_ids for t in c.traces.values()} for prompt, c in comparisons.items()}
 
 
 def tokens_by_lane(result: dict) -> dict[str, list[int]]:
@@ -525,3 +536,18 @@ def test_a_session_past_its_time_limit_frees_its_traces_and_files(load, request)
         )
     finally:
         demo.close()
+
+
+def test_closing_the_app_waits_for_no_clients_heartbeat(hf_tiny_pair):
+    """Closing the app ends every session's heartbeat, and a heartbeat that ends waits RECONNECT_S for its client to
+    come back (`leave`): not while the app closes. Gradio's close waited that out for any client still connected (5 s,
+    then it gave up with the server still running), in every test that starts an app of its own."""
+    host = ModelHost({"tiny-random": lambda: hf_tiny_pair}, "tiny-random", max_new_tokens_cap=400, max_batch=4)
+    url, demo = launch_app(host)
+    client = Client(url, verbose=False)  # its heartbeat stays connected until the app closes
+    assert len(client.predict(prompt="hi", max_new_tokens=8, api_name="/compare")["runs"][0]["rows"]) == 8
+    started = time.monotonic()
+    demo.close()
+    closed = time.monotonic() - started
+    print(f"\nthe app closed {closed:.2f} s after it was asked, a client connected")
+    assert closed < 4  # 5.0 s before

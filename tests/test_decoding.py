@@ -17,6 +17,28 @@ from easd.method.summary import summarize
 SAMPLING = dict(temperature=1.0, top_p=0.95)
 
 
+@pytest.fixture(scope="module")
+def decoded():
+    """This module's runs by backend and arguments: several invariants below read the same runs (SD and EASD at the
+    same seeds, target-only beside every k), each decoded once. No test changes a trace it reads."""
+    return {}
+
+
+@pytest.fixture
+def run(run, tiny_pair, decoded):
+    """conftest's `run`, each run remembered in `decoded` (a test's own pair is decoded afresh)."""
+
+    def remembered(prompt: str = PROMPTS[0], pair=None, **settings):
+        if pair is not None:
+            return run(prompt, pair=pair, **settings)
+        key = (tiny_pair.backend, prompt, tuple(sorted(settings.items())))
+        if key not in decoded:
+            decoded[key] = run(prompt, **settings)
+        return decoded[key]
+
+    return remembered
+
+
 def first_difference(a: list[int], b: list[int]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
 

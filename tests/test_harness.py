@@ -105,7 +105,13 @@ def test_greedy_sd_and_easd_give_target_only_answers_through_lm_eval(task_folder
     assert unguided == target and guided != target  # MTI through lm-eval: target-only above every entropy, else guided
 
 
+# lm-eval's command line picks the backend itself (auto: transformers for the tiny pair), so its tests run once, on
+# the task folder made on that backend, not once for each backend of tiny_pair
+ONCE = pytest.mark.parametrize("tiny_pair", ["transformers"], indirect=True)
+
+
 @pytest.mark.slow  # lm-eval's own command line runs a task on our model
+@ONCE
 def test_the_cli_registers_the_model_and_hands_over_to_lm_eval(task_folder, tmp_path, capsys):
     out = tmp_path / "out"
     args = ["lm-eval", "--model_args", "pair=tiny-random,method=easd,tau_h=1.5,k=2", "--tasks", TASK]
@@ -131,6 +137,7 @@ def test_bad_model_args_are_named_in_lm_eval_words(model_args, message):
 
 
 @pytest.mark.slow  # lm-eval's command line in a process of its own: a bad model_arg is one line
+@ONCE
 def test_a_bad_model_arg_on_the_command_line_is_one_line_with_exit_2(task_folder, capsys):
     code = main(["lm-eval", "--model_args", "pair=tiny-random,k=0", "--tasks", TASK, "--include_path", str(task_folder)])
     err = capsys.readouterr().err

@@ -2,8 +2,9 @@
 
 llama.cpp reads the GGUF files as shipped (joined once from their parts into the cache), in its
 exact mode (easd.backends.llamacpp). One test runs the draft's real GGUF on transformers in float32, the
-other exact regime; its first run converts that file (about a minute on 2 cores, cached afterwards; the
-target's conversion, the same code on a larger file, is left to the device check). What each test buys:
+other exact regime, from the folder its conversion writes (about a minute on 2 cores on a fresh clone,
+cached afterwards; the target's conversion, the same code on a larger file, is left to the device check);
+the tokenizer test reads transformers' tokenizer from that folder too. What each test buys:
 docs/testing.md, "Slow tests". Skipped only when the part packages are not installed.
 """
 
@@ -41,6 +42,14 @@ def qwen_pair():
     return load_named_pair("qwen-coder", Runtime(backend="llama.cpp"))
 
 
+@pytest.fixture(scope="module")
+def converted_draft():
+    """The draft's GGUF converted for transformers (our cached folder: converted on a fresh clone, read afterwards)."""
+    from easd.pairs.packaged import converted_folder
+
+    return converted_folder(DRAFT, progress=False)
+
+
 def assert_fluent_english(text: str) -> None:
     words = text.split()
     assert len(words) >= 20 and ("money" in text.lower() or "wallet" in text.lower()), text
@@ -67,29 +76,39 @@ def test_the_pair_shares_one_tokenizer_and_vocabulary(qwen_pair):
     assert {token for text in ("<|im_end|>", "<|endoftext|>") for token in qwen_pair.tokenizer.encode(text)} <= qwen_pair.eos_ids
 
 
-def test_token_ids_and_chat_template_are_the_ones_transformers_reads_from_the_same_gguf(qwen_pair):
+def test_token_ids_and_chat_template_are_the_ones_transformers_reads_from_the_same_gguf(qwen_pair, converted_draft):
+    """Our reading of a GGUF's tokenizer (llama.cpp's vocabulary, the file's chat template) equals transformers' reading
+    of the same file: the draft's, as its conversion saved it for the transformers backend (reading the file again
+    takes transformers half a minute). The pair's tokenizer, the target's, is checked beside the draft's own: the
+    same ids for every string (check_same_tokenizer at load), the same chat template, the same texts."""
     from transformers import AutoTokenizer
 
-    reference = AutoTokenizer.from_pretrained(qwen_pair.target.path.parent, gguf_file=qwen_pair.target.path.name)
+    from easd.backends.llamacpp import LlamaTokenizer
+
+    reference = AutoTokenizer.from_pretrained(converted_draft)
+    ours = {"target": qwen_pair.tokenizer, "draft": LlamaTokenizer(qwen_pair.draft)}
     texts = [*EXAMPLES, QUESTION, "def f(x):\n\treturn x  # ünïcödé 😀 中文 <|im_end|>"]
     for text in texts:
-        assert qwen_pair.tokenizer.encode(text) == reference(text, add_special_tokens=False)["input_ids"], text
+        expected = reference(text, add_special_tokens=False)["input_ids"]
+        assert {role: tokenizer.encode(text) for role, tokenizer in ours.items()} == dict.fromkeys(ours, expected), text
     chat = [{"role": "user", "content": EXAMPLES[0]}]
-    assert qwen_pair.tokenizer.render_chat(chat) == reference.apply_chat_template(
-        chat, tokenize=False, add_generation_prompt=True
-    )
+    expected = reference.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    assert {role: tokenizer.render_chat(chat) for role, tokenizer in ours.items()} == dict.fromkeys(ours, expected)
     ids = [*range(0, 151643, 97), *range(151643, 151665)]  # every 97th token, and every special one
-    assert [qwen_pair.tokenizer.text(i) for i in ids] == [reference.decode([i]) for i in ids]
+    expected = [reference.decode([i]) for i in ids]
+    assert {role: [tokenizer.text(i) for i in ids] for role, tokenizer in ours.items()} == dict.fromkeys(ours, expected)
 
 
 def test_batched_rows_on_the_real_pair_equal_their_solo_runs(qwen_pair):
-    """Three ragged rows (SD, EASD, target-only) in one batch: each equals its run alone, token for token."""
+    """Three ragged rows (SD, EASD, target-only) in one batch: each equals its run alone, token for token. The
+    prompts are raw text, without the chat template's 29 tokens: in llama.cpp's exact mode a prompt's token costs what
+    a decoded one does, and the prompts were most of this test's time."""
     prompts = [QUESTION, "Write a Python function that reverses a string.", "What is 17 * 23?"]
     methods = [dict(method="sd"), dict(method="easd", tau_h=0.5), dict(method="target")]
-    generations = [Generation(qwen_pair, p, DecodeSettings(max_new_tokens=16, **m)) for p, m in zip(prompts, methods)]
+    generations = [Generation(qwen_pair, p, DecodeSettings(max_new_tokens=16, **m), chat=False) for p, m in zip(prompts, methods)]
     Batch(qwen_pair, generations).run()
     for generation in generations:
-        alone = Generation(qwen_pair, generation.prompt, generation.settings).run()
+        alone = Generation(qwen_pair, generation.prompt, generation.settings, chat=False).run()
         assert generation.trace.token_ids == alone.token_ids, generation.settings.method
         assert [r.origin for r in generation.trace.records] == [r.origin for r in alone.records]
         assert [r.h_target for r in generation.trace.records] == [r.h_target for r in alone.records]  # bit for bit
@@ -134,16 +153,16 @@ def test_stop_during_a_long_prompt_is_heard_within_one_piece_of_it(qwen_pair):
     assert waited < 20  # one 256-token pass of the target is about 8 s here; the whole prompt, over 30 s
 
 
-def test_slowest_a_real_gguf_converted_for_transformers_decodes_exactly_in_float32():
+def test_slowest_a_real_gguf_converted_for_transformers_decodes_exactly_in_float32(converted_draft):
     """The suite's one real model on transformers: the draft's 4-bit GGUF through the conversion (transformers'
     dequantizer, our cached folder), as both models of a pair. In float32 SD's (k + 1)-token target passes give the
-    tokens target-only's one-token passes give, and the text is the question's answer, not byte soup."""
+    tokens target-only's one-token passes give, and the text is the question's answer, not byte soup. 32 tokens (7
+    of SD's target passes) write the 20 words the fluency check reads; 48 took half as long again."""
     from easd.pairs.loading import load_pair
-    from easd.pairs.packaged import converted_folder
 
-    folder = str(converted_folder(DRAFT, progress=False))
+    folder = str(converted_draft)
     pair = load_pair(folder, folder, Runtime(backend="transformers", dtype="float32"))
-    sd = Generation(pair, QUESTION, DecodeSettings(method="sd", max_new_tokens=48)).run()
-    target = Generation(pair, QUESTION, DecodeSettings(method="target", max_new_tokens=48)).run()
+    sd = Generation(pair, QUESTION, DecodeSettings(method="sd", max_new_tokens=32)).run()
+    target = Generation(pair, QUESTION, DecodeSettings(method="target", max_new_tokens=32)).run()
     assert sd.token_ids == target.token_ids and pair.backend == "transformers"
     assert_fluent_english(sd.text)

@@ -6,7 +6,7 @@
 
 Serves the app on a local port (the real app: `components.wiring.build_app`, the pair loaded once) and
 sends N simultaneous `/compare` requests over Gradio's queue protocol, as gradio_client sends them (from a process
-of their own at the lowest CPU priority, as the users' own machines, and one event loop: `call_compare`), each with its own prompt and seed (with
+of their own at the lowest CPU priority, as the users' own machines, and one event loop: `tools.loadclients`), each with its own prompt and seed (with
 `--same-prompt`, all the first example's, as a class clicking it together: computed once, easd.serving.same_request).
 Twice, in the same run:
   * the queue without a shared batch: `--max-batch 2`, one comparison at a time, all `max(users)` sent at once; the
@@ -27,10 +27,8 @@ the per-client and per-address limits are lifted here.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import multiprocessing
-import os
 import re
 import resource
 import threading
@@ -49,27 +47,7 @@ from easd.pairs.registry import default_pair_name, load_named_pair
 from easd.serving.host import ModelHost
 from easd.serving.metrics import SERVED, ServingMetrics
 from easd.serving.same_request import RESULTS_BYTES, Results
-
-PROMPTS = [  # sixteen questions a class might ask, of different lengths and kinds
-    "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. How much did she earn?",
-    "Write a short poem about the sea at night.",
-    "Explain to a ten-year-old why the sky is blue.",
-    "Is 221 a prime number? Think step by step.",
-    "Give three tips for learning a new language.",
-    "Write a Python function that checks whether a string is a palindrome, ignoring spaces and case.",
-    "If a shirt costs $25 after a 20% discount, what was its original price?",
-    "What are the pros and cons of working from home?",
-    "Write a haiku about autumn leaves.",
-    "Tell me a story about a robot who learns to paint, in three sentences.",
-    "What is the difference between a list and a tuple in Python?",
-    "A bakery sells muffins for $3 each and cookies for $1.50 each. Maria buys 4 muffins and 6 cookies and pays "
-    "with a $50 bill. How much change does she get?",
-    "Describe your ideal weekend in a few sentences.",
-    "Suggest a name for a coffee shop run by cats, and explain your choice.",
-    "Which of these is a chemical change? (A) ice melting (B) salt dissolving in water (C) iron rusting "
-    "(D) water boiling. Explain briefly, then give the letter.",
-    "Write an opening line for a mystery novel.",
-]
+from tools.loadclients import PROMPTS, users_at_once, watch_room
 
 
 def start_app(pair, name: str, max_batch: int | None, cap: int, users: int, shared: bool = True):
@@ -110,78 +88,11 @@ def metrics_line(host: ModelHost) -> str:
 
 
 def send(url: str, users: int, max_new_tokens: int, same: bool = False) -> tuple[list[float], list[dict]]:
-    """`users` requests at once, one client each (all the same with `same`), from a process of their own (`elsewhere`);
-    -> (seconds until each result, in user order), results."""
+    """`users` requests at once, one client each (all the same with `same`), from a process of their own
+    (tools.loadclients); -> (seconds until each result, in user order), results."""
+    parameters = [(name, default) for name, default, *_ in api.parameters()]
     with multiprocessing.get_context("spawn").Pool(1) as clients:
-        return clients.apply(_users_at_once, (url, users, max_new_tokens, same))
-
-
-def elsewhere() -> None:
-    """Run this process at the lowest CPU priority: users' and viewers' browsers run on their own machines, so on a
-    2-core machine their reading would otherwise take from the server what no real class takes, and hide its own
-    cost (reading in the server's process, they would also hold its GIL)."""
-    os.nice(19)
-
-
-def _users_at_once(url: str, users: int, max_new_tokens: int, same: bool) -> tuple[list[float], list[dict]]:
-    elsewhere()
-    return asyncio.run(_call_all(url, users, max_new_tokens, same))
-
-
-async def _call_all(url: str, users: int, max_new_tokens: int, same: bool) -> tuple[list[float], list[dict]]:
-    """Every user's /compare call at once, each as its own API client (a session, its heartbeat, its event stream),
-    all in one event loop: a hundred gradio_client Clients in one process would cost more than the server they
-    measure (each reads its stream in threads of its own), so the clients here do only what the protocol asks."""
-    config = httpx.get(f"{url}config", timeout=60).json()
-    index = next(d["id"] for d in config["dependencies"] if d.get("api_name") == "compare")
-    defaults = {name: default for name, default, *_ in api.parameters()}
-    async with httpx.AsyncClient(
-        timeout=httpx.Timeout(600, connect=60), limits=httpx.Limits(max_connections=None, max_keepalive_connections=0)
-    ) as http:
-
-        async def user(i: int) -> tuple[float, dict]:
-            which = 0 if same else i
-            asked = defaults | {"prompt": PROMPTS[which % len(PROMPTS)], "seed": which, "max_new_tokens": max_new_tokens}
-            began = time.monotonic()
-            completed = await call_compare(http, url, index, [asked[name] for name, *_ in api.parameters()])
-            return time.monotonic() - began, completed
-
-        done = await asyncio.gather(*(user(i) for i in range(users)))
-    # a user's clock stops when the result has arrived; reading it is their browser's work, on their own machine
-    # (parsed in the loop, a hundred 3 MB results would make the last user wait for the other 99 to be read)
-    return [seconds for seconds, _ in done], [result_of(completed) for _, completed in done]
-
-
-async def call_compare(http: httpx.AsyncClient, url: str, index: int, data: list) -> str:
-    """One API client's call of /compare over Gradio's queue protocol, as gradio_client makes it: a session with its
-    heartbeat, the call joined to the queue, its event stream read to the end; -> the completed message, unread
-    (`result_of` reads it)."""
-    session = uuid.uuid4().hex
-
-    async def heartbeat():
-        async with http.stream("GET", f"{url}gradio_api/heartbeat/{session}") as beats:
-            async for _ in beats.aiter_lines():
-                pass
-
-    beating = asyncio.create_task(heartbeat())
-    try:
-        body = {"data": data, "fn_index": index, "session_hash": session}
-        (await http.post(f"{url}gradio_api/queue/join", json=body)).raise_for_status()
-        async with http.stream("GET", f"{url}gradio_api/queue/data", params={"session_hash": session}) as stream:
-            async for line in stream.aiter_lines():
-                if line.startswith("data: ") and '"process_completed"' in line:
-                    return line[6:]
-        raise RuntimeError("the event stream ended without a result")
-    finally:
-        beating.cancel()
-
-
-def result_of(completed: str) -> dict:
-    """The result in a completed message of /compare (raises on an error)."""
-    output = json.loads(completed)["output"]
-    if "error" in output and output["error"] is not None:
-        raise RuntimeError(f"compare failed: {output['error']}")
-    return output["data"][0]
+        return clients.apply(users_at_once, (url, users, max_new_tokens, same, parameters))
 
 
 def tokens_of(result: dict) -> list[list[int]]:
@@ -335,32 +246,6 @@ class PageClient:
         began = time.monotonic()
         self.call(session, "generate", data)
         return time.monotonic() - began
-
-
-def watch_room(url: str, watch_index: int, code: str, viewers: int, ready, done, counts) -> None:
-    """`viewers` pages in room `code` (in a process of their own, `elsewhere`), until `done`; -> the bytes each
-    received."""
-    elsewhere()
-    watchers = [Viewer(url, watch_index, code) for _ in range(viewers)]
-    ready.set()
-    done.wait()
-    counts.put([w.received for w in watchers])
-
-
-class Viewer:
-    """A page opened with ?room=CODE: joins the room and counts the bytes its stream brings."""
-
-    def __init__(self, url: str, watch_index: int, code: str):
-        self.received, session = 0, uuid.uuid4().hex
-        body = {"data": [None], "fn_index": watch_index, "session_hash": session}
-        httpx.post(f"{url}gradio_api/queue/join?room={code}", json=body).raise_for_status()
-        self.thread = threading.Thread(target=self._read, args=(url, session), daemon=True)
-        self.thread.start()
-
-    def _read(self, url: str, session: str) -> None:
-        with httpx.stream("GET", f"{url}gradio_api/queue/data", params={"session_hash": session}, timeout=None) as r:
-            for chunk in r.iter_bytes():
-                self.received += len(chunk)
 
 
 class Estimates:
