@@ -27,6 +27,7 @@ from easd.render.html import tag
 from easd.render.lanes import lane_title
 from easd.render.search import Search
 from easd.render.stepper import block_views, stepper_html
+from easd.serving.estimates import lane_cost
 from easd.serving.host import ModelHost
 from easd.serving.tickets import Stream
 from easd.traces import files as trace_io
@@ -121,9 +122,12 @@ def ordinal(n: int) -> str:
 
 
 def sharing(stream: Stream) -> str:
+    """Where the result comes from, how many share the batch, and what a lane of several rows costs the others."""
     others = stream.sharing - 1
     batch = f"Decoding in a batch shared with {others} other user{'s' if others != 1 else ''}." if others > 0 else ""
-    return " ".join(filter(None, (SHARED.get(stream.how, ""), batch)))
+    ticket = stream.ticket
+    costs = dict.fromkeys(lane_cost(g.method.title, g.width, ticket.allowance) for g in ticket.generations)  # once each
+    return " ".join(filter(None, (SHARED.get(stream.how, ""), batch, *costs)))
 
 
 SHARED = {  # where a stream's result comes from, when not from its own request (easd.serving.same_request)

@@ -73,6 +73,14 @@ def test_max_queued_per_client_comes_from_the_flag_or_the_environment(monkeypatc
     assert app.make_host(app.parse_args(["--pair", "none", "--max-queued-per-client", "1"])).max_queued_per_client == 1
 
 
+def test_the_row_allowance_reaches_the_host_and_a_negative_one_is_refused_in_one_line(capsys):
+    """--row-allowance: the rows a lane may use a step while others decode (2 by default, 0: no limit)."""
+    assert app.make_host(app.parse_args(["--pair", "none"])).row_allowance == 2
+    assert app.make_host(app.parse_args(["--pair", "none", "--row-allowance", "0"])).row_allowance is None
+    with pytest.raises(SystemExit, match="--row-allowance must be a whole number of rows ≥ 0"):
+        app.make_host(app.parse_args(["--pair", "none", "--row-allowance", "-1"]))
+
+
 def test_every_flag_comes_from_the_environment_by_one_rule_and_is_checked_as_the_flag(monkeypatch, capsys):
     monkeypatch.setenv("EASD_MAX_BATCH", "8")  # --max-batch
     monkeypatch.setenv("EASD_FORWARDED_ALLOW_IPS", "10.0.0.0/8")

@@ -219,6 +219,52 @@ def test_groups_of_rows_decode_beside_other_rows_exactly_as_alone(tiny_pair):
         )
 
 
+@pytest.mark.parametrize("method", ["specguard", "rsd"])
+def test_a_long_reasoning_step_holds_no_step_of_the_batch_longer_than_k_draft_passes(tiny_pair, method, tmp_path):
+    """SpecGuard's and RSD's draft writes a step over the batch's steps, k positions each, as an SD row drafts: with a
+    delimiter that never comes, a step is the whole run (40 tokens), yet beside an SD generation no step of the batch
+    takes more than k = 4 draft passes; drafted in one go, the first step took 40. The step is still kept whole."""
+    from easd.method.methods import make_settings
+    from easd.pairs.loading import with_prm
+    from easd.pairs.tiny import write_tiny_prm
+
+    pair, own = tiny_pair, {"specguard_delimiter": "§§§", "specguard_threshold": 0.0}
+    if method == "rsd":
+        pair, own = with_prm(tiny_pair, str(write_tiny_prm(tmp_path, bias=0.0))), {"rsd_delimiter": "§§§", "rsd_delta": 0.0}
+    sd = Generation(pair, PROMPTS[0], make_settings(method="sd", max_new_tokens=40))
+    stepwise = Generation(pair, PROMPTS[1], make_settings(method=method, max_new_tokens=40, temperature=0.7, **own))
+    passes = [0]
+    for block in Batch(pair, [sd, stepwise]):
+        if block.generation is stepwise:
+            passes.append(stepwise.trace.stats.draft_calls)
+    assert max(b - a for a, b in zip(passes, passes[1:])) <= 4 < stepwise.trace.stats.draft_calls
+    assert len(stepwise.trace.records) == 40 and len({r.block for r in stepwise.trace.records}) == 1  # one step, kept whole
+
+
+def test_under_an_allowance_a_wide_group_sits_steps_out_and_every_run_is_its_solo_run(tiny_pair):
+    """With an allowance of 2 rows a step, SMC-SD's 4 particles step every other step beside an SD generation, which
+    steps every step; both decode exactly as alone. Without neighbours, a group steps every step: sitting out would
+    help nobody. An allowance below 1 is refused."""
+    from easd.method.methods import make_settings
+
+    sd = Generation(tiny_pair, PROMPTS[0], make_settings(method="sd", max_new_tokens=24))
+    smc = Generation(tiny_pair, PROMPTS[1], make_settings(method="smc", smc_particles=4, max_new_tokens=200))
+    stepped = []
+    for block in Batch(tiny_pair, [sd, smc], allowance=2):
+        stepped.append(block.generation is smc)
+        if sd.done:
+            smc.stop()
+    assert stepped.count(False) == len(sd.checkpoints) and 0 < stepped.count(True) <= (len(sd.checkpoints) + 1) // 2
+    assert all(not (a and b) for a, b in zip(stepped, stepped[1:]))  # never two SMC-SD blocks in a row: it sat one out
+    assert sd.trace.token_ids == Generation(tiny_pair, PROMPTS[0], sd.settings).run().token_ids
+    alone = Generation(tiny_pair, PROMPTS[1], smc.settings)
+    blocks = list(Batch(tiny_pair, [alone], allowance=2))
+    assert len(blocks) == len(alone.checkpoints)  # alone, it took every step
+    assert smc.trace.token_ids == alone.trace.token_ids[: len(smc.trace.token_ids)]  # what it wrote beside SD, as alone
+    with pytest.raises(SettingsError, match="--row-allowance"):
+        Batch(tiny_pair, [], allowance=0)
+
+
 def test_a_step_of_sd_and_smc_takes_one_draft_pass_a_position_and_one_target_pass(tiny_pair):
     """The passes of a batch of one SD and one SMC-SD generation (3 particles), k = 4: per step, 4 draft passes (each
     over the SD row and the particles' rows) and ONE target pass over all 4 rows; before, SMC-SD's particles took

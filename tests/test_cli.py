@@ -67,6 +67,11 @@ def test_bad_input_is_one_line_with_exit_2(capsys, args, flag, allowed):
         (["--methods", " , "], "--methods: names no method"),
         (["--methods", "sd,smc", "--batch-sizes", "1,4"], "--methods: picks the timed comparison's rows; --batch-sizes runs"),
         (["--methods", "specguard", "--suite", "spec-bench", "q.jsonl"], "--methods: picks the timed comparison's rows; --suite"),
+        (["--beside", "smc", "--batch-sizes", "1,4"], "--beside: is a benchmark of its own, as --batch-sizes is"),
+        (["--beside", "smc,nonesuch"], "--beside: 'nonesuch' is not a method; give some of sd, easd"),
+        (["--beside", " , "], "--beside: names no method"),
+        (["--beside", "smc", "--row-allowance", "2,-1"], "--row-allowance: must be whole numbers ≥ 0"),
+        (["--row-allowance", "2"], "--row-allowance: applies to --beside's lanes only"),
     ],
 )
 def test_bench_refuses_a_list_flag_that_is_no_list_of_numbers_and_methods_it_would_drop(capsys, args, message):
@@ -230,3 +235,17 @@ def test_generate_with_beams_writes_the_best_beams_trace(capsys, tmp_path):
     code, out, _ = run_cli(capsys, *TINY, *args, "--json", str(tmp_path / "b.json"))
     [trace] = trace_io.load(tmp_path / "b.json")
     assert code == 0 and trace.info["beams"] == 3 and trace.text in out and len(trace.records) == 10
+
+
+def test_bench_beside_times_an_sd_lane_beside_each_neighbour_at_each_allowance(capsys):
+    """`bench --beside smc`: the SD lane beside SD, beside SMC-SD with no allowance and with the class's, each with its
+    ratio to beside SD and the rows its target passes served (5 with SMC-SD's 4 particles beside it every step; fewer
+    on average under the allowance, when the particles sit steps out)."""
+    code, out, _ = run_cli(
+        capsys, "bench", "--pair", "tiny-random", "--beside", "smc", "--prompts", "1", "--repeats", "1", "--max-new-tokens", "12"
+    )
+    assert code == 0
+    rows = {line.split("  ")[1].strip(): line.split() for line in out.splitlines() if line.startswith("  SD beside")}
+    assert list(rows) == ["SD beside SD", "SD beside SMC-SD", "SD beside SMC-SD, allowance 2"]
+    assert rows["SD beside SD"][4] == "1.00×" and float(rows["SD beside SMC-SD"][-3]) == 5.0
+    assert 1.0 < float(rows["SD beside SMC-SD, allowance 2"][-3]) < 5.0

@@ -8,7 +8,7 @@ from easd.method.compare import DEFAULT_METHODS
 from easd.method.generation import Generation
 from easd.method.methods import make_settings
 from easd.method.settings import DecodeSettings
-from easd.serving.estimates import GUESS_ROW_S, RECENT, Job, Pace, schedule
+from easd.serving.estimates import GUESS_ROW_S, RECENT, Job, Pace, lane_cost, schedule
 from easd.serving.worker import Worker
 
 
@@ -37,6 +37,38 @@ def test_a_batch_that_empties_speeds_up():
 def test_room_in_the_batch_means_no_wait():
     ends, waiting = schedule([Job(2, 5.0)], [Job(2, 3.0), Job(2, 8.0)], max_rows=8, step_s=lambda rows: 1.0)
     assert ends == [5.0] and waiting == [(0.0, 3.0), (0.0, 8.0)]
+
+
+def test_a_group_that_sits_steps_out_is_scheduled_by_the_rows_it_decodes_a_step():
+    """An SD comparison (2 rows, 10 steps) beside SMC-SD's 4 particles under an allowance of 2 (they hold 4 rows, decode
+    2 a step on average, and need twice their 5 own steps): each step costs 4 rows' time, not 6."""
+    ends, _ = schedule([Job(2, 10.0), Job(4, 10.0, decoding=2.0)], [], max_rows=8, step_s=per_row(0.5))
+    assert ends == [20.0, 20.0]
+    held, _ = schedule([Job(2, 10.0), Job(4, 10.0)], [], max_rows=8, step_s=per_row(0.5))
+    assert held == [30.0, 30.0]  # every step over all 6 rows
+
+
+def test_a_lane_of_several_rows_is_told_what_it_costs_the_others():
+    assert lane_cost("SD", 1, 2) == ""
+    assert lane_cost("SMC-SD", 4, 2) == (
+        "Your SMC-SD lane holds 4 rows of the shared batch; while others decode it takes about 2 of every 4 steps (this "
+        "server lets a lane use 2 rows a step), so that it slows itself and not their lanes."
+    )
+    assert "as 3 SD lanes would: every other user's step waits for all of them" in lane_cost("SpecGuard", 3, None)
+    assert "as 2 SD lanes would" in lane_cost("SpecGuard", 2, 2)  # within the allowance: it takes every step
+
+
+def test_a_waiting_group_is_let_in_when_its_rows_are_free_not_its_generations(hf_tiny_pair):
+    """A request of one SMC-SD generation of 4 particles holds 4 rows: behind a comparison in a batch of 4 rows it
+    waits (2 rows free), and its estimate starts when the comparison ends."""
+    worker = Worker(hf_tiny_pair, max_rows=4, row_tokens=400)
+    first = worker.submit([Generation(hf_tiny_pair, "a", DecodeSettings(method=m, max_new_tokens=200)) for m in ("sd", "easd")])
+    while worker.pace.steps < 2:
+        first.wait(-1, 0.05)
+    smc = worker.submit([Generation(hf_tiny_pair, "b", make_settings(method="smc", smc_particles=4, max_new_tokens=8))])
+    assert smc.position == 1 and smc.estimate()[0] > 0
+    first.cancel()
+    assert first.join(60) and smc.join(60) and smc.error is None
 
 
 def test_the_pace_learns_each_batch_sizes_step_and_finished_generations():

@@ -9,6 +9,7 @@ from pathlib import Path
 from ..errors import SettingsError, shown
 from ..method.methods import METHODS, knobs, own_knobs, settings_values, with_values
 from ..method.settings import DecodeSettings
+from ..serving.worker import ROW_ALLOWANCE
 from .flags import add_decode_flags, add_model_flags, load_models, numbers, runtime_of, whole_numbers
 
 TIMED_TOKENS = 64  # new tokens per prompt, by default, in the timed comparison
@@ -51,6 +52,17 @@ def add(parser: argparse.ArgumentParser) -> None:
         "ratio also prints its median, range and 95%% interval over the repetitions, and how many would give ±3%%",
     )
     parser.add_argument("--batch-sizes", help="instead: total tokens/s at each B rows per pass, e.g. 1,4,16")
+    parser.add_argument(
+        "--beside",
+        metavar="METHODS",
+        help="instead: an SD lane's tokens/s in a batch beside one generation of each of these methods (comma-separated, "
+        "e.g. smc,specguard,beam), against beside another SD lane: what one user's choice costs a neighbour in a class",
+    )
+    parser.add_argument(
+        "--row-allowance",
+        help="with --beside: the class's row allowances to time each neighbour at, comma-separated (app.py "
+        f"--row-allowance; 0: none, every row steps every step; default 0,{ROW_ALLOWANCE})",
+    )
     suite = parser.add_argument_group("Spec-Bench (docs/evaluation.md)")
     suite.add_argument("--suite", nargs=2, metavar=("spec-bench", "FILE"), help="Spec-Bench's question file instead")
     suite.add_argument("--per-category", type=int, default=5, help="with --suite: questions per category (≥ 1)")
@@ -59,16 +71,19 @@ def add(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    other = "--suite" if args.suite is not None else "--batch-sizes" if args.batch_sizes is not None else None
+    modes = [flag for flag in ("--suite", "--batch-sizes", "--beside") if getattr(args, flag[2:].replace("-", "_")) is not None]
+    if len(modes) > 1:
+        raise SettingsError(modes[1], f"is a benchmark of its own, as {modes[0]} is: give one of them")
+    if args.row_allowance is not None and args.beside is None:  # it would be dropped unsaid
+        raise SettingsError("--row-allowance", "applies to --beside's lanes only: give --beside too, or drop it")
+    other = modes[0] if modes else None
     if args.methods is not None and other is not None:  # their rows are fixed: --methods would be dropped unsaid
-        raise SettingsError(
-            "--methods", f"picks the timed comparison's rows; {other} runs target-only, SD and EASD alone: drop one of the two"
-        )
+        raise SettingsError("--methods", f"picks the timed comparison's rows; {other} runs its own: drop one of the two")
     if args.max_new_tokens is None:
         args.max_new_tokens = LONG_TOKENS if args.suite is not None or args.batch_sizes is not None else TIMED_TOKENS
     if args.suite is not None:
         return run_suite(args)
-    from ..lab.bench import PROMPTS, BenchPlan, run_batched_benchmark, run_benchmark
+    from ..lab.bench import PROMPTS, BenchPlan, run_batched_benchmark, run_benchmark, run_beside_benchmark
 
     if not 1 <= args.prompts <= 10:
         raise SettingsError("--prompts", f"must be from 1 to 10 (got {args.prompts})")
@@ -90,9 +105,26 @@ def run(args: argparse.Namespace) -> int:
         sizes = whole_numbers("--batch-sizes", args.batch_sizes)
         k, tau_h = values["sd"][0], numbers("--tau-h", args.tau_h)[0]
         return max(run_batched_benchmark(load_models(each), sizes, args.max_new_tokens, k, tau_h) for each in each_backend)
-    pairs = [load_models(each) for each in each_backend]
     plan = BenchPlan(PROMPTS[: args.prompts], args.max_new_tokens, values, args.repeats, own)
+    if args.beside is not None:
+        neighbours, allowances = (
+            beside_methods(args.beside),
+            whole_numbers("--row-allowance", args.row_allowance or f"0,{ROW_ALLOWANCE}", low=0),
+        )
+        return max(run_beside_benchmark(load_models(each), plan, neighbours, allowances) for each in each_backend)
+    pairs = [load_models(each) for each in each_backend]
     return run_benchmark(pairs, plan)
+
+
+def beside_methods(text: str) -> list[str]:
+    """--beside's methods, each a method of the table (SettingsError naming the flag)."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise SettingsError("--beside", f"names no method (got {shown(text)}); give some of {', '.join(METHODS)}")
+    for name in names:
+        if name not in METHODS:
+            raise SettingsError("--beside", f"{shown(name)} is not a method; give some of {', '.join(METHODS)}")
+    return names
 
 
 def values_flags() -> set[str]:

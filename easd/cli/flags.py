@@ -249,11 +249,11 @@ def numbers(option: str, text: str) -> list[float]:
     return values
 
 
-def whole_numbers(option: str, text: str) -> list[int]:
-    """Comma-separated whole numbers ≥ 1, or SettingsError naming the option."""
+def whole_numbers(option: str, text: str, low: int = 1) -> list[int]:
+    """Comma-separated whole numbers ≥ `low`, or SettingsError naming the option."""
     values = numbers(option, text)
-    if min(values) < 1 or any(value != int(value) for value in values):
-        raise SettingsError(option, f"must be whole numbers ≥ 1 separated by commas (got {text!r})")
+    if min(values) < low or any(value != int(value) for value in values):
+        raise SettingsError(option, f"must be whole numbers ≥ {low} separated by commas (got {text!r})")
     return [int(value) for value in values]
 
 

@@ -87,9 +87,12 @@ class Batch:
         use_cache: bool = True,
         at_boundary: Callable[[Batch], None] | None = None,
         prompts_between_steps: bool = False,
+        allowance: int | None = None,
     ):
         if max_rows is not None and max_rows < 1:
             raise SettingsError("--batch-size", f"must be ≥ 1 (got {max_rows})")
+        if allowance is not None and allowance < 1:
+            raise SettingsError("--row-allowance", f"must be ≥ 1 (got {allowance})")
         self.pair = pair
         limit = min(pair.draft.max_rows, pair.target.max_rows)  # more wait in line, as for `max_rows`
         max_rows = limit if max_rows is None else min(max_rows, limit)
@@ -98,6 +101,11 @@ class Batch:
         self.target: Caches = pair.target.caches(pair.vocab_size, use_cache)
         # who holds which row, and who waits for one; prompts_between_steps: see Rows
         self.rows = Rows(pair, self.draft, self.target, generations, max_rows, use_cache, prompts_between_steps)
+        # None: every generation takes every step. Else the rows a generation may use a step, on average, while others
+        # step: a wider group (SMC-SD's particles, SpecGuard's candidates, beams) steps less often, so that on a CPU,
+        # where a pass costs in proportion to its rows, it slows itself and not its neighbours (`_taking_part`)
+        self.allowance = allowance
+        self._credit: dict[int, float] = {}  # id(generation) -> rows it may still use (below 0: it used more)
         self._stop = threading.Event()
 
     def add(self, generation, first: bool = False) -> None:
@@ -144,7 +152,13 @@ class Batch:
     def _step(self) -> list[Block]:
         """Plan, draft, verify, look again, judge, commit: one block for every generation (one that fails ends alone)."""
         started = time.perf_counter()
-        plans = [self._plan(row, g, m) for row, (g, m) in enumerate(zip(self.rows.generations, self.rows.members))]
+        taking_part = self._taking_part()
+        plans = [
+            self._plan(row, g, m)
+            for row, (g, m) in enumerate(zip(self.rows.generations, self.rows.members))
+            if id(g) in taking_part
+        ]
+        self._charge(plans)
         precise = {plan.row for plan in plans if plan.generation.settings.signals == "float32"}  # float32 lm_head rows
         self._draft(plans, precise)
         self._verify(plans, precise)
@@ -157,8 +171,35 @@ class Batch:
         for plan in sorted(plans, key=lambda plan: plan.member):
             groups.setdefault(id(plan.generation), []).append(plan)
         blocks = [block for block in map(self._judge, groups.values()) if block is not None]
-        self._commit(plans, blocks, seconds=time.perf_counter() - started)  # every generation waited for the whole step
+        seconds = time.perf_counter() - started
+        self._commit(plans, blocks, seconds)  # every generation waited for the whole step
+        for generation in self.rows.decoding:
+            if id(generation) not in taking_part:  # it sat this step out, and waited for it all the same
+                generation.trace.stats.seconds += seconds
         return blocks
+
+    def _taking_part(self) -> set[int]:
+        """The generations that take this step: every one, or with an `allowance`, those with rows to spend. Each
+        earns `allowance` rows a step (saving none beyond it) and spends a row for each of its rows that takes a
+        pass: SD's one row always steps; SMC-SD's 4 particles under an allowance of 2 step every other step. Where
+        nobody has rows to spend (only groups decode), every generation steps: sitting out would help nobody."""
+        decoding = self.rows.decoding
+        if self.allowance is None:
+            return {id(g) for g in decoding}
+        self._credit = {id(g): min(self._credit.get(id(g), 0.0) + self.allowance, self.allowance) for g in decoding}
+        ready = {id(g) for g in decoding if self._credit[id(g)] > 0}
+        return ready or {id(g) for g in decoding}
+
+    def _charge(self, plans: list[RowPlan]) -> None:
+        """Each generation spends a row of its allowance for each of its rows that takes a pass this step (a group's
+        resting rows cost nothing: SpecGuard's candidates while the target writes a step); its debt is at most a
+        step of its rows, so that it never waits longer than its width asks."""
+        if self.allowance is None:
+            return
+        for plan in plans:
+            if plan.draft_passes > 0 or plan.verifies:
+                key = id(plan.generation)
+                self._credit[key] = max(self._credit[key] - 1, -plan.generation.width)
 
     def _plan(self, row: int, generation, member: int) -> RowPlan:
         """What the row does this step (its method says); also, for a generation's first member, its checkpoint as

@@ -38,9 +38,9 @@ class Pace:
     tokens: deque = field(default_factory=lambda: deque(maxlen=RECENT))  # (tokens, generations) of the last steps
     emitted: tuple[int, int] = (0, 0)  # (tokens, generations) summed over every step measured
 
-    def step_s(self, rows: int) -> float:
+    def step_s(self, rows: float) -> float:
         """Seconds one step of `rows` rows takes (with chunks: one round of steps, one call): as measured at that
-        size, or in proportion to the nearest size measured."""
+        size, or in proportion to the nearest size measured (`rows` may be a mean: groups that sit steps out)."""
         if self.seconds.get(rows):
             return statistics.median(self.seconds[rows])
         if not self.seconds:
@@ -89,10 +89,16 @@ class Pace:
 
 @dataclass(frozen=True)
 class Job:
-    """A request as the schedule sees it: the rows it holds, and the steps of decoding it has left."""
+    """A request as the schedule sees it: the rows it holds, the steps of decoding it has left, and the rows it
+    decodes a step on average (fewer than it holds where a group steps less often: easd.method.step.Batch's allowance)."""
 
     rows: int
     steps_left: float
+    decoding: float | None = None  # None: all its rows, every step
+
+    @property
+    def rows_a_step(self) -> float:
+        return self.rows if self.decoding is None else self.decoding
 
 
 def schedule(
@@ -113,7 +119,7 @@ def schedule(
         if not active:
             break  # a job bigger than the batch: the worker refuses those before they are in line
         steps = min(left[i] for i in active)  # until the next job ends, the batch's size stays the same
-        now += steps * step_s(sum(jobs[i].rows for i in active))
+        now += steps * step_s(sum(jobs[i].rows_a_step for i in active))
         for i in list(active):
             left[i] -= steps
             if left[i] <= 1e-9:
@@ -121,3 +127,17 @@ def schedule(
                 free += jobs[i].rows
                 ends[i] = now
     return ends[: len(running)], list(zip(starts[len(running) :], ends[len(running) :]))
+
+
+def lane_cost(title: str, width: int, allowance: int | None) -> str:
+    """What a lane of `width` rows costs the other users of the shared batch, in the page's words ("" for one row, as
+    SD's): a group (SMC-SD's particles, SpecGuard's candidates, beams) under the row allowance, or without one."""
+    if width <= 1:
+        return ""
+    held = f"Your {title} lane holds {width} rows of the shared batch"
+    if allowance is None or width <= allowance:
+        return f"{held}, as {width} SD lanes would: every other user's step waits for all of them."
+    return (
+        f"{held}; while others decode it takes about {allowance} of every {width} steps (this server lets a lane use "
+        f"{allowance} rows a step), so that it slows itself and not their lanes."
+    )

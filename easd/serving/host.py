@@ -32,7 +32,7 @@ from . import zerogpu
 from .metrics import ServingMetrics
 from .same_request import RESULTS_BYTES, Results
 from .tickets import Reader, Stream
-from .worker import MAX_DEFAULT_ROWS, Worker, default_max_rows
+from .worker import MAX_DEFAULT_ROWS, ROW_ALLOWANCE, Worker, default_max_rows
 
 
 @dataclass
@@ -74,6 +74,8 @@ class ModelHost:
     default: str | None
     max_new_tokens_cap: int = 512
     max_batch: int | None = None  # rows decoded together; None: as many as fit in memory (easd.serving.worker.default_max_rows)
+    # rows one lane may use a step while others decode (a wider group steps less often: easd.method.step.Batch); None: no limit
+    row_allowance: int | None = ROW_ALLOWANCE
     max_queued_per_client: int = 2  # requests one client may have in line or running
     max_per_address: int | None = None  # requests one network address may have in line or running; None: half of `slots`
     max_waiting: int = 16  # pages' requests waiting in a pair's line in all; more wait in Gradio's queue
@@ -183,7 +185,8 @@ class ModelHost:
         # on ZeroGPU the GPU's free memory cannot be asked outside a GPU call: the default batch then is the fixed one
         rows = self.max_batch or (MAX_DEFAULT_ROWS if chunks else default_max_rows(pair, self.row_tokens))
         results = Results(self.result_bytes)
-        state.worker = Worker(pair, rows, self.row_tokens, self.abandon_after_s, chunks, results, self.metrics, name)
+        allowance = None if chunks else self.row_allowance  # on ZeroGPU's GPU, more rows in a pass cost little
+        state.worker = Worker(pair, rows, self.row_tokens, self.abandon_after_s, chunks, results, self.metrics, name, allowance)
         mode = f"; {zerogpu.MODE}" if chunks else ""
         state.message = f"{pair.describe()}; loaded in {seconds:.0f} s; up to {rows // 2} users decode together{mode}"
         state.pair, state.status = pair, "ready"

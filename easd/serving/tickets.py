@@ -38,6 +38,7 @@ class Ticket:
         self.context = contextvars.copy_context()  # the submitting request's, for calls made on its behalf (ZeroGPU quota)
         self.position = 0  # 1, 2, … while waiting in line; 0 once in the batch
         self.sharing = 0  # tickets in the batch (this one included) at its latest block
+        self.allowance: int | None = None  # the rows a lane may use a step while others decode (set by the worker)
         self.starts_in_s = 0.0  # the worker's estimates (easd.serving.estimates): seconds until it joins the batch,
         self.ends_in_s = 0.0  # and until it ends, as of `estimated_at` (time.monotonic())
         self.estimated_at = time.monotonic()

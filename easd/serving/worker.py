@@ -52,6 +52,10 @@ from .tickets import Reader, Stream, Ticket
 
 MEMORY_SHARE = 0.5  # of the free memory, what a default batch's KV caches may take: the models' activations need the rest
 MAX_DEFAULT_ROWS = 32  # beyond this a CPU step grows too slow to stream; an operator with a GPU can ask for more
+# rows one lane may use a step, on average, while others decode (easd.method.step.Batch): on the embedded pair on 2
+# cores an SD lane beside an SMC-SD lane of 4 particles kept 0.51× its speed with none, 0.73× with 2
+# (docs/benchmarks.md); a wider lane steps less often and pays for its rows itself
+ROW_ALLOWANCE = 2
 ADDRESS_SHARE = 0.5  # of the batch's rows, what one address may hold while requests from other addresses wait
 STEP_FAILED = "decoding failed on the server (the details are in its log); try again"
 log = logging.getLogger("easd.worker")
@@ -71,6 +75,7 @@ class Worker:
         results: Results | None = None,
         metrics: ServingMetrics | None = None,
         name: str = "",
+        allowance: int | None = None,
     ):
         check_max_rows(max_rows)
         limit = min(pair.draft.max_rows, pair.target.max_rows)
@@ -88,6 +93,7 @@ class Worker:
         self.joins = True  # False: a request never joins its twin (the load test's baseline: the app before sharing)
         self.pace = Pace()  # the batch's measured speed, for the estimates
         self.metrics, self.name = metrics, name  # the app's figures for Prometheus (app.py --metrics), labelled `name`
+        self.allowance = allowance  # rows a lane may use a step while others decode (app.py --row-allowance); None: all
         # since the last boundary: (its time, {id: rows} of the generations that stepped, tokens, joined)
         self._step = (time.monotonic(), {}, 0, False)
         self._ended = 0  # generations that ran to their end, for the pace's running mean
@@ -109,7 +115,8 @@ class Worker:
         A new request that would wait behind `max_line` others is refused in one line (joining or a replay costs
         nothing, and is never refused)."""
         ticket = Ticket(generations, address)
-        ticket.key = key = request_key(self.pair, ticket.generations)
+        ticket.key, ticket.allowance = request_key(self.pair, ticket.generations), self.allowance
+        key = ticket.key
         if ticket.rows_held > self.max_rows:
             raise SettingsError(
                 "--max-batch",
@@ -179,7 +186,7 @@ class Worker:
             with self._lock:
                 self._lock.wait_for(lambda: self.line)
             # a fresh batch per busy spell: nothing of the last one stays; a long prompt is computed between the others' steps
-            batch = Batch(self.pair, at_boundary=self._admit_into, prompts_between_steps=True)
+            batch = Batch(self.pair, at_boundary=self._admit_into, prompts_between_steps=True, allowance=self.allowance)
             try:
                 for block in batch:
                     self._deliver(block)
@@ -303,31 +310,34 @@ class Worker:
     def _next_in_line(self) -> Ticket | None:
         """The first ticket in line that fits, skipping those of an address holding its share while others wait."""
         free = self.max_rows - sum(t.rows_held for t in self.running)
-        fitting = [t for t in self.line if len(t.generations) <= free]
-        if not fitting or len(self.line[0].generations) > free:
+        fitting = [t for t in self.line if t.rows_held <= free]
+        if not fitting or self.line[0].rows_held > free:
             return None  # the head waits for room: nobody overtakes it for lack of room alone
         share = self.max_rows * ADDRESS_SHARE
         held = {}
         for ticket in self.running:
             held[ticket.address] = held.get(ticket.address, 0) + ticket.rows_held
-        fair = [t for t in fitting if held.get(t.address, 0) + len(t.generations) <= share]
+        fair = [t for t in fitting if held.get(t.address, 0) + t.rows_held <= share]
         return fair[0] if fair else fitting[0]
 
     def _renumber(self) -> None:
         """Each ticket's place in line, and when it starts and ends at the batch's measured pace (easd.serving.estimates)."""
         now = time.monotonic()
-        running = [Job(t.rows_held, self._steps_left(t)) for t in self.running]
-        waiting = [Job(len(t.generations), self._steps_left(t)) for t in self.line]
+        running = [self._job(t) for t in self.running]
+        waiting = [self._job(t) for t in self.line]
         ends, starts_and_ends = schedule(running, waiting, self.max_rows, self.pace.step_s)
         for ticket, end in zip(self.running, ends):
             ticket.moved(0, 0.0, end, now)
         for place, (ticket, (start, end)) in enumerate(zip(self.line, starts_and_ends), start=1):
             ticket.moved(place, start, end, now)
 
-    def _steps_left(self, ticket: Ticket) -> float:
-        """Steps its longest generation is expected to need still."""
-        left = [self.pace.tokens_left(len(g.trace.records), g.settings.max_new_tokens) for g in ticket.generations if not g.done]
-        return self.pace.steps_for(max(left, default=0.0))
+    def _job(self, ticket: Ticket) -> Job:
+        """The ticket as the schedule sees it: the rows it holds, the rows it decodes a step on average (a generation
+        wider than the allowance steps 1 in width ÷ allowance steps) and the steps its slowest generation needs still."""
+        going = [g for g in ticket.generations if not (g.done or g.stopped)]
+        share = {id(g): 1.0 if self.allowance is None else min(1.0, self.allowance / g.width) for g in going}
+        left = [self.pace.tokens_left(len(g.trace.records), g.settings.max_new_tokens) / share[id(g)] for g in going]
+        return Job(ticket.rows_held, self.pace.steps_for(max(left, default=0.0)), sum(g.width * share[id(g)] for g in going))
 
 
 def check_max_rows(max_rows: int) -> None:

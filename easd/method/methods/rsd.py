@@ -4,14 +4,15 @@ reward model scores it, and the target writes the segment again, a token a block
 Words: a *segment* is what RSD's paper calls a reasoning step, text up to the delimiter (`rsd_delimiter`,
 "\n\n"); this code says segment so that "step" keeps its one meaning, a round of the batch. A trace keeps the
 paper's word in its column `rsd_step` (the segment's index) and in the stop reason `max_steps`, so that saved files
-read as before. A generation's state is its `Segments`: while the draft writes a segment, the row takes the draft
-passes until the segment ends (the delimiter, an end token or the room) and no target pass; the reward model scores
-it after the passes; kept, its tokens are the block, refused, the target writes the segment again, target-only.
+read as before. A generation's state is its `Segments`: while the draft writes a segment, the row drafts
+`k` positions a batch step (easd.method.methods.steps) until the segment ends (the delimiter, an end token or the room),
+with no target pass; the reward model scores it then; kept, its tokens are the block, refused, the target writes the
+segment again, target-only.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ...errors import SettingsError
 from ..judging import Block
@@ -19,7 +20,7 @@ from ..knobs import Control, knob
 from ..origins import DRAFT, TARGET
 from ..trace import recorded
 from .base import draw_one
-from .steps import Stepwise, step_ends, step_text
+from .steps import Drafted, Stepwise, step_ends, step_text
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class Segments:
     writer: str = "draft"  # "draft", or "target" once the PRM refused the draft's version of this segment
     reward: float | None = None  # the PRM's reward for the draft's version of the current segment
     texts: list[str] = field(default_factory=list)  # the finished segments, as the PRM reads them
+    drafts: list[Drafted] = field(default_factory=lambda: [Drafted()])  # the draft's version of the current segment
 
     @property
     def full(self) -> bool:
@@ -64,7 +66,7 @@ class Segments:
         return len(self.texts) >= MAX_SEGMENTS
 
     def copy(self) -> Segments:
-        return Segments(self.start, self.settings, self.writer, self.reward, list(self.texts))
+        return Segments(self.start, self.settings, self.writer, self.reward, list(self.texts), [self.drafts[0].copy()])
 
     def ends(self, generation, new: list[int]) -> bool:
         """Whether the current segment ends with the tokens `new` after the generation's (easd.method.methods.steps)."""
@@ -98,7 +100,7 @@ class Segments:
     def _finish(self, text: str, next_start: int) -> None:
         """The current segment is done (kept or written again): the next one is the draft's, from `next_start`."""
         self.texts.append(text.strip())
-        self.start, self.writer, self.reward = next_start, "draft", None
+        self.start, self.writer, self.reward, self.drafts = next_start, "draft", None, [Drafted()]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,24 +120,27 @@ class Rewarded(Stepwise):
         return state.copy()
 
     def after_passes(self, plan) -> None:
-        """The reward model's reward for the segment the draft wrote."""
+        """The draft's new tokens of the segment; once it ended, the reward model's reward for it."""
         generation = plan.generation
-        if generation.state.writer == "draft" and plan.drafted:
-            question = generation.prompt if generation.question is None else generation.question
-            with generation.scoring():
-                plan.score = generation.state.reward_for(generation, plan.drafted, question)
+        if generation.state.writer == "draft":
+            drafted = generation.state.drafts[0]
+            drafted.take(plan)
+            if drafted.ended and drafted.tokens:
+                question = generation.prompt if generation.question is None else generation.question
+                with generation.scoring():
+                    plan.score = generation.state.reward_for(generation, drafted.tokens, question)
 
     def judge(self, plan) -> Block:
-        """The draft's segment, kept whole if its reward reaches δ (else nothing yet: the target writes the segment again,
-        a token a block), or one token of the target's version of the segment."""
+        """While the draft writes the segment, nothing; once it ended, the segment, kept whole if its reward reaches δ
+        (else nothing yet: the target writes the segment again, a token a block); or one token of the target's version."""
         generation, segments, recorder = plan.generation, plan.generation.state, plan.generation.recorder
         if segments.writer == "draft":
-            records = [
-                recorder.single_record(plan.block, plan.position + i, token, plan.q_logits[i], "draft")
-                for i, token in enumerate(plan.drafted)
-            ]
-            kept = segments.judge_draft(generation, plan.drafted, plan.score, records)
-            return Block(plan.block, plan.drafted, records if kept else [], "draft", generation)  # refused: nothing yet
+            drafted = segments.drafts[0]
+            if not drafted.ended:
+                return self.drafting([plan], "draft")
+            records = [replace(r, block=plan.block) for r in drafted.records]
+            kept = segments.judge_draft(generation, drafted.tokens, plan.score, records)
+            return Block(plan.block, drafted.tokens, records if kept else [], "draft", generation)  # refused: nothing yet
         token = draw_one(generation, plan.p_logits)
         record = recorder.single_record(plan.block, plan.position, token, plan.p_logits, "target")
         segments.take_target(generation, record)

@@ -42,9 +42,9 @@ from ..judging import Block
 from ..knobs import Control, knob
 from ..origins import Origin
 from ..settings import MIN_TEMPERATURE, MIN_TOP_P
-from ..trace import Candidate, TokenRecord, recorded
+from ..trace import Candidate, recorded
 from .base import draw_one
-from .steps import Stepwise, step_ends
+from .steps import Drafted, Stepwise, step_ends
 
 GROUNDINGS = ("auto", "attention", "none")
 SCORERS = ("draft", "target")
@@ -179,15 +179,6 @@ class SpecGuardRecord:
 
 
 @dataclass
-class Drafted:
-    """One candidate step the draft wrote."""
-
-    tokens: list[int]
-    records: list[TokenRecord]  # one per token, as the draft chose it
-    confidence: float  # its LPBV score by the draft's logits (`confidence`)
-
-
-@dataclass
 class Steps:
     """A SpecGuard generation's state: where the current step begins, its candidates so far, who writes it, and the
     verdict on the current step."""
@@ -195,18 +186,24 @@ class Steps:
     start: int  # index in the generation's tokens where the current step begins
     settings: SpecGuardSettings
     index: int = 0  # the current step's number
-    candidates: list[Drafted] = field(default_factory=list)
+    drafts: list[Drafted] = field(default_factory=list)  # each row's candidate as drafted so far (`wanted` rows)
+    candidates: list[Drafted] = field(default_factory=list)  # once every row's ended: those with tokens
     # "draft" while candidates are drafted; "scoring" while the target scores the chosen one (scorer "target");
     # "target" once the chosen one was refused and the target writes the step again
     writer: str = "draft"
     chosen: int | None = None  # the most consistent candidate, once every candidate is drafted
     verdict: SpecGuardRecord | None = None  # the scores of the current step's chosen candidate
 
+    def __post_init__(self):
+        if not self.drafts:
+            self.drafts = [Drafted() for _ in range(self.wanted)]
+
     def copy(self) -> Steps:
-        return replace(self, candidates=list(self.candidates))
+        return replace(self, drafts=[d.copy() for d in self.drafts], candidates=list(self.candidates))
 
     def next_step(self, start: int) -> None:
         self.start, self.index, self.candidates, self.writer = start, self.index + 1, [], "draft"
+        self.drafts = [Drafted() for _ in range(self.wanted)]
         self.chosen, self.verdict = None, None
 
     @property
@@ -258,17 +255,13 @@ class Guarded(Stepwise):
         """A row of the batch per candidate: they are drafted side by side, in the same passes."""
         return generation.state.wanted
 
-    def plan_member(self, generation, member: int) -> tuple[int, bool]:
-        """While candidates are drafted, every row drafts one until its step ends (at most the room left); while the
-        target scores the chosen step or writes the step again, the first row takes its passes and the others rest."""
-        if generation.state.writer == "draft":
-            return generation.room(), False
-        return (0, True) if member == 0 else (0, False)
-
     def given(self, generation, member: int = 0) -> list[int]:
-        """The chosen step, which the target's pass reads to score it (scorer "target")."""
+        """The row's candidate so far while candidates are drafted (`Stepwise`); the chosen step, which the target's
+        pass reads to score it (scorer "target")."""
         steps = generation.state
-        return list(steps.candidates[steps.chosen].tokens) if steps.writer == "scoring" and member == 0 else []
+        if steps.writer == "scoring":
+            return list(steps.candidates[steps.chosen].tokens) if member == 0 else []
+        return super().given(generation, member)
 
     def judge_group(self, plans: list) -> Block:
         """After the candidates are drafted: the most consistent chosen and scored by the draft (kept whole, or the
@@ -276,7 +269,14 @@ class Guarded(Stepwise):
         "target"); after that pass, its verdict; while the target writes the step, one token of it."""
         plan, generation, steps = plans[0], plans[0].generation, plans[0].generation.state
         if steps.writer == "draft":
-            steps.candidates = [_candidate(p) for p in plans if p.drafted]
+            for each in plans:  # each row's new tokens of its candidate, and their confidence by the draft's logits
+                drafted = steps.drafts[each.member]
+                n = drafted.take(each)
+                if n:
+                    drafted.confidence = min(drafted.confidence, confidence(torch.cat(each.q_logits[:n]), drafted.tokens[-n:]))
+            if not all(d.ended for d in steps.drafts):
+                return self.drafting(plans, SPECGUARD_KEPT.name)
+            steps.candidates = [d for d in steps.drafts if d.tokens]
             if not steps.candidates:  # no room left to draft: the generation ends
                 return Block(plan.block, [], [], SPECGUARD_KEPT.name, generation)
             steps.chosen = most_consistent(steps)
@@ -357,17 +357,6 @@ class Guarded(Stepwise):
 
 
 # --- the checks, pure (docs/method.md, "SpecGuard") -------------------------------------------------------------
-
-
-def _candidate(plan) -> Drafted:
-    """The candidate step a row drafted this step, with its tokens' draft-only records and its confidence."""
-    generation = plan.generation
-    records = [
-        generation.recorder.single_record(plan.block, plan.position + i, t, plan.q_logits[i], "draft")
-        for i, t in enumerate(plan.drafted)
-    ]
-    logits = torch.cat(plan.q_logits[: len(plan.drafted)])  # [n, V]
-    return Drafted(list(plan.drafted), records, confidence(logits, plan.drafted))
 
 
 def consistency(candidates: list[list[int]]) -> list[float]:
