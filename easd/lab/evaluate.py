@@ -171,11 +171,8 @@ def decode_items(
         while line and batch.load < batch_size:
             start(line.popleft())
 
-    ready: deque = deque()  # items finished outside the batch (beam search), yielded as soon as the loop can
-    while line or batch.load or ready:
+    while line or batch.load:
         fill()
-        while ready:
-            yield ready.popleft()
         for block in batch:
             generation = block.generation
             if not generation.done:
@@ -192,8 +189,6 @@ def decode_items(
             if variant not in item.leaders:
                 yield from finish(item, variant, generation.trace, saved)
             fill()
-            while ready:
-                yield ready.popleft()
 
 
 def _followed(variant: Variant, variants: tuple[Variant, ...]) -> bool:
