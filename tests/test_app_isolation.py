@@ -285,6 +285,7 @@ def test_a_stream_read_once_then_held_open_is_stopped(short_patience, route):
         assert_stopped_unread(ticket, started, f"a stream on the {route} route, read once")
 
 
+@pytest.mark.slow  # a reader kept at the edge of its patience for 12 s: the full suite's, not the quick tier's
 def test_a_stream_that_is_read_is_not_stopped(short_patience):
     url, host = short_patience
     event = post_raw(url, {"data": list((LONG | {"prompt": "I read every update", "max_new_tokens": 500}).values())})

@@ -345,6 +345,7 @@ def test_questions_are_decoded_a_category_at_a_time_in_turn(tmp_path):
     ]
 
 
+@pytest.mark.slow  # a command killed and resumed in processes of its own, 14 s: the full suite's, not the quick tier's
 def test_resume_after_a_kill_loses_nothing(tmp_path):
     rows = [{"question_id": i, "category": ("writing", "coding", "qa")[i % 3], "turns": [f"Count to {i}."]} for i in range(8)]
     data = write_questions(tmp_path / "q.jsonl", rows)

@@ -140,6 +140,7 @@ def _numerical_certificate(p: np.ndarray, c: int, rule: str, delta: float, ratio
     return best
 
 
+@pytest.mark.slow  # a numerical optimiser for every rule and knob, 9 s: the full suite's, not the quick tier's
 def test_certificates_are_the_numerical_optimum():
     """On 8 random distributions over 5 tokens, each rule's closed-form certificate for the likeliest 3 tokens it keeps
     equals the numerical minimum of KL(p′ ‖ p) over the p′ that reject it (to 1e-6)."""

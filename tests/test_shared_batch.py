@@ -60,6 +60,7 @@ def test_eight_users_submitted_at_once_each_get_exactly_their_solo_result(tiny_p
     assert worker.users == 0 and not worker.line
 
 
+@pytest.mark.slow  # long runs on both backends, 9 s on transformers: the full suite's, not the quick tier's
 def test_a_user_who_stops_leaves_and_the_others_are_unaffected(tiny_pair):
     worker = Worker(tiny_pair, max_rows=8, row_tokens=500)
     long = replace(SAMPLING, max_new_tokens=160)

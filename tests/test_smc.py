@@ -74,6 +74,7 @@ def _distance(particles: int, final: str, trials: int, generator: torch.Generato
     return 0.5 * sum(abs(counts[sequence] / trials - p) for sequence, p in _target_distribution().items())
 
 
+@pytest.mark.slow  # 4,000 runs at each of 3 particle counts, 13 s: the full suite's, not the quick tier's
 def test_its_default_output_approaches_the_targets_distribution_as_particles_grow():
     """At its defaults (the output drawn by weight, systematic resampling below ESS N/2), over two cycles of two drafts
     and a bonus: the output's distance from the target's distribution over the 64 sequences shrinks as the particles

@@ -136,6 +136,7 @@ def every_fragment(page, path) -> list:
     return fragments
 
 
+@pytest.mark.slow  # every field of both formats spoiled in a browser page, 10 s: the full suite's, not the quick tier's
 @pytest.mark.parametrize("fmt", ["csv", "json"])
 def test_every_field_of_both_formats(page, trace_sources, tmp_path, fmt):
     source = trace_sources / f"t.{fmt}"
