@@ -45,7 +45,7 @@ INT8_BATCH_NOTE = (
 
 def add(parser: argparse.ArgumentParser) -> None:
     add_model_flags(parser)
-    add_data_flags(parser, limit=None)
+    add_data_flags(parser, limit=None, required=False)  # needed, but not required= here: `eval merge` decodes nothing
     add_grader_flag(parser)
     decoding = (
         "k",
@@ -65,23 +65,43 @@ def add(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--samples", type=int, default=1, help="runs per problem, with seeds seed, seed+1, …")
     parser.add_argument(
-        "--out", type=Path, required=True, help="output folder: results.csv, summary.csv, paired.csv, paper.md, report.html"
+        "--out", type=Path, help="output folder: results.csv, summary.csv, paired.csv, paper.md, report.html (needed)"
     )
     parser.add_argument("--resume", action="store_true", help="continue the results in --out")
     parser.add_argument("--traces", action="store_true", help="also save every run's trace as JSON under --out/traces")
     parser.add_argument(
         "--check-reproducible", type=int, default=0, metavar="N", help="rerun EASD on N problems in another order"
     )
+    parser.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="decode the I-th of N shares of the problems (by a hash of each id) into --out, one share a machine or a "
+        "session; `eval merge` joins the N folders",
+    )
     add_batch_flag(parser)
     add_ray_flags(parser)
+    merge = parser.add_subparsers(title="more than one machine", dest="eval_command", parser_class=type(parser))
+    merging = merge.add_parser(
+        "merge",
+        help="join the folders of `eval --shard I/N` into one evaluation and its tables",
+        description="Join the folders of `eval --shard I/N` into one evaluation: every row of every shard accounted for "
+        "against the plan, then the tables and report one machine would have written.",
+    )
+    merging.add_argument("shards", nargs="+", type=Path, metavar="SHARD", help="the folder of every shard of one evaluation")
+    merging.add_argument("--out", type=Path, required=True, help="the merged evaluation's folder: new or empty")
+    merging.set_defaults(run=run_merge)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..lab.evaluate import parse_methods, run_evaluation
     from ..lab.protocol import protocol_for, under
-    from ..lab.report import grader_lines, graders_compared, write_reports
-    from ..lab.results_table import load_results
+    from ..lab.shards import parse_shard
 
+    if args.data is None:
+        raise SettingsError("--data", "is needed: a JSONL file of problems")
+    if args.out is None:
+        raise SettingsError("--out", "is needed: the output folder (new, empty, or an evaluation's with --resume)")
+    shard = parse_shard(args.shard) if args.shard is not None else None
     chosen = problems(args)
     apply_budget(args)
     args.tau_h, tau_h_source = tau_h_of(args)
@@ -95,6 +115,9 @@ def run(args: argparse.Namespace) -> int:
         raise SettingsError("--samples", f"must be ≥ 1 (got {args.samples})")
     check_batch_size(args)
     checked = _check_reproducible_flag(args, variants)
+    planned = {}
+    if shard is not None:  # this machine's share of the problems, and what `eval merge` compares and accounts by
+        chosen, planned = shard_plan(args, chosen, variants, shard)
     print(protocol.line(), file=sys.stderr)  # after every check: a refusal stays one line
     started = time.perf_counter()
     try:
@@ -103,7 +126,9 @@ def run(args: argparse.Namespace) -> int:
                 "tau_h_source": tau_h_source,
                 "protocol": protocol.as_dict(),
             }
-            rows = run_evaluation(decoder, chosen, variants, args.samples, args.out, config, args.resume, args.traces)
+            rows = run_evaluation(
+                decoder, chosen, variants, args.samples, args.out, config | planned, args.resume, args.traces
+            )
             if checked:
                 from ..lab.reproduce import check_reproducible
 
@@ -112,14 +137,53 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"\ninterrupted: every finished problem is in {args.out / 'results.csv'}; rerun with --resume", file=sys.stderr)
         return 130
-    summary, paired = write_reports(args.out, args.format)
-    print_tables(summary, paired)
-    print((args.out / "paper.md").read_text(encoding="utf-8"))
-    print("\n".join(grader_lines(graders_compared(load_results(args.out / "results.csv"), args.format, args.grader))))
+    _report(args.out, args.format, args.grader)
     if checked:
         reproducibility.to_csv(args.out / "reproducibility.csv", index=False)
         print_tables(reproducibility)
     print(f"wall time {time.perf_counter() - started:.0f} s; tables and report.html in {args.out}")
+    return 0
+
+
+def _report(out: Path, data_format: str, grader: str) -> None:
+    """The folder's tables, paper.md and report.html written from its rows, and printed."""
+    from ..lab.report import grader_lines, graders_compared, write_reports
+    from ..lab.results_table import load_results
+
+    summary, paired = write_reports(out, data_format)
+    print_tables(summary, paired)
+    print((out / "paper.md").read_text(encoding="utf-8"))
+    print("\n".join(grader_lines(graders_compared(load_results(out / "results.csv"), data_format, grader))))
+
+
+def shard_plan(args: argparse.Namespace, chosen: list, variants: list, shard: tuple[int, int]) -> tuple[list, dict]:
+    """The problems of shard I of N (those whose id hashes to I), and what its run.json records for `eval merge`: its
+    methods, its problems and the whole plan's, the data and model files by their hashes, and the versions."""
+    from ..lab.shards import owner, recorded_files
+    from ..lab.study import versions
+
+    index, count = shard
+    mine = [p for p in chosen if owner(p.id, count) == index]
+    model = model_args(args)
+    plan = {
+        "shard": f"{index}/{count}",
+        "methods": [v.label for v in variants],
+        "traces": args.traces,
+        "problems": len(mine),
+        "whole": {"problems": len(chosen), "offset": args.offset, "limit": args.limit},
+    }
+    files = recorded_files(args.data, model.pair, model.draft, model.target)
+    return mine, {"plan": plan, "files": files, "versions": versions()}
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    """`eval merge SHARD... --out DIR`: one evaluation's folder and tables from its shards' folders."""
+    from ..lab.results_table import read_config
+    from ..lab.shards import merge_shards
+
+    merge_shards(args.shards, args.out, "python -m easd " + shlex.join(sys.argv[1:]), kind="eval")
+    config = read_config(args.out)
+    _report(args.out, config["format"], config["grader"])
     return 0
 
 

@@ -49,7 +49,8 @@ RESULT_COLUMNS = [
     "text",
 ]
 # What must match for --resume to add to an output folder (methods and --limit may grow).
-RESUME_KEYS = ("pair", "data", "format", "shuffle", "prompt_style", "grader", "samples", "settings")
+# `plan`: an evaluation's shard's (easd.lab.shards), absent from a whole evaluation's
+RESUME_KEYS = ("pair", "data", "format", "shuffle", "prompt_style", "grader", "samples", "settings", "plan")
 UNSAID = {"prompt_style": "easd", "grader": "math-verify"}  # what a folder made before a key existed was run with
 
 

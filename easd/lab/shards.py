@@ -1,4 +1,5 @@
-"""A study on more than one machine: `study --shard I/N`, `study merge`, and what the two compare.
+"""A study or an evaluation on more than one machine: `study --shard I/N` and `study merge`, `eval --shard I/N` and
+`eval merge`, and what the two compare.
 
 A shard is a study folder of its own, made by the same command with `--shard I/N`: it decodes the problems whose id
 hashes to I (`owner`), so every problem of the plan is in exactly one of the N shards, whatever their order, --offset
@@ -16,6 +17,11 @@ the plan (`accounted`: each row one the plan runs on that shard, once, and every
 writes one folder as one machine would have: results.csv, traces/, speed/, a run.json of the whole plan, and its
 report. It reads the shards as a user's files (easd.files.read_bytes: never a pipe or a device, never a copy) and
 changes nothing in them.
+
+An evaluation's shard (`eval --shard I/N`) is the same idea without a grid or timed problems: its run.json's `plan`
+holds what `study` holds for a study (its methods, its own problems and the whole plan's), and `eval merge` accounts
+for every row as `study merge` does: each of the plan's methods on each of the shard's problems, each sample once, with
+its trace where the shard kept traces.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from ..files import temporary_path, writable_folder, write_text_whole
 from ..method.methods import METHODS
 from .evaluate import trace_name, trace_path
 from .results_table import ResultsFile, check_config, read_rows, unreadable
+from .results_table import read_config
 from .study import Shard, StudyPlan, grid_cells, read_study_config
 
 
@@ -146,46 +153,60 @@ SAME_KEYS = {
     "samples": "samples",
     "settings": "settings",
     "tau_h_source": "τ_H's source",
+    "protocol": "sampling protocol",
     "versions": "versions",
 }
 NOT_VERSIONS = ("machine", "python")  # of run.json's versions: each machine's own
 
 
+# the key of run.json that holds a shard's plan, by the command that made it
+PLAN_KEY = {"study": "study", "eval": "plan"}
+WHAT = {"study": "study", "eval": "evaluation"}
+
+
 @dataclass(frozen=True)
 class ShardFolder:
-    """A shard's folder and its run.json."""
+    """A shard's folder and its run.json, and the command that made it (`study` or `eval`)."""
 
     folder: Path
     config: dict
     index: int
     count: int
+    command: str
 
     @property
     def name(self) -> str:
         return f"{self.index}/{self.count}"
 
+    @property
+    def merge(self) -> str:
+        """How the merge's lines begin: with the command, as a flag's begin with the flag."""
+        return f"{self.command} merge"
 
-MERGE = "study merge"  # the merge's lines begin with the command, as a flag's begin with the flag
+    @property
+    def plan(self) -> dict:
+        return self.config[PLAN_KEY[self.command]]
 
 
-def read_shard(folder: Path) -> ShardFolder:
+def read_shard(folder: Path, command: str = "study") -> ShardFolder:
     """A shard's folder and its run.json, which holds every figure the merge counts on (`SHAPES`); else one line."""
+    merge, what, key = f"{command} merge", WHAT[command], PLAN_KEY[command]
     if not folder.is_dir():
-        raise EasdError(f"study merge: {folder} is not a folder; give the folders of `study --shard I/N`")
-    config = read_study_config(folder, MERGE)
-    if config is None:
-        raise EasdError(f"study merge: {folder} holds no study; give the folders of `study --shard I/N`")
-    if "shard" not in config["study"]:
-        raise EasdError(f"study merge: {folder} is a whole study, made without --shard; merge the folders of its shards")
-    check_config(folder, config, tuple(SHAPES), MERGE)
-    for key, (fits, what) in SHAPES.items():
-        if not fits(_at(config, key)):
-            raise unreadable(folder, f"its {key} is not {what}", MERGE)
+        raise EasdError(f"{merge}: {folder} is not a folder; give the folders of `{command} --shard I/N`")
+    config = read_study_config(folder, merge) if command == "study" else read_config(folder, merge)
+    if config is None or not isinstance(config.get(key), dict):
+        raise EasdError(f"{merge}: {folder} holds no {what} of shards; give the folders of `{command} --shard I/N`")
+    if "shard" not in config[key]:
+        raise EasdError(f"{merge}: {folder} is a whole {what}, made without --shard; merge the folders of its shards")
+    check_config(folder, config, tuple(SHAPES[command]), merge)
+    for name, (fits, said) in SHAPES[command].items():
+        if not fits(_at(config, name)):
+            raise unreadable(folder, f"its {name} is not {said}", merge)
     try:
-        index, count = parse_shard(str(config["study"]["shard"]))
+        index, count = parse_shard(str(config[key]["shard"]))
     except SettingsError as err:
-        raise EasdError(f"study merge: {folder / 'run.json'} names no shard ({err.message})") from None
-    return ShardFolder(folder, config, index, count)
+        raise EasdError(f"{merge}: {folder / 'run.json'} names no shard ({err.message})") from None
+    return ShardFolder(folder, config, index, count, command)
 
 
 def _is_count(value, least: int = 0) -> bool:
@@ -196,15 +217,28 @@ def _is_ids(value) -> bool:
     return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
+def _is_labels(value) -> bool:
+    return isinstance(value, list) and len(value) > 0 and all(isinstance(item, str) for item in value)
+
+
 # what the merge reads of a shard's run.json to account for its rows (`planned`), and what each must be: every shard
 # since `--shard` began records them
 SHAPES = {
-    "samples": (lambda v: _is_count(v, 1), "a count of samples, 1 or more"),
-    "study.problems": (_is_count, "a count of problems"),
-    "study.speed_repeats": (lambda v: _is_count(v, 1), "a count of repetitions, 1 or more"),
-    "study.whole.problems": (_is_count, "a count of problems"),
-    "study.whole.grid_problems": (_is_ids, "a list of problem ids"),
-    "study.whole.speed_problems": (_is_ids, "a list of problem ids"),
+    "study": {
+        "samples": (lambda v: _is_count(v, 1), "a count of samples, 1 or more"),
+        "study.problems": (_is_count, "a count of problems"),
+        "study.speed_repeats": (lambda v: _is_count(v, 1), "a count of repetitions, 1 or more"),
+        "study.whole.problems": (_is_count, "a count of problems"),
+        "study.whole.grid_problems": (_is_ids, "a list of problem ids"),
+        "study.whole.speed_problems": (_is_ids, "a list of problem ids"),
+    },
+    "eval": {
+        "samples": (lambda v: _is_count(v, 1), "a count of samples, 1 or more"),
+        "plan.methods": (_is_labels, "a list of the methods' labels"),
+        "plan.traces": (lambda v: type(v) is bool, "true or false"),
+        "plan.problems": (_is_count, "a count of problems"),
+        "plan.whole.problems": (_is_count, "a count of problems"),
+    },
 }
 
 
@@ -218,42 +252,43 @@ def _at(config: dict, key: str):
 def check_shards(shards: list[ShardFolder]) -> None:
     """One line, naming the folders, unless the shards are every shard of one study, once each, their own problems
     (run.json's study.problems, which `accounted` counts on) adding up to the plan's."""
-    first = shards[0]
+    first, merge = shards[0], shards[0].merge
     seen: dict[int, ShardFolder] = {}
     for shard in shards:
         if shard.count != first.count:
             raise EasdError(
-                f"study merge: {shard.folder} is shard {shard.name} but {first.folder} shard {first.name}: "
-                "merge the shards of one study"
+                f"{merge}: {shard.folder} is shard {shard.name} but {first.folder} shard {first.name}: "
+                f"merge the shards of one {WHAT[first.command]}"
             )
         if shard.index in seen:
             raise EasdError(
-                f"study merge: {seen[shard.index].folder} and {shard.folder} are both shard {shard.name}; give each once"
+                f"{merge}: {seen[shard.index].folder} and {shard.folder} are both shard {shard.name}; give each once"
             )
         seen[shard.index] = shard
-        differs = what_differs(first.config, shard.config)
+        differs = what_differs(first, shard)
         if differs:
             raise EasdError(
-                f"study merge: {shard.folder} was run with other {differs} than {first.folder}; merge the shards of one study"
+                f"{merge}: {shard.folder} was run with other {differs} than {first.folder}; "
+                f"merge the shards of one {WHAT[first.command]}"
             )
     missing = [f"{i}/{first.count}" for i in range(1, first.count + 1) if i not in seen]
     if missing:
-        raise EasdError(f"study merge: shard {missing[0]} is missing; give the folders of all {first.count} shards")
-    owned, whole = [s.config["study"]["problems"] for s in shards], first.config["study"]["whole"]["problems"]
+        raise EasdError(f"{merge}: shard {missing[0]} is missing; give the folders of all {first.count} shards")
+    owned, whole = [s.plan["problems"] for s in shards], first.plan["whole"]["problems"]
     if sum(owned) != whole:  # each problem of the plan falls to one shard: a run.json was changed since its shard ran
         raise EasdError(
-            f"study merge: the shards' run.json give them {_listed(owned)} problems, {sum(owned)} in all, but the plan has "
+            f"{merge}: the shards' run.json give them {_listed(owned)} problems, {sum(owned)} in all, but the plan has "
             f"{whole}; rerun each shard's command with --resume, which writes its run.json again"
         )
 
 
-def what_differs(a: dict, b: dict) -> str | None:
+def what_differs(a: ShardFolder, b: ShardFolder) -> str | None:
     """What two shards' run.json disagree on, as the line names it with the first differing values, or None."""
     for key, said in SAME_KEYS.items():
-        first, second = _compared(a, key), _compared(b, key)
+        first, second = _compared(a.config, key), _compared(b.config, key)
         if first != second:
             return f"{said} ({_first_difference(second, first)})"
-    plan, other = (whole_plan(c["study"]) for c in (a, b))
+    plan, other = (whole_plan(shard.plan) for shard in (a, b))
     if plan != other:
         return f"plan ({_first_difference(other, plan)})"
     return None
@@ -286,12 +321,13 @@ def _first_difference(value, than) -> str:
     return f"{shown(value)}, not {shown(than)}"
 
 
-def merge_shards(folders: list[Path], out: Path, command: str) -> None:
+def merge_shards(folders: list[Path], out: Path, command: str, kind: str = "study") -> None:
     """Check the shards (`check_shards`) and account for every row of theirs (`accounted`), then write them into `out`
-    as one study folder, as if one machine had run it all: built aside and renamed into place, so that a merge refused
-    or failing leaves no --out. The shards are only read. The report is the caller's to draw."""
-    shards = sorted((read_shard(folder) for folder in folders), key=lambda s: s.index)
-    check_out(out, [s.folder for s in shards])
+    as one folder, as if one machine had run it all: built aside and renamed into place, so that a merge refused or
+    failing leaves no --out. `kind`: the command that made the shards, study or eval. The shards are only read. The
+    report is the caller's to draw."""
+    shards = sorted((read_shard(folder, kind) for folder in folders), key=lambda s: s.index)
+    check_out(out, [s.folder for s in shards], WHAT[kind])
     check_shards(shards)
     rows = {shard.folder: _results(shard) for shard in shards}
     timings = [row for shard in shards for row in accounted(shard, shard.folder / "speed" / "results.csv", timed(shard))]
@@ -309,7 +345,7 @@ def merge_shards(folders: list[Path], out: Path, command: str) -> None:
         shutil.rmtree(build, ignore_errors=True)
 
 
-def check_out(out: Path, shards: list[Path]) -> None:
+def check_out(out: Path, shards: list[Path], what: str = "study") -> None:
     """--out: a new or empty folder, never a shard nor in or around one. Not an earlier merge's either: it may have been
     resumed as one study since, and what it holds would be lost."""
     where = out.resolve()
@@ -317,7 +353,7 @@ def check_out(out: Path, shards: list[Path]) -> None:
         here = shard.resolve()
         if where == here or here in where.parents or where in here.parents:
             relation = "is" if where == here else "is inside" if here in where.parents else "holds"
-            raise SettingsError("--out", f"{out} {relation} the shard {shard}: write the merged study to a folder of its own")
+            raise SettingsError("--out", f"{out} {relation} the shard {shard}: write the merged {what} to a folder of its own")
     if out.exists() and not out.is_dir():
         raise SettingsError("--out", f"{out} is a file, not a folder")
     if out.is_dir() and any(out.iterdir()):
@@ -338,11 +374,14 @@ class Planned:
 
 
 def planned(shard: ShardFolder) -> Planned:
-    """results.csv's rows: SD and the method on every problem of the shard (those whose id falls to it: `owner`), the
+    """results.csv's rows. An evaluation's: each of its methods on every problem of the shard. A study's: SD and the method on every problem of the shard (those whose id falls to it: `owner`), the
     method's grid on the plan's grid problems that fall to it, and target-only on any of them: on every one where the
     plan runs it everywhere (--target-runs all, or sampled), else where the shard found SD's texts unproven
     (easd.lab.study's phase 4)."""
     config = shard.config
+    if shard.command == "eval":
+        labels = dict.fromkeys(shard.plan["methods"], None)
+        return Planned(labels, frozenset(labels), tuple(map(str, range(config["samples"]))), shard.plan["problems"])
     study, method = config["study"], METHODS[config["study"]["method"]]
     gridded = frozenset(p for p in study["whole"]["grid_problems"] if owner(p, shard.count) == shard.index)
     on: dict[str, frozenset[str] | None] = {"sd": None, method.name: None, "target": None}
@@ -354,7 +393,9 @@ def planned(shard: ShardFolder) -> Planned:
 
 def timed(shard: ShardFolder) -> Planned:
     """speed/results.csv's rows: shard 1 times target-only, SD and the method on every timed problem of the plan, each
-    --speed-repeats times (a repetition is a sample); the other shards time nothing."""
+    --speed-repeats times (a repetition is a sample); the other shards time nothing, as do an evaluation's."""
+    if shard.command == "eval":
+        return Planned({}, frozenset(), (), None)
     study = shard.config["study"]
     problems = frozenset(study["whole"]["speed_problems"] if shard.index == 1 else ())
     on = {method: problems for method in ("target", "sd", study["method"])}
@@ -362,13 +403,16 @@ def timed(shard: ShardFolder) -> Planned:
 
 
 def _results(shard: ShardFolder) -> list[dict]:
-    """results.csv's rows (`accounted`), each with its trace, which the report reads and the merge links."""
+    """results.csv's rows (`accounted`), each with its trace where the shard keeps them (a study's always), which the
+    report reads and the merge links."""
     path = shard.folder / "results.csv"
     rows = accounted(shard, path, planned(shard))
+    if shard.command == "eval" and not shard.plan["traces"]:
+        return rows
     for number, row in enumerate(rows, start=2):
         trace = trace_path(shard.folder / "traces", row)
         if not trace.is_file():  # a pipe, a device or a folder is none either: nothing of the kind is opened
-            raise _unfinished(f"{trace} (the trace of row {number} of {path}) is missing or not a file")
+            raise _unfinished(shard, f"{trace} (the trace of row {number} of {path}) is missing or not a file")
     return rows
 
 
@@ -376,46 +420,46 @@ def accounted(shard: ShardFolder, path: Path, plan: Planned) -> list[dict]:
     """The rows of one of the shard's results files, read as they are (never a copy, never repaired: the shard may be
     running), each of a problem, method and sample the plan runs on this shard, once, and every one it runs there;
     else one line naming the file and the row, and what to do."""
-    rows, cut = read_rows(path, MERGE) if path.exists() else ([], False)
+    rows, cut = read_rows(path, shard.merge) if path.exists() else ([], False)
     seen: dict[tuple[str, str, str], int] = {}
     for number, row in enumerate(rows, start=2):
         key = (row["problem_id"], row["method"], row["sample"])
         why = _not_planned(shard, plan, *key)
         if why:
-            raise EasdError(f"study merge: {path}: row {number}: {why}; remove that row")
+            raise EasdError(f"{shard.merge}: {path}: row {number}: {why}; remove that row")
         if key in seen:
             raise EasdError(
-                f"study merge: {path}: row {number} repeats row {seen[key]} (problem {shown(key[0])}, {key[1]}, sample "
+                f"{shard.merge}: {path}: row {number} repeats row {seen[key]} (problem {shown(key[0])}, {key[1]}, sample "
                 f"{key[2]}); remove one of the two"
             )
         seen[key] = number
     if cut:
-        raise _unfinished(f"{path}: its last row is cut short")
+        raise _unfinished(shard, f"{path}: its last row is cut short")
     problems = list(dict.fromkeys(problem for problem, _, _ in seen))
     if plan.problems is not None and len(problems) > plan.problems:
         raise EasdError(
-            f"study merge: {path} holds {len(problems)} problems where the plan gives shard {shard.name} {plan.problems}: "
+            f"{shard.merge}: {path} holds {len(problems)} problems where the plan gives shard {shard.name} {plan.problems}: "
             "rows of a problem outside the plan; remove them"
         )
     if not rows and (plan.problems or any(plan.on[method] for method in plan.needed)):
-        raise _unfinished(f"{path} {'holds no rows' if path.exists() else 'is missing'}")
+        raise _unfinished(shard, f"{path} {'holds no rows' if path.exists() else 'is missing'}")
     for method in sorted(plan.needed):
         for problem in problems if plan.on[method] is None else sorted(plan.on[method]):
             for sample in plan.samples:
                 if (problem, method, sample) not in seen:
                     sampled = f" (sample {sample})" if len(plan.samples) > 1 else ""
-                    raise _unfinished(f"{path} has no {method} row of problem {shown(problem)}{sampled}")
+                    raise _unfinished(shard, f"{path} has no {method} row of problem {shown(problem)}{sampled}")
     if plan.problems is not None and len(problems) < plan.problems:
-        raise _unfinished(f"{path} holds {len(problems)} of the {plan.problems} problems of shard {shard.name}")
+        raise _unfinished(shard, f"{path} holds {len(problems)} of the {plan.problems} problems of shard {shard.name}")
     return rows
 
 
 def _not_planned(shard: ShardFolder, plan: Planned, problem: str, method: str, sample: str) -> str | None:
     """Why the plan runs no such row on this shard, or None."""
     if method not in plan.on:
-        return f"method {shown(method)} is not one this study runs ({', '.join(sorted(plan.on))})"
+        return f"method {shown(method)} is not one this {WHAT[shard.command]} runs ({', '.join(sorted(plan.on))})"
     if sample not in plan.samples:
-        return f"sample {shown(sample)} is not one this study runs ({', '.join(plan.samples)})"
+        return f"sample {shown(sample)} is not one this {WHAT[shard.command]} runs ({', '.join(plan.samples)})"
     problems = plan.on[method]
     if problems is None and owner(problem, shard.count) != shard.index:
         return f"problem {shown(problem)} is not one of shard {shard.name}'s"
@@ -425,8 +469,8 @@ def _not_planned(shard: ShardFolder, plan: Planned, problem: str, method: str, s
     return None
 
 
-def _unfinished(what: str) -> EasdError:
-    return EasdError(f"study merge: {what}: the shard is unfinished: rerun its command with --resume, then merge again")
+def _unfinished(shard: ShardFolder, what: str) -> EasdError:
+    return EasdError(f"{shard.merge}: {what}: the shard is unfinished: rerun its command with --resume, then merge again")
 
 
 # --- writing the merged folder ---------------------------------------------------------------------------------------
@@ -439,7 +483,8 @@ def _write_merged(
     merged = []
     for shard in shards:
         for row in rows[shard.folder]:
-            _link_or_copy(trace_path(shard.folder / "traces", row), build / "traces" / trace_name(row), out)
+            if shard.command == "study" or shard.plan["traces"]:
+                _link_or_copy(trace_path(shard.folder / "traces", row), build / "traces" / trace_name(row), out)
             merged.append(row)
     if merged:  # a results.csv holds rows, or is not there yet
         ResultsFile(build).rewrite(merged)
@@ -453,10 +498,10 @@ def _write_merged(
 
 
 def whole_config(shards: list[ShardFolder], command: str) -> dict:
-    """The run.json of the whole study: shard 1's, with the whole plan's problems, and where each shard came from."""
-    first = shards[0].config
+    """The run.json of the whole: shard 1's, with the whole plan's problems, and where each shard came from."""
+    first, key = shards[0].config, PLAN_KEY[shards[0].command]
     made = [{"shard": s.name, "folder": str(s.folder.resolve()), "command": s.config["command"]} for s in shards]
-    return first | {"study": whole_plan(first["study"]), "command": command, "shards": made}
+    return first | {key: whole_plan(first[key]), "command": command, "shards": made}
 
 
 def _link_or_copy(source: Path, target: Path, out: Path) -> None:
