@@ -126,9 +126,7 @@ def run(args: argparse.Namespace) -> int:
                 "tau_h_source": tau_h_source,
                 "protocol": protocol.as_dict(),
             }
-            rows = run_evaluation(
-                decoder, chosen, variants, args.samples, args.out, config | planned, args.resume, args.traces
-            )
+            rows = run_evaluation(decoder, chosen, variants, args.samples, args.out, config | planned, args.resume, args.traces)
             if checked:
                 from ..lab.reproduce import check_reproducible
 

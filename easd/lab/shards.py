@@ -38,8 +38,7 @@ from ..errors import EasdError, SettingsError, shown
 from ..files import temporary_path, writable_folder, write_text_whole
 from ..method.methods import METHODS
 from .evaluate import trace_name, trace_path
-from .results_table import ResultsFile, check_config, read_rows, unreadable
-from .results_table import read_config
+from .results_table import ResultsFile, check_config, read_config, read_rows, unreadable
 from .study import Shard, StudyPlan, grid_cells, read_study_config
 
 
@@ -261,9 +260,7 @@ def check_shards(shards: list[ShardFolder]) -> None:
                 f"merge the shards of one {WHAT[first.command]}"
             )
         if shard.index in seen:
-            raise EasdError(
-                f"{merge}: {seen[shard.index].folder} and {shard.folder} are both shard {shard.name}; give each once"
-            )
+            raise EasdError(f"{merge}: {seen[shard.index].folder} and {shard.folder} are both shard {shard.name}; give each once")
         seen[shard.index] = shard
         differs = what_differs(first, shard)
         if differs:
