@@ -118,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
     planned = {}
     if shard is not None:  # this machine's share of the problems, and what `eval merge` compares and accounts by
         chosen, planned = shard_plan(args, chosen, variants, shard)
+    if args.resume:
+        check_shard_resumed(args.out, planned.get("plan", {}).get("shard"))
     print(protocol.line(), file=sys.stderr)  # after every check: a refusal stays one line
     started = time.perf_counter()
     try:
@@ -172,6 +174,22 @@ def shard_plan(args: argparse.Namespace, chosen: list, variants: list, shard: tu
     }
     files = recorded_files(args.data, model.pair, model.draft, model.target)
     return mine, {"plan": plan, "files": files, "versions": versions()}
+
+
+def check_shard_resumed(out: Path, shard: str | None) -> None:
+    """Before the model loads: a resumed folder continues as the shard it was begun as, or as a whole evaluation."""
+    from ..lab.results_table import read_config
+
+    saved = read_config(out) if out.is_dir() else None
+    plan = saved.get("plan") if saved is not None else None
+    was = plan.get("shard") if isinstance(plan, dict) else None
+    if saved is not None and "study" not in saved and was != shard:
+        raise SettingsError(
+            "--shard",
+            f"{out} holds shard {was} of an evaluation: resume with --shard {was}, or choose another --out"
+            if was
+            else f"{out} holds an evaluation run without --shard: resume without it, or choose another --out",
+        )
 
 
 def run_merge(args: argparse.Namespace) -> int:
