@@ -17,7 +17,7 @@ from easd.errors import SettingsError, shown
 from easd.method.knobs import Control, Knob, finite, is_utf8
 from easd.method.methods import METHODS, knobs, make_settings, owner, settings_values
 from easd.method.settings import MAX_SEED, WHATIF_TOP, DecodeSettings
-from easd.method.whatif import RuleView
+from easd.method.whatif import EASD_FIELDS, RELAXED_FIELDS, RuleView
 
 DEFAULTS = DecodeSettings()
 OTHER_LABELS = {
@@ -30,7 +30,7 @@ OTHER_LABELS = {
     # a link's parameters (components.links), named as the address bar shows them
     **{name: f"the link's {name}=" for name in ("run", "eval", "problem", "sample", "lane", "token")},
 }
-WHATIF_FIELDS = ("rule", "tau_h", "tau_o", "top_n")  # the settings a finished trace can be re-read under
+WHATIF_FIELDS = (*EASD_FIELDS, *RELAXED_FIELDS)  # the settings a finished trace can be re-read under
 
 
 def page_knobs(max_new_tokens_cap: int) -> dict[str, Knob]:

@@ -5,12 +5,14 @@ Renderers only draw traces (and the what-if's marks, easd.method.whatif); they n
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import gradio as gr
 
 from easd.errors import EasdError, SettingsError
-from easd.method.compare import LANES
+from easd.method.compare import LANES, whatif_method
 from easd.method.trace import Trace
-from easd.method.whatif import RuleView, would_penalize
+from easd.method.whatif import RuleView, whatif_marks
 from easd.render import figures
 from easd.render.html import Html, join, tag
 from easd.render.inspector import inspector_html
@@ -32,7 +34,7 @@ def say(text: str) -> Html:
 
 def render_lanes(page: Page, session: Session, view: RuleView) -> dict:
     traces, fork = session.traces, session.fork
-    marks, sd_lane = _whatif_marks(session, view), session.whatif_lane()
+    marks, sd_lane = _whatif_marks(session, read_as(session, view)), session.whatif_lane()
     found = {lane: set(session.search.positions(traces[lane])) if session.search else set() for lane in LANES}
     finished = join([comparison_html(traces["left"], traces["right"], fork), speed_html(session.speculative())])
     out = {page.comparison: finished if not session.running else Html("")}
@@ -64,10 +66,15 @@ def found_html(search: Search | None, found: dict[str, set[int]]) -> Html:
     return tag("p", f"{total} token(s) match “{search.text}” ({counts}); Enter or next match › steps through them.")
 
 
+def read_as(session: Session, view: RuleView) -> RuleView:
+    """The sliders' view, reading SD's run as the lanes ask: as their relaxed rule where one runs, else as EASD."""
+    return replace(view, reads_as=whatif_method(session.traces))
+
+
 def _whatif_marks(session: Session, view: RuleView):
-    """Where EASD would refuse a token of the SD lane's run under the sliders' rule (None without a finished SD run)."""
+    """What the view's method would have done otherwise on the SD lane's run (None without a finished SD run)."""
     sd = _whatif_trace(session)
-    return None if sd is None else would_penalize(sd, **view.as_kwargs())
+    return None if sd is None else whatif_marks(sd, view)
 
 
 def _whatif_trace(session: Session) -> Trace | None:
@@ -79,6 +86,7 @@ def _whatif_trace(session: Session) -> Trace | None:
 
 def render_panels(page: Page, session: Session, view: RuleView) -> dict:
     lane, record = session.selected_record()
+    view = read_as(session, view)
     trace = session.traces.get(lane or "right") or session.traces["left"]
     selected = session.selected[1] if record is not None else None
     sd = _whatif_trace(session)

@@ -243,6 +243,35 @@ def test_a_lane_runs_mti_beside_easd_and_the_inspector_explains_its_guidance(bro
     choose(browser, "method_left", "SD")  # back to SD | EASD for the tests after this one
     choose(browser, "method_right", "EASD")
     generate(browser, "Tom has 3 apples and buys 5 more.")
+
+
+def test_beside_typical_acceptance_the_what_if_marks_the_drafts_it_would_keep(browser):
+    """Issue 69: SD | typical acceptance; the what-if reads SD's run as typical acceptance at the sliders (ε, α): it
+    marks the drafts SD refused that the rule would keep, moves with α, and the inspector gives p against the bar."""
+    wait(browser).until(lambda d: "Comparison" in text_of(d, "comparison"))  # the previous test's last run
+    choose(browser, "method_right", "typical acceptance")
+    generate(browser, "Tom has 3 apples and buys 5 more.")
+    wait(browser).until(lambda d: "typical acceptance: " in text_of(d, "comparison"))
+    kept = tokens(browser, "left", ".whatif-kept")
+    assert kept and not tokens(browser, "left", ".whatif")  # read as typical acceptance, not as EASD's rule
+    assert all("o-target_resample" in token.get_attribute("class") for token in kept)  # where SD refused the draft
+    kept[0].click()
+    wait(browser).until(
+        lambda d: "What-if: typical acceptance (ε 0.09, α 0.3), at the sliders, would keep" in text_of(d, "inspector")
+    )
+    browser.find_element(By.CSS_SELECTOR, "#method_settings .label-wrap").click()
+    field = wait(browser).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#typical_alpha input[type=number]"))[0]
+    field.send_keys(Keys.CONTROL, "a")
+    field.send_keys("1", Keys.ENTER)  # a higher bar: fewer drafts kept
+    wait(browser, 20).until(lambda d: len(tokens(d, "left", ".whatif-kept")) < len(kept))
+    assert len(tokens(browser, "left")) == 128  # nothing was regenerated
+    field.send_keys(Keys.CONTROL, "a")
+    field.send_keys("0.3", Keys.ENTER)
+    wait(browser, 20).until(lambda d: len(tokens(d, "left", ".whatif-kept")) == len(kept))
+    browser.find_element(By.CSS_SELECTOR, "#method_settings .label-wrap").click()
+    choose(browser, "method_right", "EASD")  # back to SD | EASD for the tests after this one
+    generate(browser, "Tom has 3 apples and buys 5 more.")
+    wait(browser).until(lambda d: text_of(d, "title_right").startswith("EASD") and "EASD" in text_of(d, "comparison"))
     wait(browser).until(lambda d: "Comparison" in text_of(d, "comparison") and "MTI" not in text_of(d, "comparison"))
     assert text_of(browser, "title_right").startswith("EASD")
 

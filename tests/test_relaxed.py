@@ -185,3 +185,29 @@ def test_the_what_if_reads_each_rule_as_the_run_decides_it(hf_tiny_pair, own):
     assert first == kept and sd.token_ids[:first] == run.token_ids[:first]
     sampled = Generation(hf_tiny_pair, PROMPTS[0], make_settings(method="sd", max_new_tokens=8, temperature=0.7)).run()
     assert would_keep(sampled, settings) is None  # its rules read p at 0.7, which a trace does not record
+
+
+def test_the_page_reads_sd_beside_a_relaxed_lane_as_that_rule(hf_tiny_pair):
+    """Issue 69: beside a typical-acceptance lane the what-if reads SD's run as typical acceptance at the sliders' ε and
+    α, marking only drafts SD refused that the rule keeps; beside EASD (or anything else) as EASD's rule, as before. The
+    sliders cover every relaxed rule's own settings."""
+    from easd.method.compare import whatif_lane, whatif_method
+    from easd.method.methods import own_knobs
+    from easd.method.methods.relaxing import Relaxing
+    from easd.method.whatif import RELAXED_FIELDS, RuleView, whatif_marks, would_keep, would_penalize
+
+    sd = Generation(hf_tiny_pair, PROMPTS[0], make_settings(method="sd", max_new_tokens=TOKENS, record_top=20)).run()
+    typical = Generation(hf_tiny_pair, PROMPTS[0], make_settings(method="typical", max_new_tokens=TOKENS)).run()
+    assert whatif_method({"left": sd, "right": typical}) == "typical" and whatif_lane({"left": typical, "right": sd}) == "right"
+    assert whatif_method({"left": sd, "right": None}) == "easd"
+    view = RuleView.of(typical.settings, reads_as="typical")
+    marks = whatif_marks(sd, view)
+    refused = np.array([r.origin == "target_resample" for r in sd.records])
+    assert marks.kind == "kept" and marks.rows.any() and not (marks.rows & ~refused).any()
+    assert (marks.rows == (would_keep(sd, typical.settings) & refused)).all()
+    higher = whatif_marks(sd, RuleView(reads_as="typical", typical_alpha=1.0))
+    assert higher.rows.sum() < marks.rows.sum()  # a higher bar keeps fewer
+    easd = whatif_marks(sd, RuleView())
+    assert easd.kind == "refused" and (easd.rows == would_penalize(sd, **RuleView().as_kwargs())).all()
+    relaxing = {name for m in METHODS.values() if isinstance(m, Relaxing) for name in own_knobs(m)}
+    assert set(RELAXED_FIELDS) == relaxing

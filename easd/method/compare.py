@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from .generation import Generation
 from .judging import Block
 from .methods import METHODS
+from .methods.relaxing import Relaxing
 from .pair import ModelPair
 from .settings import DecodeSettings
 from .spec_metrics import SpecMetrics
@@ -96,7 +97,17 @@ def whatif_lane(traces: dict[str, Trace | None]) -> str | None:
 
 def _shows_rule(name: str) -> bool:
     method = METHODS.get(name)
-    return method is not None and method.signals and not method.refuses
+    return method is not None and method.signals and not method.refuses and not isinstance(method, Relaxing)
+
+
+def whatif_method(traces: dict[str, Trace | None]) -> str:
+    """The method the what-if reads SD's run as: a relaxed rule where a lane runs one (which drafts SD refused would it
+    keep?), else EASD's rule at the sliders' settings (which drafts SD kept would it refuse?)."""
+    for trace in traces.values():
+        method = METHODS.get(trace.settings.method) if trace is not None else None
+        if method is not None and isinstance(method, Relaxing):
+            return method.name
+    return "easd"
 
 
 def brief(traces: dict[str, Trace]) -> dict:

@@ -1,9 +1,14 @@
-"""What EASD would have done under other settings, read off a finished trace: no model call.
+"""What EASD, or a relaxed acceptance rule, would have done under other settings, read off a finished trace: no model
+call.
 
 An SD trace records both entropies and both top-candidate lists at every drafted position, so
 the rule can be re-evaluated there for any τ_H, τ_O, rule, and any n up to the number of
 candidates the trace kept. The rule itself is `acceptance.rule_fires`, the very function the
 decoding loop uses, so the what-if and the real run cannot disagree on what "fires" means.
+
+A greedy trace also records p(c), the target's probability of each drafted token, and the target's top candidates and
+entropy: enough for a relaxed rule (typical acceptance, the relaxed family) to say, by its own `bar`, which drafts it
+would have kept that SD's strict test refused (`would_keep`).
 """
 
 from __future__ import annotations
@@ -14,32 +19,56 @@ import numpy as np
 import torch
 
 from .acceptance import fragile_decisions, rule_fires
-from .methods import METHODS
-from .methods.relaxing import BAR_TOP
+from .methods import METHODS, settings_values, with_values
+from .methods.relaxing import BAR_TOP, Relaxing
 from .origins import DRAFT_ACCEPTED
 from .settings import DecodeSettings, overlap_needed
 from .trace import TokenRecord, Trace
 
 DEFAULTS = DecodeSettings()
+DEFAULT_VALUES = settings_values(DEFAULTS)  # by flat name, each method's own included
+
+
+# EASD's rule's settings, then the relaxed rules' own (typical acceptance's ε and α; the relaxed rule, δ, λ and m):
+# everything a finished greedy trace can be re-read under
+EASD_FIELDS = ("rule", "tau_h", "tau_o", "top_n")
+RELAXED_FIELDS = ("typical_threshold", "typical_alpha", "relaxed_rule", "relaxed_delta", "relaxed_ratio", "relaxed_top")
 
 
 @dataclass(frozen=True)
 class RuleView:
-    """The rule a finished trace is re-read under without regenerating (the what-if): the page's sliders, or the
-    run's own settings (`of`). Its names match this module's keyword arguments, so `**view.as_kwargs()` passes it whole."""
+    """How a finished trace is re-read without regenerating (the what-if): as which method (`reads_as`: EASD, whose
+    rule would refuse drafts SD kept, or a relaxed rule, which would keep drafts SD refused), at the page's sliders, or
+    at the run's own settings (`of`). Its names are the settings', so `as_kwargs` passes EASD's rule whole."""
 
     rule: str = DEFAULTS.rule
     tau_h: float = DEFAULTS.tau_h
     tau_o: float = DEFAULTS.tau_o
     top_n: int = DEFAULTS.top_n
+    typical_threshold: float = DEFAULT_VALUES["typical_threshold"]
+    typical_alpha: float = DEFAULT_VALUES["typical_alpha"]
+    relaxed_rule: str = DEFAULT_VALUES["relaxed_rule"]
+    relaxed_delta: float = DEFAULT_VALUES["relaxed_delta"]
+    relaxed_ratio: float = DEFAULT_VALUES["relaxed_ratio"]
+    relaxed_top: int = DEFAULT_VALUES["relaxed_top"]
+    reads_as: str = "easd"  # the method the what-if asks: EASD, or a relaxed rule (the other lane's: easd.method.compare)
 
     @classmethod
-    def of(cls, settings: DecodeSettings) -> RuleView:
-        """The rule a run used (a loaded trace's), to re-read it as it ran."""
-        return cls(rule=settings.rule, tau_h=settings.tau_h, tau_o=settings.tau_o, top_n=settings.top_n)
+    def of(cls, settings: DecodeSettings, reads_as: str = "easd") -> RuleView:
+        """The settings a run used (a loaded trace's), to re-read it as it ran."""
+        values = settings_values(settings)
+        return cls(**{name: values[name] for name in (*EASD_FIELDS, *RELAXED_FIELDS)}, reads_as=reads_as)
 
     def as_kwargs(self) -> dict:
-        return asdict(self)
+        """EASD's rule, as this module's functions take it."""
+        return {name: value for name, value in asdict(self).items() if name in EASD_FIELDS}
+
+    @property
+    def relaxed(self) -> DecodeSettings | None:
+        """The relaxed rule the what-if asks, at its sliders' settings; None where it asks EASD's."""
+        if not isinstance(METHODS.get(self.reads_as), Relaxing):
+            return None
+        return with_values(DecodeSettings(method=self.reads_as), **{name: getattr(self, name) for name in RELAXED_FIELDS})
 
     def fires(self, h_draft, h_target, overlap):
         """Whether the rule fires for these signals: the loop's own `rule_fires`."""
@@ -125,24 +154,55 @@ def would_keep(trace: Trace, settings: DecodeSettings) -> np.ndarray | None:
     entropy (`Relaxing.bar`, the loop's own), against p(c). Exact for the first row where it differs from what the run
     did; after it the text would diverge. None where the trace cannot say: a sampled run (its rules read p at its
     temperature, which the trace does not record), or a method that keeps no draft by a rule of its own."""
-    method = METHODS.get(settings.method)
-    if trace.settings.temperature != 0 or not hasattr(method, "bar"):
+    if trace.settings.temperature != 0 or not isinstance(METHODS.get(settings.method), Relaxing):
         return None
-    rows = [r for r in trace.records if r.draft_token_id is not None and r.p_target is not None and r.h_target is not None]
+    rows = [r for r in trace.records if readable(r)]
     keep = np.zeros(len(trace.records), dtype=bool)
     if not rows:
         return keep
+    p_c, bar = bar_reading(rows, settings)
+    index = {id(record): i for i, record in enumerate(trace.records)}
+    for record, flag in zip(rows, METHODS[settings.method].keeps(p_c, bar).tolist()):
+        keep[index[id(record)]] = flag
+    return keep
+
+
+def readable(record: TokenRecord) -> bool:
+    """Whether a relaxed rule can be re-read at a row: a draft was examined there, with p(c) and the target's entropy."""
+    return record.draft_token_id is not None and record.p_target is not None and record.h_target is not None
+
+
+def bar_reading(rows: list[TokenRecord], settings: DecodeSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """(p(c), the rule's bar) at each of `rows` (each `readable`), for the relaxed rule `settings.method` at its settings:
+    the bar from the row's kept target candidates and entropy, the loop's own `bar`.  -> [rows], [rows]"""
     top = torch.zeros(len(rows), BAR_TOP, dtype=torch.float64)  # missing candidates: probability 0, below any bar
     for i, record in enumerate(rows):
         probs = [p for _, _, p in record.target_top[:BAR_TOP]]
         top[i, : len(probs)] = torch.tensor(probs, dtype=torch.float64)
     entropy = torch.tensor([r.h_target for r in rows], dtype=torch.float64)
-    bar = method.bar(top, entropy, settings)
-    kept = method.keeps(torch.tensor([r.p_target for r in rows], dtype=torch.float64), bar)
-    index = {id(record): i for i, record in enumerate(trace.records)}
-    for record, flag in zip(rows, kept.tolist()):
-        keep[index[id(record)]] = flag
-    return keep
+    p_c = torch.tensor([r.p_target for r in rows], dtype=torch.float64)
+    return p_c, METHODS[settings.method].bar(top, entropy, settings)
+
+
+@dataclass(frozen=True)
+class Marks:
+    """Where the what-if marks a finished SD run's tokens, and what a mark means (`kind`)."""
+
+    rows: np.ndarray  # [rows] bool
+    kind: str  # "refused": EASD would refuse the draft SD kept; "kept": the relaxed rule would keep the draft SD refused
+
+
+def whatif_marks(trace: Trace, view: RuleView) -> Marks | None:
+    """What the method the view reads as would have done otherwise on SD's finished run: EASD's refusals of drafts SD
+    kept, or a relaxed rule's keeping of drafts SD refused (None where a sampled run cannot say)."""
+    relaxed = view.relaxed
+    if relaxed is None:
+        return Marks(would_penalize(trace, **view.as_kwargs()), "refused")
+    keep = would_keep(trace, relaxed)
+    if keep is None:
+        return None
+    refused_here = np.array([r.draft_token_id is not None and r.origin != DRAFT_ACCEPTED.name for r in trace.records])
+    return Marks(keep & refused_here, "kept")
 
 
 def first_penalty_block(trace: Trace, rule: str, tau_h: float, tau_o: float) -> int | None:

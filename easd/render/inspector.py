@@ -9,7 +9,7 @@ from ..method.methods import METHODS, columns_of, origins
 from ..method.settings import overlap_needed
 from ..method.spec_metrics import refused
 from ..method.trace import Column, TokenRecord, Trace
-from ..method.whatif import RuleView, record_overlap
+from ..method.whatif import RuleView, bar_reading, readable, record_overlap
 from .html import Html, join, number, tag
 from .lanes import lane_title, origin_class, origin_label, visible_text
 
@@ -33,7 +33,7 @@ def inspector_html(lane: str, trace: Trace | None, record: TokenRecord | None, v
     if method is not None and record.own is not None:
         parts.append(_own(record, method.record))
     if record.draft_token_id is not None:
-        parts.append(_signals(record, view))
+        parts.append(_signals(record, view) if view.relaxed is None else _relaxed_reading(trace, record, view.relaxed))
     if record.h_draft_margin is not None:
         parts.append(_margins(record))
     parts.append(_candidates(record, view.top_n, method.record if method is not None else None))
@@ -110,6 +110,31 @@ def _signals(record: TokenRecord, view: RuleView) -> Html:
         f" (during the run: {'fired' if record.triggered else 'did not fire'}).",
     )
     return join([tag("table", *rows, class_="conditions"), verdict])
+
+
+def _relaxed_reading(trace: Trace, record: TokenRecord, settings) -> Html:
+    """The what-if as a relaxed rule (the other lane's) at the sliders' settings: would it keep this draft, by its bar?"""
+    method = METHODS[settings.method]
+    if trace.settings.temperature != 0:
+        return tag(
+            "p",
+            f"This run sampled: {method.title} reads p at its temperature, which a trace does not record, "
+            "so the what-if cannot re-read it here.",
+        )
+    if not readable(record):
+        return tag("p", "This row does not record p(c) and the target's entropy, so the rule cannot be re-read here.")
+    p_c, bar = (float(x[0]) for x in bar_reading([record], settings))
+    keeps = bool(method.keeps(p_c, bar))
+    test = "exceed" if method.strict else "reach"
+    return tag(
+        "p",
+        f"What-if: {method.lane_title(settings)}, at the sliders, ",
+        tag("b", "would keep" if keeps else "would not keep"),
+        " the draft ",
+        _code(record.draft_token_text),
+        f" here: p = {number(p_c)} against its bar {number(bar)}, which p must {test} (p at temperature 1, as the rule "
+        "reads a greedy run).",
+    )
 
 
 def _margins(record: TokenRecord) -> Html:

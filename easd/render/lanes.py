@@ -14,6 +14,7 @@ from ..method.methods import METHODS, origins
 from ..method.origins import ALONE
 from ..method.spec_metrics import refused
 from ..method.trace import TokenRecord, Trace
+from ..method.whatif import Marks
 from .html import Html, join, number, tag
 
 # Each origin's colour and words are its method's declaration (easd.method.origins: Okabe–Ito colours, safe for the
@@ -21,6 +22,9 @@ from .html import Html, join, number, tag
 # gets "o-unknown" (assets/style.css).
 _VISIBLE = {"\n": "↵\n", "\t": "⇥", "\r": "␍"}
 MAX_LANE_TOKENS = 2000  # spans drawn per lane: a huge loaded trace is shown as a window around the selection
+# a what-if mark's class by its kind (easd.method.whatif.Marks): a wavy line where EASD would refuse SD's kept draft,
+# a double one where a relaxed rule would keep the draft SD refused (lines, not colour alone)
+WHATIF_CLASS = {"refused": "whatif", "kept": "whatif-kept"}
 MAX_KEPT_SPANS = 50_000  # spans a page keeps rendered (about 20 MB): 16 users' two lanes of 1,000 tokens, and more
 
 
@@ -55,6 +59,7 @@ def legend_html() -> Html:
     items += [
         tag("span", "fork› first difference", class_="tok fork-mark"),
         tag("span", "would be penalized (what-if)", class_="tok whatif"),
+        tag("span", "draft would be kept (what-if)", class_="tok whatif-kept"),
         tag("span", "found by the search", class_="tok found"),
     ]
     if refusal is not None:
@@ -113,14 +118,15 @@ def lane_html(
     *,
     selected: int | None = None,
     fork: int | None = None,
-    whatif: np.ndarray | None = None,
+    whatif: Marks | None = None,
     found: set[int] | None = None,
     running: bool = False,
     spans: Spans | None = None,
     limit: int | None = MAX_LANE_TOKENS,
 ) -> Html:
     """One lane: a span per token, with data-lane/data-pos for clicks and a tooltip per token (from `spans`, where
-    each is rendered once, if given); `whatif` marks what EASD would refuse, `found` the tokens a search matched.
+    each is rendered once, if given); `whatif` marks what EASD would refuse or a relaxed rule keep, `found` the tokens
+    a search matched.
     The page draws at most `limit` tokens, around the selection, and moves the window as the selection moves; a file
     that opens without a server (easd.render.export) draws them all (None).
 
@@ -129,14 +135,16 @@ def lane_html(
     """
     if trace is None or not trace.records:
         return tag("span", "generating…" if running else "no tokens yet", class_="empty")
-    marks = whatif if whatif is not None else np.zeros(len(trace.records), dtype=bool)
+    marks = whatif.rows if whatif is not None else np.zeros(len(trace.records), dtype=bool)
+    mark = WHATIF_CLASS[whatif.kind] if whatif is not None else None
     window = lane_window(trace, selected, limit)
     # one token of the lane is in the Tab order (the selected one, else the first); the arrow keys reach the rest
     entry = selected if selected in window else window.start
     spans = spans or Spans(len(window))
     found = found or set()
     drawn = [
-        spans.span(lane, i, trace.records[i], (i == selected, i == fork, bool(marks[i]), i == entry, i in found)) for i in window
+        spans.span(lane, i, trace.records[i], (i == selected, i == fork, marks[i] and mark, i == entry, i in found))
+        for i in window
     ]
     if len(window) < len(trace.records):
         note = (
@@ -147,15 +155,16 @@ def lane_html(
 
 
 def _span(
-    lane: str, index: int, record: TokenRecord, selected: bool, fork: bool, whatif: bool, entry: bool, found: bool = False
+    lane: str, index: int, record: TokenRecord, selected: bool, fork: bool, whatif, entry: bool, found: bool = False
 ) -> Html:
+    """`whatif`: the what-if's mark's class here, or a false value."""
     fragile = record.fragile is True and refused(record)  # marked by "≈" and a dashed frame, not colour alone
     classes = [
         "tok",
         origin_class(record.origin),
         selected and "sel",
         fork and "fork",
-        whatif and "whatif",
+        whatif or None,
         fragile and "fragile",
         found and "found",
     ]
