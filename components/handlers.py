@@ -79,6 +79,7 @@ def generate(page: Page, host: ModelHost, outbox: Outbox, values: dict, request:
     uptake = outbox.uptake(client.session)
     with host.stream(asked.pair, comparison.generations.values(), client, uptake.took_any) as stream:
         session.clear()
+        session.chosen = methods
         page.sessions.track(client.session, session)
         session.stream, session.running = stream, True
         if session.room is not None:  # the room's viewers follow this run from now on
@@ -184,6 +185,7 @@ async def follow_room(page: Page, host: ModelHost, values: dict, request: gr.Req
             view = RuleView.of(showing.lanes["right"])
             context = page.controls.show(showing.lanes["right"], host.max_new_tokens_cap) | {page.prompt: showing.prompt}
             context |= {page.methods[lane]: settings.method for lane, settings in showing.lanes.items()}
+            session.chosen = {lane: settings.method for lane, settings in showing.lanes.items()}  # the pickers, moved
             context |= {page.message: say(f"👀 Room {room.code}: the presenter's run {shown}."), page.state: session}
             empty = _for_viewer(room, (shown, "start"), stream, session, partial(render_lanes_and_panels, page, session, view))
             yield empty | render_files(page, None) | context  # the figures, once for the room, not once a viewer
@@ -301,6 +303,14 @@ def rerender(page: Page, values: dict) -> dict:
         | render_panels(page, session, view)
         | {page.controls.tau_o_meaning: view.overlap_meaning()}
     )
+
+
+def choose_method(page: Page, values: dict) -> dict:
+    """A lane's method was picked (or moved to a loaded run's): the lanes' titles say which run they show and which the
+    next runs, and the legend lists what the lanes' methods may show. Nothing runs until Generate."""
+    session: Session = values[page.state]
+    session.chosen = {lane: values[page.methods[lane]] for lane in LANES}
+    return render_lanes(page, session, page.controls.read_view(values))
 
 
 def select_token(page: Page, values: dict, event: gr.EventData) -> dict:

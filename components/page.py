@@ -95,6 +95,7 @@ class Page:
     controls: Controls
     methods: dict[str, gr.Dropdown]  # by lane: the method it runs
     titles: dict[str, gr.HTML]  # by lane
+    legend: gr.HTML  # what the lanes' methods may show
     lanes: dict[str, gr.HTML]
     stats: dict[str, gr.HTML]
     comparison: gr.HTML
@@ -122,7 +123,7 @@ class Page:
     downloads: Path  # where sessions write their exports: inside Gradio's file cache, which serves them as they are
 
     def lane_outputs(self) -> list:
-        return [*self.titles.values(), *self.lanes.values(), *self.stats.values(), self.comparison, self.found]
+        return [*self.titles.values(), *self.lanes.values(), *self.stats.values(), self.comparison, self.found, self.legend]
 
     def panel_outputs(self) -> list:
         return [self.inspector, self.stepper, *self.figures.values()]
@@ -247,14 +248,15 @@ def _side(host: ModelHost) -> dict:
     its status, the settings."""
     with gr.Accordion("What am I looking at?", open=False, elem_id="about"):
         gr.Markdown(INTRO)
-    gr.HTML(legend_html(), elem_id="legend")
+    legend = gr.HTML(legend_html(DEFAULT_METHODS.values()), elem_id="legend")
     inspector = gr.HTML(inspector_html("", None, None, RuleView()), js_on_load=INSPECTOR_JS, elem_id="inspector")
     names = list(host.allowed)
     pair = gr.Dropdown(
         names, value=host.default, label="Model pair (allowed by the operator)", elem_id="pair", interactive=len(names) > 1
     )
     status = gr.Markdown("Starting…", elem_id="status")
-    return dict(inspector=inspector, pair=pair, status=status, controls=build_controls(host.max_new_tokens_cap))
+    controls = build_controls(host.max_new_tokens_cap)
+    return dict(inspector=inspector, legend=legend, pair=pair, status=status, controls=controls)
 
 
 def _steps() -> dict:

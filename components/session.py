@@ -38,13 +38,14 @@ class Session:
     watching: Room | None = None  # the room this page watches
     link: Link | None = None  # how a link finds the recorded runs shown (components.links); None for a live run
     search: Search | None = None  # the tokens the reader looks for (easd.render.search): marked in every run shown
+    chosen: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_METHODS))  # each lane's method for the next run
 
     def clear(self) -> None:
         """Forget the traces and the selection; the run stops and the download folder is deleted too (Clear). A room
         the page presents or watches stays, and so does the search, which marks the next runs too."""
-        room, watching, search = self.room, self.watching, self.search
+        room, watching, search, chosen = self.room, self.watching, self.search, self.chosen
         self._forget("stopped")
-        self.room, self.watching, self.search = room, watching, search
+        self.room, self.watching, self.search, self.chosen = room, watching, search, chosen
 
     def close(self) -> None:
         """The session ends (tab closed, state expired): its run stops ("left"), its room ends, its files and traces go."""
@@ -69,6 +70,15 @@ class Session:
     def speculative(self) -> Trace | None:
         """The first lane's finished run that drafts and verifies (SD or EASD): the one the Speed panel and map explain."""
         return None if self.running else verifying(self.traces)
+
+    def stale(self, lane: str) -> bool:
+        """Whether the lane shows a run of another method than the one it will run next (its picker moved since)."""
+        trace = self.traces.get(lane)
+        return trace is not None and not self.running and trace.settings.method != self.chosen.get(lane)
+
+    def lane_methods(self) -> list[str]:
+        """The methods the lanes show: each lane's run's, or the one it will run where it has none."""
+        return [t.settings.method if t is not None else self.chosen[lane] for lane, t in self.traces.items()]
 
     def whatif_lane(self) -> str | None:
         """The lane whose run the what-if re-reads (SD's, wherever it is: easd.method.compare.whatif_lane)."""
@@ -96,6 +106,7 @@ class Session:
         """Put loaded runs into the lanes (`in_lanes`); -> the line that says so."""
         self.clear()
         self.traces = in_lanes(traces)
+        self.chosen = self.chosen | {lane: t.settings.method for lane, t in self.traces.items() if t is not None}
         shown = [t for t in self.traces.values() if t is not None]
         skipped = len(traces) - len(shown)
         return f"Loaded {len(shown)} run(s) from {source}" + (f"; {skipped} more run(s) in the file not shown" if skipped else "")

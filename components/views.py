@@ -11,12 +11,13 @@ import gradio as gr
 
 from easd.errors import EasdError, SettingsError
 from easd.method.compare import LANES, whatif_method
+from easd.method.methods import METHODS
 from easd.method.trace import Trace
 from easd.method.whatif import RuleView, whatif_marks
 from easd.render import figures
 from easd.render.html import Html, join, tag
 from easd.render.inspector import inspector_html
-from easd.render.lanes import lane_html, lane_title
+from easd.render.lanes import lane_html, lane_title, legend_html
 from easd.render.search import Search
 from easd.render.stats import comparison_html, speed_html, stats_html
 from easd.render.stepper import block_views, stepper_html
@@ -41,7 +42,7 @@ def render_lanes(page: Page, session: Session, view: RuleView) -> dict:
     for lane in LANES:
         selected = session.selected[1] if session.selected and session.selected[0] == lane else None
         whatif = marks if lane == sd_lane else None
-        out[page.titles[lane]] = tag("h3", lane_title(lane, traces[lane]))
+        out[page.titles[lane]] = title_html(session, lane)
         out[page.lanes[lane]] = lane_html(
             lane,
             traces[lane],
@@ -52,9 +53,20 @@ def render_lanes(page: Page, session: Session, view: RuleView) -> dict:
             running=session.running,
             spans=page.spans,
         )
-        out[page.stats[lane]] = stats_html(traces[lane])
+        out[page.stats[lane]] = stats_html(traces[lane], running=session.running)
     out[page.found] = found_html(session.search, found)
+    out[page.legend] = legend_html(session.lane_methods())
     return out
+
+
+def title_html(session: Session, lane: str) -> Html:
+    """A lane's heading: its run's method, and where its picker has moved since, that the run is the previous request's
+    and which method the next one runs."""
+    title = lane_title(lane, session.traces[lane])
+    if not session.stale(lane):
+        return tag("h3", title)
+    chosen = METHODS[session.chosen[lane]].title
+    return tag("h3", title, tag("span", f" · previous run; next: {chosen}", class_="stale"))
 
 
 def found_html(search: Search | None, found: dict[str, set[int]]) -> Html:

@@ -89,6 +89,13 @@ def _wire_compare(
     rerendered = [*page.lane_outputs(), *page.panel_outputs(), c.tau_o_meaning, page.message]
     for control in c.whatif().values():
         control.change(wire(handlers.rerender, page, show=say), whatif_in, rerendered, trigger_mode="always_last", **instant)
+    for picker in page.methods.values():
+        picker.change(
+            wire(handlers.choose_method, page, show=say),
+            {*whatif_in, *page.methods.values()},
+            [*page.lane_outputs(), page.message],
+            **instant,
+        )
     selected = [*rerendered, page.step_lane]
     for source in (*page.lanes.values(), page.inspector):  # the inspector's close button deselects
         source.token_click(wire(handlers.select_token, page, show=say), whatif_in, selected, **instant)

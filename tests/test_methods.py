@@ -315,7 +315,7 @@ def test_a_method_s_origin_and_record_field_reach_the_legend_inspector_search_an
     trace = Generation(hf_tiny_pair, PROMPTS[0], make_settings(method="flagged", max_new_tokens=40)).run()
     flagged_rows = [i for i, r in enumerate(trace.records) if r.origin == "flagged_bonus"]
     assert flagged_rows, "the tiny pair keeps whole blocks, so some bonus tokens are flagged"
-    assert "flagged bonus" in str(legend_html()) and ".o-flagged_bonus { background: #e69f00;" in origin_css()
+    assert "flagged bonus" in str(legend_html(["flagged"])) and ".o-flagged_bonus { background: #e69f00;" in origin_css()
     record = trace.records[flagged_rows[0]]
     shown = str(inspector_html("left", trace, record, RuleView.of(trace.settings)))
     assert "this method flagged it" in shown and "bonus p" in shown and "o-flagged_bonus" in shown

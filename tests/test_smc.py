@@ -216,5 +216,5 @@ def test_either_lane_runs_it_beside_specguard_and_the_inspector_says_why(hf_tiny
     assert "particles each drafted" in smc and "effective sample size" in smc and "particle, its cycle" in smc
     guard = str(inspector_html("right", traces["right"], traces["right"].records[0], RuleView.of(settings)))
     assert "the most consistent was scored by the draft&#x27;s signals" in guard and "threshold 0.7" in guard
-    legend = str(legend_html())
+    legend = str(legend_html(["smc", "specguard"]))
     assert all(label in legend for label in ("particle&#x27;s draft", "draft step kept", "step recomputed (target)"))

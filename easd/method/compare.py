@@ -90,24 +90,27 @@ def verifying(traces: dict[str, Trace | None]) -> Trace | None:
 
 
 def whatif_lane(traces: dict[str, Trace | None]) -> str | None:
-    """The lane whose run the what-if re-reads: the first of a method that records EASD's signals and refuses nothing
-    (SD's, wherever it is), where EASD's rule can be asked what it would have refused."""
-    return next((lane for lane, t in traces.items() if t is not None and _shows_rule(t.settings.method)), None)
+    """The lane whose run the what-if re-reads: the first of a method that records EASD's signals, refuses nothing and
+    keeps by the strict test (SD's, wherever it is), where EASD's rule or a relaxed one can be asked what it would
+    have done otherwise."""
+    return next((lane for lane, t in traces.items() if t is not None and shows_rule(t.settings.method)), None)
 
 
-def _shows_rule(name: str) -> bool:
+def shows_rule(name: str) -> bool:
+    """Whether the what-if can re-read a run of this method: SD's."""
     method = METHODS.get(name)
     return method is not None and method.signals and not method.refuses and not isinstance(method, Relaxing)
 
 
 def whatif_method(traces: dict[str, Trace | None]) -> str:
-    """The method the what-if reads SD's run as: a relaxed rule where a lane runs one (which drafts SD refused would it
-    keep?), else EASD's rule at the sliders' settings (which drafts SD kept would it refuse?)."""
-    for trace in traces.values():
-        method = METHODS.get(trace.settings.method) if trace is not None else None
-        if method is not None and isinstance(method, Relaxing):
-            return method.name
-    return "easd"
+    """The method the what-if reads SD's run as, beside these lanes' runs (`reads_as`)."""
+    return reads_as([t.settings.method for t in traces.values() if t is not None])
+
+
+def reads_as(methods: list[str]) -> str:
+    """The method the what-if reads SD's run as beside lanes running `methods`: a relaxed rule where one runs (which
+    drafts SD refused would it keep?), else EASD's rule at the sliders' settings (which drafts SD kept would it refuse?)."""
+    return next((name for name in methods if isinstance(METHODS.get(name), Relaxing)), "easd")
 
 
 def brief(traces: dict[str, Trace]) -> dict:

@@ -118,7 +118,7 @@ def comparison_body(
             above or Html(""),
             tag("h1", "EASD Lab: ", " | ".join(lane_title(lane, t) for lane, t in traces.items())),
             tag("pre", shown.prompt, class_="prompt"),
-            legend_html(),
+            legend_html(t.settings.method for t in traces.values() if t is not None),
             tag("div", tag("div", _lanes(traces), id="main"), _side(), class_="columns"),
             _figures(traces),
             *_inspectors(traces, drawn),

@@ -6,6 +6,7 @@ import re
 
 from ..method.acceptance import RULE_CONDITIONS, rule_conditions
 from ..method.methods import METHODS, columns_of, origins
+from ..method.methods.relaxing import Relaxing
 from ..method.settings import overlap_needed
 from ..method.spec_metrics import refused
 from ..method.trace import Column, TokenRecord, Trace
@@ -25,8 +26,8 @@ def inspector_html(lane: str, trace: Trace | None, record: TokenRecord | None, v
             class_="inspector empty",
         )
     close = tag("button", "✕ close", class_="close", type="button", aria_label="Close the token details")
-    parts = [close, _header(lane_title(lane, trace), record), _decision(record)]
     method = METHODS.get(trace.settings.method)
+    parts = [close, _header(lane_title(lane, trace), record), _decision(record, trace.settings.temperature == 0, method)]
     explained = method.explains(record, trace.settings) if method is not None else ""
     if explained:  # what the run's own method did here (MTI's guidance, RSD's step), in its words
         parts.append(tag("p", explained))
@@ -57,14 +58,31 @@ def _header(title: str, record: TokenRecord) -> Html:
     )
 
 
-def _decision(record: TokenRecord) -> Html:
-    """The origin's sentence (easd.method.origins), its tokens and odds filled in."""
+def _decision(record: TokenRecord, greedy: bool, method) -> Html:
+    """The origin's sentence (easd.method.origins), its tokens and odds filled in: sampled, the test's min(1, p/q);
+    greedy, no such probability, and a word on what the greedy test asks instead."""
     origin = origins().get(record.origin) if isinstance(record.origin, str) else None
     if origin is None:
         return tag("p")
-    odds = f"(q = {number(record.p_draft)}, p = {number(record.p_target)}, acceptance probability {number(record.accept_prob)})"
+    odds = f"(q = {number(record.p_draft)}, p = {number(record.p_target)}"
+    odds += ")" if greedy else f": kept with probability min(1, p/q) = {number(record.accept_prob)})"
     fills = {"drafted": _code(record.draft_token_text), "chosen": _code(record.token_text), "odds": odds}
-    return tag("p", *(fills.get(part, part) for part in re.split(r"\{(drafted|chosen|odds)\}", origin.says)))
+    said = tag("p", *(fills.get(part, part) for part in re.split(r"\{(drafted|chosen|odds)\}", origin.says)))
+    if not (greedy and "{odds}" in origin.says):
+        return said
+    strict = method is not None and not isinstance(method, Relaxing)
+    test = "the test keeps a draft exactly where it is the target's likeliest token; " if strict else ""
+    return join(
+        [
+            said,
+            tag(
+                "p",
+                f"Greedy run: {test}where a draft is not kept, the target's likeliest token is emitted "
+                "(min(1, p/q) is the sampled test's).",
+                class_="greedy",
+            ),
+        ]
+    )
 
 
 def _own(record: TokenRecord, declared) -> Html:

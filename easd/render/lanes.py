@@ -8,8 +8,11 @@ method; it only draws what a trace (and `easd.method.whatif`) says.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
+from ..method.compare import reads_as, shows_rule
 from ..method.methods import METHODS, origins
 from ..method.origins import ALONE
 from ..method.spec_metrics import refused
@@ -50,18 +53,24 @@ def origin_css() -> str:
     return "\n".join(origin.css() for origin in origins().values())
 
 
-def legend_html() -> Html:
-    """Every origin a lane may show (a model alone's are plain grey, and left out), then the marks."""
-    items = [
-        tag("span", origin.label, class_=["tok", origin_class(name)]) for name, origin in origins().items() if name not in ALONE
-    ]
-    refusal = next((name for name, origin in origins().items() if origin.role == "refused"), None)
-    items += [
-        tag("span", "fork› first difference", class_="tok fork-mark"),
-        tag("span", "would be penalized (what-if)", class_="tok whatif"),
-        tag("span", "draft would be kept (what-if)", class_="tok whatif-kept"),
-        tag("span", "found by the search", class_="tok found"),
-    ]
+def legend_html(methods: Iterable[str]) -> Html:
+    """What the lanes running `methods` may show: their methods' origins (a model alone's are plain grey, and left out),
+    then the marks that can fall on them: the fork, the what-if's (on an SD lane: EASD's refusals, or beside a relaxed
+    rule its keeps), the search's, and a refusal rounding could flip (beside a method that refuses)."""
+    shown = [METHODS[name] for name in dict.fromkeys(methods) if name in METHODS]
+    named = {origin.name: origin for method in shown for origin in method.origins if origin.name not in ALONE}
+    items = [tag("span", origin.label, class_=["tok", origin_class(name)]) for name, origin in named.items()]
+    items.append(tag("span", "fork› first difference", class_="tok fork-mark"))
+    names = [method.name for method in shown]
+    if any(shows_rule(name) for name in names):
+        kept = reads_as(names) != "easd"
+        items.append(
+            tag("span", "draft would be kept (what-if)", class_="tok whatif-kept")
+            if kept
+            else tag("span", "would be penalized (what-if)", class_="tok whatif")
+        )
+    items.append(tag("span", "found by the search", class_="tok found"))
+    refusal = next((name for name, origin in named.items() if origin.role == "refused"), None)
     if refusal is not None:
         items.append(tag("span", "refusal rounding could flip", class_=["tok", origin_class(refusal), "fragile"]))
     return tag("div", *items, class_="legend")

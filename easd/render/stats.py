@@ -12,24 +12,51 @@ from ..method.trace import Trace
 from .html import Html, join, number, tag
 from .lanes import title
 
+# why a run ended, as a lane's stats line says it (easd.method.trace.STOP_REASONS)
+STOPPED = {
+    "eos": "the end-of-text token",
+    "max_new_tokens": "the token limit",
+    "context": "the context is full",
+    "stopped": "stopped",
+    "left": "the page closed",
+    "unread": "nobody was reading it",
+    "quota": "the GPU quota",
+    "error": "an error",
+    "max_steps": "the step limit",
+}
 
-def stats_html(trace: Trace | None) -> Html:
+
+def stats_html(trace: Trace | None, running: bool = False) -> Html:
+    """A lane's stats line in its method's terms (`Method.lane_facts`), how it ended (or that it runs), and a sentence
+    where the method did nothing here: it never consulted the target, or made no intervention."""
     if trace is None:
         return Html("")
     s = summarize(trace)
+    method = METHODS.get(trace.settings.method) if isinstance(trace.settings.method, str) else None
     parts = [
         join([tag("b", number(s["new_tokens"], "d")), " tokens"]),
         join([tag("b", number(s["tokens_per_s"], ".1f")), " tokens/s"]),
-        join(["mean acceptance length ", tag("b", number(s["mean_acceptance_length"], ".2f"))]),
-        join(["draft acceptance rate ", tag("b", number(s["draft_acceptance_rate"], ".2f"))]),
-        join(["target calls ", tag("b", number(s["target_calls"], "d"))]),
-        join([f"{METHODS[trace.settings.method].intervention[1] or 'penalties'} ", tag("b", number(s["interventions"], "d"))]),
     ]
+    parts += [join([f"{words} ", tag("b", figure)]) for words, figure in (method.lane_facts(trace, s) if method else [])]
     if s["fragile_penalties"]:  # docs/method.md, "Fragile decisions": rounding could have flipped these
         parts.append(join(["≈ fragile ", tag("b", number(s["fragile_penalties"], "d"))]))
-    if s["stop_reason"]:
-        parts.append(f"stop: {s['stop_reason']}")
-    return tag("p", join(parts, " · "), class_="stats")
+    if running:
+        parts.append("running…")
+    elif s["stop_reason"]:
+        parts.append(f"ended: {STOPPED.get(s['stop_reason'], s['stop_reason'])}")
+    line = tag("p", join(parts, " · "), class_="stats")
+    said = "" if running or method is None else did_nothing(method, s)
+    return join([line, tag("p", said, class_="lane-summary")]) if said else line
+
+
+def did_nothing(method, summary: dict) -> str:
+    """A sentence where the method did nothing in this run, "" where it did: a method of both models that never
+    consulted the target writes the draft's own text; one that intervenes and did not wrote its plain model's."""
+    if method.uses_target and method.uses_draft and summary["target_calls"] == 0 and summary["new_tokens"]:
+        return f"{method.title} never consulted the target here: this lane is the draft's own text."
+    if method.intervenes and summary["interventions"] == 0 and summary["new_tokens"]:
+        return f"No {method.intervention[1]} in this run: {method.title} changed nothing here."
+    return ""
 
 
 def comparison_html(left: Trace | None, right: Trace | None, fork: int | None) -> Html:

@@ -206,6 +206,18 @@ class Method:
         """Its runs' own figures in a line (`bench`): speculative decoding's, under vLLM's names."""
         return SpecMetrics.of(traces).line()
 
+    def lane_facts(self, trace, summary: dict) -> list[tuple[str, str]]:
+        """What a lane's stats line says of its run beside its tokens and tokens/s, as (words, figure) in its own
+        terms: the passes of the models it runs, then its interventions where it makes any. `summary`: the run's
+        (easd.method.summary.summarize)."""
+        facts = [(f"{side} calls", f"{summary[f'{side}_calls']:d}") for side in ("target", "draft") if self._runs(side)]
+        if self.intervenes:
+            facts.append((self.intervention[1], f"{summary['interventions']:d}"))
+        return facts
+
+    def _runs(self, side: str) -> bool:
+        return self.uses_target if side == "target" else self.uses_draft
+
 
 def draw_one(generation, logits: torch.Tensor, sampling: acc.Sampling | None = None) -> int:
     """A token drawn from `logits` under `sampling` (the generation's temperature and top-p where not given; greedy:

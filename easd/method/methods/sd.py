@@ -74,5 +74,14 @@ class Speculative(Method):
         )
         return Block(plan.block, plan.drafted, records, verdict.origin, generation)
 
+    def lane_facts(self, trace, summary: dict) -> list[tuple[str, str]]:
+        """Speculative decoding's two figures (tokens a target pass, the share of drafts kept), then the base's."""
+        figures = [
+            ("mean acceptance length", "mean_acceptance_length", ".2f"),
+            ("draft acceptance rate", "draft_acceptance_rate", ".2f"),
+        ]
+        own = [(words, format(summary[key], spec)) for words, key, spec in figures if summary[key] is not None]
+        return own + super().lane_facts(trace, summary)
+
 
 SD = Speculative(name="sd", title="SD", models="TM + DM", origins=SPECULATIVE, signals=True, bench="k")

@@ -329,9 +329,21 @@ class Sequential(Method):
             f"{smc.smc_weight:.3f} of the weight. The effective sample size was {smc.smc_sample_size:.2f}, {resampled}."
         )
 
+    def lane_facts(self, trace, summary: dict) -> list[tuple[str, str]]:
+        """Its cycles, how many ended in a resampling, the mean ESS as a share of N against the threshold that resamples,
+        and its target passes (each scores every particle's block)."""
+        own = self.own(trace.settings)
+        cycles = _cycles([trace])
+        facts = [("particles", f"{own.particles:d}"), ("cycles", f"{len(cycles):d}")]
+        if cycles:
+            resampled = sum(c.smc_resampled for c in cycles.values())
+            ess = sum(c.smc_sample_size for c in cycles.values()) / len(cycles) / own.particles
+            facts += [("resampled after", f"{resampled:d}"), ("mean ESS ÷ N", f"{ess:.2f} (resampling below {own.ess:g})")]
+        return facts + [("target calls", f"{summary['target_calls']:d}")]
+
     def bench_line(self, traces: list) -> str:
         """Cycles, resamplings, the mean ESS share, and tokens per target pass (a pass scores every particle)."""
-        cycles = {(i, r.own.smc_cycle): r.own for i, t in enumerate(traces) for r in t.records if isinstance(r.own, SmcRecord)}
+        cycles = _cycles(traces)
         if not cycles:
             return "no cycles"
         resampled = sum(c.smc_resampled for c in cycles.values())
@@ -339,6 +351,11 @@ class Sequential(Method):
         ess = sum(c.smc_sample_size for c in cycles.values()) / len(cycles) / particles
         tokens, passes = sum(len(t.records) for t in traces), sum(t.stats.target_calls for t in traces)
         return f"cycles {len(cycles)}  resampled {resampled / len(cycles):.2f}  ESS/N {ess:.2f}  tokens/target pass {tokens / max(passes, 1):.2f}"
+
+
+def _cycles(traces: list) -> dict:
+    """Each run's cycles, by (run, cycle): the record of the cycle's first token (every token of a cycle holds it)."""
+    return {(i, r.own.smc_cycle): r.own for i, t in enumerate(traces) for r in t.records if isinstance(r.own, SmcRecord)}
 
 
 def _extend(generation, population: Population, plan, own: SmcSettings) -> str:

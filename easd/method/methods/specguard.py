@@ -339,14 +339,18 @@ class Guarded(Stepwise):
             f"the threshold {own.threshold:g}."
         )
 
+    def lane_facts(self, trace, summary: dict) -> list[tuple[str, str]]:
+        """Its reasoning steps, how many the checks kept as the draft wrote them and how many the target recomputed,
+        and the two models' passes."""
+        steps = _steps([trace])
+        kept = sum(origin == SPECGUARD_KEPT.name for origin in steps.values())
+        return [("steps", f"{len(steps):d}"), ("kept", f"{kept:d}"), ("recomputed", f"{len(steps) - kept:d}")] + [
+            fact for fact in super().lane_facts(trace, summary) if fact[0] != self.intervention[1]
+        ]
+
     def bench_line(self, traces: list) -> str:
         """Steps, the share kept, target passes per token and the scoring passes outside the batch."""
-        steps = {
-            (i, r.own.specguard_step): r.origin
-            for i, t in enumerate(traces)
-            for r in t.records
-            if isinstance(r.own, SpecGuardRecord)
-        }
+        steps = _steps(traces)
         kept = sum(origin == SPECGUARD_KEPT.name for origin in steps.values())
         tokens, passes = sum(len(t.records) for t in traces), sum(t.stats.target_calls for t in traces)
         scoring = sum(t.stats.scoring_seconds or 0 for t in traces) / max(sum(t.stats.seconds or 0 for t in traces), 1e-9)
@@ -354,6 +358,13 @@ class Guarded(Stepwise):
             f"steps {len(steps)}  kept {kept / max(len(steps), 1):.2f}  target passes/token {passes / max(tokens, 1):.3f}  "
             f"scoring passes {scoring:.0%} of the time"
         )
+
+
+def _steps(traces: list) -> dict:
+    """Each run's steps, by (run, step): the origin its tokens share (kept, or recomputed by the target)."""
+    return {
+        (i, r.own.specguard_step): r.origin for i, t in enumerate(traces) for r in t.records if isinstance(r.own, SpecGuardRecord)
+    }
 
 
 # --- the checks, pure (docs/method.md, "SpecGuard") -------------------------------------------------------------
