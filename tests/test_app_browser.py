@@ -245,6 +245,36 @@ def test_a_lane_runs_mti_beside_easd_and_the_inspector_explains_its_guidance(bro
     generate(browser, "Tom has 3 apples and buys 5 more.")
 
 
+def test_the_page_follows_the_lanes_methods(browser):
+    """Issue 74: a lane picked since its run says the run is the previous request's and names the next; after the run
+    the legend lists the shown methods' token kinds only, and each stats line speaks its method's terms."""
+    wait(browser).until(lambda d: "Comparison" in text_of(d, "comparison"))
+    assert "EASD penalty" in text_of(browser, "legend") and "particle" not in text_of(browser, "legend")
+    choose(browser, "method_left", "SMC-SD")
+    choose(browser, "method_right", "SpecGuard")
+    wait(browser).until(lambda d: "previous run; next: SpecGuard" in text_of(d, "title_right"))
+    assert "previous run; next: SMC-SD" in text_of(browser, "title_left")
+    generate(browser, "Tom has 3 apples and buys 5 more.")
+    wait(browser).until(lambda d: "SMC-SD: " in text_of(d, "comparison") or "SpecGuard" in text_of(d, "comparison"))
+    wait(browser).until(lambda d: "ended:" in text_of(d, "stats_right") and "ended:" in text_of(d, "stats_left"))
+    assert "previous run" not in text_of(browser, "title_right") + text_of(browser, "title_left")
+    legend = text_of(browser, "legend")
+    assert "particle's draft" in legend and "draft step kept" in legend and "EASD penalty" not in legend
+    assert "what-if" not in legend  # no SD lane to re-read
+    left, right = text_of(browser, "stats_left"), text_of(browser, "stats_right")
+    assert "cycles" in left and "mean ESS ÷ N" in left and "(resampling below 0.5)" in left and "penalties" not in left
+    assert "steps" in right and "kept" in right and "recomputed" in right and "acceptance length" not in right
+    choose(browser, "method_left", "SD")  # back to SD | EASD for the tests after this one
+    choose(browser, "method_right", "EASD")
+    generate(browser, "Tom has 3 apples and buys 5 more.")
+    wait(browser).until(lambda d: text_of(d, "title_right").startswith("EASD") and "EASD" in text_of(d, "comparison"))
+    tokens(browser, "left", ".o-draft_accepted")[0].click()
+    wait(browser).until(
+        lambda d: "Greedy run: the test keeps a draft exactly where it is the target's likeliest token" in text_of(d, "inspector")
+    )
+    assert "acceptance probability" not in text_of(browser, "inspector")
+
+
 def test_beside_typical_acceptance_the_what_if_marks_the_drafts_it_would_keep(browser):
     """Issue 69: SD | typical acceptance; the what-if reads SD's run as typical acceptance at the sliders (ε, α): it
     marks the drafts SD refused that the rule would keep, moves with α, and the inspector gives p against the bar."""

@@ -24,7 +24,7 @@ from components.gallery import Gallery
 from components.page import build_page
 from components.session import Session
 from easd.method.compare import LANES
-from easd.method.methods import origins
+from easd.method.methods import origins, settings_values
 from easd.method.whatif import RuleView
 from easd.render.html import Html
 from easd.render.inspector import inspector_html
@@ -45,6 +45,7 @@ CLASSES = {origin_class(name) for name in origins()} | {
 }
 CLASSES |= {"conditions", "candidates", "used", "unused", "shared", "hint", "draft", "drafts", "kept", "rejected", "refused"}
 CLASSES |= {"unseen", "unknown", "stats", "comparison", "margins", "fragile", "close", "own"}
+CLASSES |= {"legend", "fork-mark", "found", "whatif-kept", "lane-summary", "stale", "greedy"}  # the page follows its lanes
 # attributes the helpers write, each with the only values they may take
 FIXED = {"role": {"button"}, "tabindex": {"0", "-1"}, "aria-pressed": {"true", "false"}, "type": {"button"}}
 FIXED |= {"aria-label": {"Close the token details"}}
@@ -87,7 +88,7 @@ def poke(page, path) -> list:
     """Load `path` and do what a user would: click tokens (first, last, and a penalty if there is one),
     step through blocks, move a slider."""
     session = Session()
-    whatif = {c: getattr(DEFAULTS, name) for name, c in page.controls.whatif().items()}
+    whatif = {c: settings_values(DEFAULTS)[name] for name, c in page.controls.whatif().items()}
     values = whatif | {page.state: session}
     say = lambda text: {page.message: views.say(text)}  # noqa: E731
     outputs = [wire(handlers.load_file, page, VIEWER, show=say)(values | {page.upload: str(path)})]
@@ -122,7 +123,8 @@ def every_fragment(page, path) -> list:
     loaded = wire(handlers.load_file, page, VIEWER, show=lambda text: {page.message: views.say(text)})
     fragments = [
         loaded(
-            {page.state: session, page.upload: str(path)} | {c: getattr(DEFAULTS, n) for n, c in page.controls.whatif().items()}
+            {page.state: session, page.upload: str(path)}
+            | {c: settings_values(DEFAULTS)[n] for n, c in page.controls.whatif().items()}
         )[page.message]
     ]
     for lane, trace in session.traces.items():

@@ -37,7 +37,10 @@ def stats_html(trace: Trace | None, running: bool = False) -> Html:
         join([tag("b", number(s["new_tokens"], "d")), " tokens"]),
         join([tag("b", number(s["tokens_per_s"], ".1f")), " tokens/s"]),
     ]
-    parts += [join([f"{words} ", tag("b", figure)]) for words, figure in (method.lane_facts(trace, s) if method else [])]
+    facts = method.lane_facts(trace, s) if method is not None else []
+    parts += [
+        join([f"{words} ", tag("b", number(figure, ".2f" if isinstance(figure, float) else "d"))]) for words, figure in facts
+    ]
     if s["fragile_penalties"]:  # docs/method.md, "Fragile decisions": rounding could have flipped these
         parts.append(join(["≈ fragile ", tag("b", number(s["fragile_penalties"], "d"))]))
     if running:

@@ -206,13 +206,15 @@ class Method:
         """Its runs' own figures in a line (`bench`): speculative decoding's, under vLLM's names."""
         return SpecMetrics.of(traces).line()
 
-    def lane_facts(self, trace, summary: dict) -> list[tuple[str, str]]:
+    def lane_facts(self, trace, summary: dict) -> list[tuple[str, object]]:
         """What a lane's stats line says of its run beside its tokens and tokens/s, as (words, figure) in its own
-        terms: the passes of the models it runs, then its interventions where it makes any. `summary`: the run's
-        (easd.method.summary.summarize)."""
-        facts = [(f"{side} calls", f"{summary[f'{side}_calls']:d}") for side in ("target", "draft") if self._runs(side)]
+        terms: the passes of the models it runs, then its interventions where it makes any. A figure is a count, a
+        share (a float), words, or None where a file does not say. `summary`: the run's (easd.method.summary)."""
+        facts: list[tuple[str, object]] = [
+            (f"{side} calls", summary[f"{side}_calls"]) for side in ("target", "draft") if self._runs(side)
+        ]
         if self.intervenes:
-            facts.append((self.intervention[1], f"{summary['interventions']:d}"))
+            facts.append((self.intervention[1], summary["interventions"]))
         return facts
 
     def _runs(self, side: str) -> bool:

@@ -78,9 +78,9 @@ class Searched(Method):
     def copy_state(self, state: Search) -> Search:
         return state.copy()
 
-    def lane_facts(self, trace, summary: dict) -> list[tuple[str, str]]:
+    def lane_facts(self, trace, summary: dict) -> list[tuple[str, object]]:
         """Its beams, then the draft's passes (each scores every beam)."""
-        return [("beams", f"{self.own(trace.settings).width:d}"), *super().lane_facts(trace, summary)]
+        return [("beams", self.own(trace.settings).width), *super().lane_facts(trace, summary)]
 
     def width(self, generation) -> int:
         """A row of the batch per beam: all of them from the start, the first holding the one empty beam."""

@@ -74,14 +74,10 @@ class Speculative(Method):
         )
         return Block(plan.block, plan.drafted, records, verdict.origin, generation)
 
-    def lane_facts(self, trace, summary: dict) -> list[tuple[str, str]]:
+    def lane_facts(self, trace, summary: dict) -> list[tuple[str, object]]:
         """Speculative decoding's two figures (tokens a target pass, the share of drafts kept), then the base's."""
-        figures = [
-            ("mean acceptance length", "mean_acceptance_length", ".2f"),
-            ("draft acceptance rate", "draft_acceptance_rate", ".2f"),
-        ]
-        own = [(words, format(summary[key], spec)) for words, key, spec in figures if summary[key] is not None]
-        return own + super().lane_facts(trace, summary)
+        figures = [("mean acceptance length", "mean_acceptance_length"), ("draft acceptance rate", "draft_acceptance_rate")]
+        return [(words, summary[key]) for words, key in figures] + super().lane_facts(trace, summary)
 
 
 SD = Speculative(name="sd", title="SD", models="TM + DM", origins=SPECULATIVE, signals=True, bench="k")

@@ -329,17 +329,17 @@ class Sequential(Method):
             f"{smc.smc_weight:.3f} of the weight. The effective sample size was {smc.smc_sample_size:.2f}, {resampled}."
         )
 
-    def lane_facts(self, trace, summary: dict) -> list[tuple[str, str]]:
+    def lane_facts(self, trace, summary: dict) -> list[tuple[str, object]]:
         """Its cycles, how many ended in a resampling, the mean ESS as a share of N against the threshold that resamples,
         and its target passes (each scores every particle's block)."""
         own = self.own(trace.settings)
         cycles = _cycles([trace])
-        facts = [("particles", f"{own.particles:d}"), ("cycles", f"{len(cycles):d}")]
+        facts: list[tuple[str, object]] = [("particles", own.particles), ("cycles", len(cycles))]
         if cycles:
             resampled = sum(c.smc_resampled for c in cycles.values())
             ess = sum(c.smc_sample_size for c in cycles.values()) / len(cycles) / own.particles
-            facts += [("resampled after", f"{resampled:d}"), ("mean ESS ÷ N", f"{ess:.2f} (resampling below {own.ess:g})")]
-        return facts + [("target calls", f"{summary['target_calls']:d}")]
+            facts += [("resampled after", resampled), ("mean ESS ÷ N", f"{ess:.2f} (resampling below {own.ess:g})")]
+        return facts + [("target calls", summary["target_calls"])]
 
     def bench_line(self, traces: list) -> str:
         """Cycles, resamplings, the mean ESS share, and tokens per target pass (a pass scores every particle)."""

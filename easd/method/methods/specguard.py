@@ -339,12 +339,12 @@ class Guarded(Stepwise):
             f"the threshold {own.threshold:g}."
         )
 
-    def lane_facts(self, trace, summary: dict) -> list[tuple[str, str]]:
+    def lane_facts(self, trace, summary: dict) -> list[tuple[str, object]]:
         """Its reasoning steps, how many the checks kept as the draft wrote them and how many the target recomputed,
         and the two models' passes."""
         steps = _steps([trace])
         kept = sum(origin == SPECGUARD_KEPT.name for origin in steps.values())
-        return [("steps", f"{len(steps):d}"), ("kept", f"{kept:d}"), ("recomputed", f"{len(steps) - kept:d}")] + [
+        return [("steps", len(steps)), ("kept", kept), ("recomputed", len(steps) - kept)] + [
             fact for fact in super().lane_facts(trace, summary) if fact[0] != self.intervention[1]
         ]
 
