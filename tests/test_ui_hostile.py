@@ -45,7 +45,17 @@ CLASSES = {origin_class(name) for name in origins()} | {
 }
 CLASSES |= {"conditions", "candidates", "used", "unused", "shared", "hint", "draft", "drafts", "kept", "rejected", "refused"}
 CLASSES |= {"unseen", "unknown", "stats", "comparison", "margins", "fragile", "close", "own"}
-CLASSES |= {"legend", "fork-mark", "found", "whatif-kept", "lane-summary", "stale", "greedy"}  # the page follows its lanes
+CLASSES |= {
+    "legend",
+    "fork-mark",
+    "found",
+    "whatif-kept",
+    "lane-summary",
+    "stale",
+    "greedy",
+    "own-list",
+    "mine",
+}  # the page follows its lanes
 # attributes the helpers write, each with the only values they may take
 FIXED = {"role": {"button"}, "tabindex": {"0", "-1"}, "aria-pressed": {"true", "false"}, "type": {"button"}}
 FIXED |= {"aria-label": {"Close the token details"}}

@@ -37,6 +37,7 @@ class Column:
     beside: str = "target token"  # a candidate list: the inspector's header of the model's list shown beside it
     values: str = "p̃"  # a candidate list: the inspector's header of its third entries (a probability, a weight)
     ids: bool = True  # a candidate list's first entries are token ids (MTI's), not numbers of the method's own
+    marks: str = ""  # a list of the method's own: the record's field holding the number of the entry the token came from
 
 
 def recorded(help: str, kind: str, **declared):  # noqa: A002 (a column's help is its help)

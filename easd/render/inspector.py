@@ -200,27 +200,52 @@ def _is_real(value) -> bool:
 
 
 def _candidates(record: TokenRecord, top_n: int, declared) -> Html:
-    """The top candidates side by side: the draft's and the target's, or, where the method recorded a list of its own
-    (MTI's guided distribution), the target's beside that one."""
+    """The token's top candidates side by side: the draft's and the target's, or, where the method recorded a list of
+    tokens of its own (MTI's guided distribution), the target's beside that one. A list of other things (SpecGuard's
+    candidate steps, SMC-SD's particles) is a table of its own under them, its entry this token came from marked."""
     n = max(top_n, 5)
     own = _own_candidates(record, declared)
-    if own is not None:
+    if own is not None and own[0].ids:
         column, candidates = own
         origin = origins().get(record.origin) if isinstance(record.origin, str) else None
         writer = record.draft_top if origin is not None and origin.writer == "draft" else record.target_top
-        lists = [(column.beside, "p", writer[:n], True), (column.label, column.values, candidates[:n], column.ids)]
+        lists = [(column.beside, "p", writer[:n]), (column.label, column.values, candidates[:n])]
     else:
-        lists = [("draft token", "q", record.draft_top[:n], True), ("target token", "p", record.target_top[:n], True)]
-    shared = {t for t, _, _ in lists[0][2]} & {t for t, _, _ in lists[1][2]} if lists[1][3] else set()
-    head = tag("tr", tag("th", "rank"), *(tag("th", name) for token, prob, _, _ in lists for name in (token, prob)))
+        lists = [("draft token", "q", record.draft_top[:n]), ("target token", "p", record.target_top[:n])]
+    lists = [entry for entry in lists if entry[2]] or lists[-1:]  # a model that kept no candidates here: its column goes
+    shared = {t for t, _, _ in lists[0][2]} & {t for t, _, _ in lists[-1][2]} if len(lists) > 1 else set()
+    head = tag("tr", tag("th", "rank"), *(tag("th", name) for token, prob, _ in lists for name in (token, prob)))
     rows = [head]
-    for rank in range(max(len(candidates) for _, _, candidates, _ in lists)):
+    for rank in range(max(len(candidates) for _, _, candidates in lists)):
         cells = [tag("td", rank + 1)]
-        for _, _, candidates, ids in lists:
-            cells += _candidate_cells(candidates[rank] if rank < len(candidates) else None, record, shared, ids)
+        for _, _, candidates in lists:
+            cells += _candidate_cells(candidates[rank] if rank < len(candidates) else None, record, shared)
         rows.append(tag("tr", *cells))
-    hint = tag("p", "bold: in both top lists · ▸ drafted · ★ emitted", class_="hint")
-    return join([tag("table", *rows, class_="candidates"), hint])
+    both = "bold: in both top lists · " if len(lists) > 1 else ""
+    tokens = join([tag("table", *rows, class_="candidates"), tag("p", f"{both}▸ drafted · ★ emitted", class_="hint")])
+    if own is None or own[0].ids:
+        return tokens
+    return join([tokens, _own_list(record, *own)])
+
+
+def _own_list(record: TokenRecord, column: Column, entries: list) -> Html:
+    """A method's own list (its steps, its particles): number, text and value, the entry this token came from marked ◆."""
+    mine = record.value(column.marks) if column.marks else None
+    head = tag("tr", tag("th", "#"), tag("th", column.label), tag("th", column.values))
+    rows = [head]
+    for key, text, value in entries:
+        marked = mine is not None and key == mine
+        rows.append(
+            tag(
+                "tr",
+                tag("td", ("◆ " if marked else "") + str(key)),
+                tag("td", _code(text)),
+                tag("td", number(value)),
+                class_="mine" if marked else None,
+            )
+        )
+    hint = tag("p", "◆ this token's", class_="hint") if mine is not None else join([])
+    return join([tag("table", *rows, class_="own-list"), hint])
 
 
 def _own_candidates(record: TokenRecord, declared) -> tuple[Column, list] | None:
@@ -233,13 +258,11 @@ def _own_candidates(record: TokenRecord, declared) -> tuple[Column, list] | None
     return None
 
 
-def _candidate_cells(candidate, record: TokenRecord, shared: set, ids: bool) -> list[Html]:
-    """A candidate's text (marked where it is the drafted or the emitted token, bold where both lists hold it) and its
-    number; a method's own list of other things (SpecGuard's steps, SMC-SD's particles) is shown as it is."""
+def _candidate_cells(candidate, record: TokenRecord, shared: set) -> list[Html]:
+    """A candidate token's text (marked where it is the drafted or the emitted token, bold where both lists hold it)
+    and its probability."""
     if candidate is None:
         return [tag("td"), tag("td")]
     key, text, value = candidate
-    if not ids:
-        return [tag("td", _code(text)), tag("td", number(value))]
     marks = ("▸" if key == record.draft_token_id else "") + ("★" if key == record.token_id else "")
     return [tag("td", marks, _code(text), class_="shared" if key in shared else None), tag("td", number(value))]

@@ -144,6 +144,10 @@ class SmcRecord:
         beside="token",
         values="weight",
         ids=False,
+        marks="smc_particle",
+    )
+    smc_particle: int = recorded(
+        "the particle whose text this token is (its number in that cycle's list)", "int", label="particle"
     )
 
 
@@ -321,7 +325,7 @@ class Sequential(Method):
             f"below {own.ess:g} × {own.particles} = {own.ess * own.particles:g}, so the particles were resampled by weight "
             f"({own.resampling}) and their weights started again"
             if smc.smc_resampled
-            else "so the particles went on as they were"
+            else f"not below {own.ess:g} × {own.particles} = {own.ess * own.particles:g}, so the particles went on as they were"
         )
         return (
             f"Cycle {smc.smc_cycle}: {own.particles} particles each drafted up to k tokens at T = {own.draft_temperature:g}; "
@@ -392,7 +396,7 @@ def _weigh(generation, population: Population, own: SmcSettings, texts: dict[int
     for i, particle in enumerate(population.particles):
         for record in particle.records:
             if record.own is None:  # this cycle's
-                record.own = SmcRecord(population.cycle, shares[i], ess, resampled, listing)
+                record.own = SmcRecord(population.cycle, shares[i], ess, resampled, listing, smc_particle=i)
     if resampled:  # particle i becomes a copy of its ancestor, and its row too (the batch copies the caches)
         population.particles = [
             Particle(list(p.tokens), list(p.records), 0.0, p.done) for p in (population.particles[a] for a in parents)

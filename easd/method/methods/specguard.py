@@ -175,7 +175,9 @@ class SpecGuardRecord:
         beside="token",
         values="consistency",
         ids=False,
+        marks="specguard_chosen",
     )
+    specguard_chosen: int = recorded("the candidate step the checks chose (its number in the list)", "int", label="chosen")
 
 
 @dataclass
@@ -438,7 +440,9 @@ def verdict(generation, steps: Steps, confidence_score: float) -> SpecGuardRecor
     listing = [(i, text[:200], agreement[i]) for i, text in enumerate(texts)]
     listing.insert(0, listing.pop(steps.chosen))  # the chosen first
     total = score(grounding, confidence_score, own.weight)
-    return SpecGuardRecord(steps.index, grounding, confidence_score, min(max(total, 0.0), 1.0), listing)
+    return SpecGuardRecord(
+        steps.index, grounding, confidence_score, min(max(total, 0.0), 1.0), listing, specguard_chosen=steps.chosen
+    )
 
 
 SPECGUARD = Guarded(
