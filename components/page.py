@@ -72,8 +72,11 @@ INTRO = (
     "**Speculative decoding (SD)** lets a small *draft* model propose a few tokens that a large *target* model "
     "checks in one pass, keeping exactly the target's output distribution. **Entropy-aware SD (EASD)** adds one "
     "rule: when both models are uncertain (high entropy) yet agree (their top-n candidates overlap), the drafted "
-    "token is refused and the target picks another. Both runs below share the prompt, seed and settings, so they "
-    "are identical up to EASD's first penalty (marked *fork›*), and every difference after it comes from the penalty."
+    "token is refused and the target picks another. Each column below is a **lane**: one method's run of the prompt, "
+    "token by token, each token coloured by where it came from (the legend says which colour is what); pick a lane's "
+    "method on its title line. Both lanes share the prompt, seed and settings, so SD and EASD are identical up to "
+    "EASD's first penalty (marked *fork›*), and every difference after it comes from the penalty. Click a token to "
+    "see why it was chosen."
 )
 
 
@@ -246,7 +249,7 @@ def _lanes() -> dict:
 def _side(host: ModelHost) -> dict:
     """What the page shows, folded; the legend and the inspector (in view beside the lanes as they scroll), the pair and
     its status, the settings."""
-    with gr.Accordion("What am I looking at?", open=False, elem_id="about"):
+    with gr.Accordion("What am I looking at?", open=True, elem_id="about"):  # open on a first visit: it defines a lane
         gr.Markdown(INTRO)
     legend = gr.HTML(legend_html(DEFAULT_METHODS.values()), elem_id="legend")
     inspector = gr.HTML(inspector_html("", None, None, RuleView()), js_on_load=INSPECTOR_JS, elem_id="inspector")
