@@ -99,6 +99,7 @@ class Page:
     methods: dict[str, gr.Dropdown]  # by lane: the method it runs
     titles: dict[str, gr.HTML]  # by lane
     legend: gr.HTML  # what the lanes' methods may show
+    guide: gr.Accordion  # "What am I looking at?": open on a first visit, folded once runs are shown
     lanes: dict[str, gr.HTML]
     stats: dict[str, gr.HTML]
     comparison: gr.HTML
@@ -140,7 +141,7 @@ class Page:
     def everything(self) -> list:
         """Every output of a full render, the session included (setting it starts Gradio's time limit afresh)."""
         files = [self.download_csv, self.download_json, self.make_html, self.html_file, self.make_site, self.site_file]
-        return [*self.lane_outputs(), *self.panel_outputs(), *files, self.message, self.state]
+        return [*self.lane_outputs(), *self.panel_outputs(), *files, self.message, self.guide, self.state]
 
 
 def build_page(host: ModelHost, examples: list[str], gallery: Gallery, session_ttl_s: float = SESSION_TTL_S) -> Page:
@@ -249,7 +250,9 @@ def _lanes() -> dict:
 def _side(host: ModelHost) -> dict:
     """What the page shows, folded; the legend and the inspector (in view beside the lanes as they scroll), the pair and
     its status, the settings."""
-    with gr.Accordion("What am I looking at?", open=True, elem_id="about"):  # open on a first visit: it defines a lane
+    # open on a first visit, as it defines a lane; a full render folds it (views.render_all), so that after a run the
+    # legend and the inspector are on a laptop's first screen
+    with gr.Accordion("What am I looking at?", open=True, elem_id="about") as guide:
         gr.Markdown(INTRO)
     legend = gr.HTML(legend_html(DEFAULT_METHODS.values()), elem_id="legend")
     inspector = gr.HTML(inspector_html("", None, None, RuleView()), js_on_load=INSPECTOR_JS, elem_id="inspector")
@@ -259,7 +262,7 @@ def _side(host: ModelHost) -> dict:
     )
     status = gr.Markdown("Starting…", elem_id="status")
     controls = build_controls(host.max_new_tokens_cap)
-    return dict(inspector=inspector, legend=legend, pair=pair, status=status, controls=controls)
+    return dict(inspector=inspector, legend=legend, guide=guide, pair=pair, status=status, controls=controls)
 
 
 def _steps() -> dict:

@@ -137,7 +137,7 @@ def render_all(page: Page, session: Session, view: RuleView, message: str = "") 
         render_lanes(page, session, view)
         | render_panels(page, session, view)
         | render_files(page, None if session.running else session.export(page.downloads))
-        | {page.message: say(message), page.state: session}
+        | {page.message: say(message), page.state: session, page.guide: gr.Accordion(open=False)}
     )
 
 

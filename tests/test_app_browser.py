@@ -65,8 +65,10 @@ def tokens(driver, lane: str, extra: str = "") -> list:
 
 
 def test_both_lanes_stream_and_fork_at_the_first_penalty(browser):
+    assert "Each column below is a lane" in text_of(browser, "about")  # a first visit: the guide is open, a lane defined
     generate(browser, "Tom has 3 apples and buys 5 more.")
     wait(browser).until(lambda d: "Comparison" in text_of(d, "comparison"))
+    wait(browser).until(lambda d: "Each column below" not in text_of(d, "about"))  # folded: the legend and inspector in view
     assert len(tokens(browser, "left")) == len(tokens(browser, "right")) == 128
     penalized = tokens(browser, "right", ".o-easd_penalty")
     forks = tokens(browser, "right", ".fork")
