@@ -102,7 +102,7 @@ def render_panels(page: Page, session: Session, view: RuleView) -> dict:
     trace = session.traces.get(lane or "right") or session.traces["left"]
     selected = session.selected[1] if record is not None else None
     sd = _whatif_trace(session)
-    focus = figures.Focus(trace=trace, sd=sd, speculative=session.speculative(), view=view, selected=selected)
+    focus = figures.Focus(trace=trace, sd=sd, speculative=session.speculative(), view=view, selected=selected, fork=session.fork)
     views = block_views(session.traces.get(session.step_lane))
     out = {page.figures[name]: draw(focus) for name, (_, draw) in figures.FIGURES.items()}
     out[page.inspector] = join(

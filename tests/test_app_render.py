@@ -84,6 +84,23 @@ def test_figures_build_from_live_and_loaded_traces(run, tmp_path):
     assert figures.whatif_map(None, RuleView()).data == ()
 
 
+def test_figures_are_legible_at_a_laptops_width(run):
+    """Issue 74: the heatmap opens at the fork (not the last positions), its cells hold a few characters, a glyph a font
+    may lack shown as its escape; titles sit top left, clear of Plotly's toolbar; the timeline's legend is under the
+    plot; the speed map says why it is empty for a run whose pass costs were not measured here."""
+    easd = run(method="easd", max_new_tokens=60, record_top=20)
+    heatmap = figures.topk_heatmap(easd, fork=40)
+    assert 40 in heatmap.data[0].x and len(heatmap.data[0].x) == figures.HEATMAP_WINDOW
+    assert list(figures.topk_heatmap(easd).data[0].x)[0] == 0  # no fork, no selection: the start
+    assert figures.cell_text("\ufffd") == "\\ufffd" and figures.cell_text("你") == "\\u4f60" and figures.cell_text("a\n") == "a↵"
+    assert len(figures.cell_text("a-very-long-token")) == figures.CELL_CHARS
+    assert figures.signal_timeline(easd, RuleView()).layout.legend.y < 0
+    assert figures.whatif_map(easd, RuleView()).layout.title.xanchor == "left"
+    easd.info.clear()  # a run as a file from elsewhere holds it: no pass costs
+    said = figures.speed_map(easd).layout.annotations[0].text
+    assert "does not record this machine's pass costs" in said
+
+
 def test_stepper_shows_every_draft_from_json_and_the_examined_ones_from_csv(run, tmp_path):
     easd = run(method="easd", max_new_tokens=40)
     trace_io.save([easd], tmp_path / "t.json")

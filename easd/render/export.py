@@ -198,6 +198,7 @@ def _figures(traces: dict[str, Trace | None]) -> Html:
         speculative=verifying(traces),
         view=RuleView.of(trace.settings),
         selected=None,
+        fork=first_difference(traces["left"], traces["right"]),
     )
     boxes = [box for name, (title, draw) in figures.FIGURES.items() for box in figure_box(name, title, draw(focus))]
     return tag("div", *boxes, class_="figures")
