@@ -154,6 +154,7 @@ def test_a_400_token_stream_sends_its_result_once_on_the_plain_route(app_url):
         assert [u["runs"][lane]["first_row"] for u in updates] == sorted(u["runs"][lane]["first_row"] for u in updates)
 
 
+@pytest.mark.slow  # the plain route's twin (above) stays in the quick tier: 8 s, the quick tier's own budget is 3 min
 def test_a_400_token_stream_sends_its_result_once_on_the_queue_protocol(app_url):
     # not the plain route's prompt: the same request again would be replayed whole (easd.serving.same_request), not streamed
     session = queue_join(app_url, list((ARGUMENTS | {"prompt": "A long story about plums.", "max_new_tokens": 400}).values()))
@@ -270,7 +271,8 @@ def read_one_event_then_hold(url: str, path: str) -> socket.socket:
     return conn
 
 
-@pytest.mark.parametrize("route", ["plain", "queue"])
+# the queue's case in the full suite only: the plain route's stays in the quick tier (3 min)
+@pytest.mark.parametrize("route", ["plain", pytest.param("queue", marks=pytest.mark.slow)])
 def test_a_stream_read_once_then_held_open_is_stopped(short_patience, route):
     """A script that read one event and stalled with its connection open, on each of the API's two routes."""
     url, host = short_patience
