@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 import gradio as gr
 
 from easd.errors import SettingsError, shown
+from easd.method.compare import DEFAULT_METHODS
 from easd.method.knobs import Control, Knob, finite, is_utf8
 from easd.method.methods import METHODS, knobs, make_settings, owner, settings_values
 from easd.method.settings import MAX_SEED, WHATIF_TOP, DecodeSettings
@@ -138,6 +139,7 @@ class Controls:
     components: dict[str, gr.components.Component]
     tau_o_meaning: gr.Markdown
     chat: gr.Checkbox
+    own: gr.Accordion  # the lanes' methods' own settings
 
     def __getitem__(self, name: str) -> gr.components.Component:
         return self.components[name]
@@ -152,6 +154,15 @@ class Controls:
     def read_settings(self, values: dict, max_new_tokens_cap: int) -> DecodeSettings:
         """The run's settings from an event's input values (keyed by component)."""
         return read_settings({name: values[c] for name, c in self.components.items()}, max_new_tokens_cap)
+
+    def own_outputs(self) -> list:
+        """What `follow` updates: the accordion and every method's own setting."""
+        return [self.own, *(c for name, c in self.components.items() if owner(name)[0] is not None)]
+
+    def follow(self, methods) -> dict:
+        """The own settings of the lanes' `methods` shown, open, under their names; every other method's hidden (they
+        keep their values)."""
+        return follow_methods(self.components, self.own, methods)
 
     def read_view(self, values: dict) -> RuleView:
         return read_view({name: values[c] for name, c in self.whatif().items()})
@@ -172,9 +183,11 @@ def build_controls(max_new_tokens_cap: int) -> Controls:
     declared, defaults = page_knobs(max_new_tokens_cap), settings_values(DEFAULTS)
     made: dict[str, gr.components.Component] = {}
 
-    def add(names) -> None:
+    def add(names, shown=None) -> None:
         for name in names:
             made[name] = _component(name, declared[name], defaults[name])
+            if shown is not None:  # before the page is built: Gradio reads it then
+                made[name].visible = name in shown
 
     with gr.Group():
         add(("tau_h", "tau_o"))
@@ -184,11 +197,33 @@ def build_controls(max_new_tokens_cap: int) -> Controls:
         add(("temperature", "top_p", "max_new_tokens", "seed"))
         chat = gr.Checkbox(value=True, label="use the chat template", elem_id="chat")
     own = [name for name in declared if owner(name)[0] is not None]
-    with gr.Accordion("Each method's own settings", open=False, elem_id="method_settings"):
-        add(own)
+    shown = own_settings_of(DEFAULT_METHODS.values())
+    with gr.Accordion(**_own_accordion(DEFAULT_METHODS.values()), elem_id="method_settings") as accordion:
+        add(own, shown)
     common = [name for name in declared if name not in made]  # a setting every method reads, added to the table later
     add(common)
-    return Controls(components={name: made[name] for name in declared}, tau_o_meaning=tau_o_meaning, chat=chat)
+    components = {name: made[name] for name in declared}
+    return Controls(components=components, tau_o_meaning=tau_o_meaning, chat=chat, own=accordion)
+
+
+def own_settings_of(methods) -> set[str]:
+    """The flat names of the own settings of `methods` (the page's controls' names)."""
+    return {name for name in knobs() if owner(name)[0] is not None and owner(name)[0].name in set(methods)}
+
+
+def _own_accordion(methods) -> dict:
+    """The own settings' accordion for lanes running `methods`: named after the methods that have some, open where
+    there are some (a lane's method's settings in view), hidden where none has any (SD | EASD: EASD's are the first)."""
+    having = [METHODS[name].title for name in dict.fromkeys(methods) if name in METHODS and METHODS[name].settings]
+    if not having:
+        return dict(label="Each method's own settings", open=False, visible=False)
+    return dict(label=f"{' and '.join(having)}: own settings", open=True, visible=True)
+
+
+def follow_methods(components: dict, accordion: gr.Accordion, methods) -> dict:
+    shown = own_settings_of(methods)
+    updates = {c: gr.update(visible=name in shown) for name, c in components.items() if owner(name)[0] is not None}
+    return updates | {accordion: gr.Accordion(**_own_accordion(methods))}
 
 
 def _component(name: str, knob: Knob, default) -> gr.components.Component:

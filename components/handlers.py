@@ -307,10 +307,11 @@ def rerender(page: Page, values: dict) -> dict:
 
 def choose_method(page: Page, values: dict) -> dict:
     """A lane's method was picked (or moved to a loaded run's): the lanes' titles say which run they show and which the
-    next runs, and the legend lists what the lanes' methods may show. Nothing runs until Generate."""
+    next runs, the legend lists what the lanes' methods may show, and their own settings (only theirs) are in view.
+    Nothing runs until Generate."""
     session: Session = values[page.state]
     session.chosen = {lane: values[page.methods[lane]] for lane in LANES}
-    return render_lanes(page, session, page.controls.read_view(values))
+    return render_lanes(page, session, page.controls.read_view(values)) | page.controls.follow(session.chosen.values())
 
 
 def select_token(page: Page, values: dict, event: gr.EventData) -> dict:

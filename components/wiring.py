@@ -93,7 +93,7 @@ def _wire_compare(
         picker.change(
             wire(handlers.choose_method, page, show=say),
             {*whatif_in, *page.methods.values()},
-            [*page.lane_outputs(), page.message],
+            [*page.lane_outputs(), *c.own_outputs(), page.message],
             **instant,
         )
     selected = [*rerendered, page.step_lane]

@@ -291,7 +291,12 @@ def test_beside_typical_acceptance_the_what_if_marks_the_drafts_it_would_keep(br
     wait(browser).until(
         lambda d: "What-if: typical acceptance (ε 0.09, α 0.3), at the sliders, would keep" in text_of(d, "inspector")
     )
-    browser.find_element(By.CSS_SELECTOR, "#method_settings .label-wrap").click()
+    # its own settings, and only its, in view under its name (SD | EASD's page had none)
+    assert "typical acceptance: own settings" in text_of(browser, "method_settings")
+    assert (
+        not browser.find_elements(By.CSS_SELECTOR, "#smc_particles input")
+        or not browser.find_element(By.ID, "smc_particles").is_displayed()
+    )
     field = wait(browser).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#typical_alpha input[type=number]"))[0]
     field.send_keys(Keys.CONTROL, "a")
     field.send_keys("1", Keys.ENTER)  # a higher bar: fewer drafts kept
@@ -300,7 +305,6 @@ def test_beside_typical_acceptance_the_what_if_marks_the_drafts_it_would_keep(br
     field.send_keys(Keys.CONTROL, "a")
     field.send_keys("0.3", Keys.ENTER)
     wait(browser, 20).until(lambda d: len(tokens(d, "left", ".whatif-kept")) == len(kept))
-    browser.find_element(By.CSS_SELECTOR, "#method_settings .label-wrap").click()
     choose(browser, "method_right", "EASD")  # back to SD | EASD for the tests after this one
     generate(browser, "Tom has 3 apples and buys 5 more.")
     wait(browser).until(lambda d: text_of(d, "title_right").startswith("EASD") and "EASD" in text_of(d, "comparison"))
