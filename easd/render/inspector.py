@@ -27,7 +27,9 @@ def inspector_html(lane: str, trace: Trace | None, record: TokenRecord | None, v
         )
     close = tag("button", "✕ close", class_="close", type="button", aria_label="Close the token details")
     method = METHODS.get(trace.settings.method)
-    parts = [close, _header(lane_title(lane, trace), record), _decision(record, trace.settings.temperature == 0, method)]
+    blocks = method is None or method.verifies  # a block is SD's draft-and-check; elsewhere only the batch's step count
+    header = _header(lane_title(lane, trace), record, blocks)
+    parts = [close, header, _decision(record, trace.settings.temperature == 0, method)]
     explained = method.explains(record, trace.settings) if method is not None else ""
     if explained:  # what the run's own method did here (MTI's guidance, RSD's step), in its words
         parts.append(tag("p", explained))
@@ -45,15 +47,14 @@ def _code(text) -> Html:
     return tag("code", visible_text(text or ""))
 
 
-def _header(title: str, record: TokenRecord) -> Html:
+def _header(title: str, record: TokenRecord, blocks: bool) -> Html:
+    """The token, its lane and its origin; its block where the method decodes in SD's blocks (a reasoning step's or a
+    particle's cycle is the method's own line below, not a block)."""
+    origin = tag("span", origin_label(record.origin), class_=["tok", origin_class(record.origin)])
     return join(
         [
             tag("h4", f"Token #{record.position} in {title}: ", _code(record.token_text)),
-            tag(
-                "p",
-                tag("span", origin_label(record.origin), class_=["tok", origin_class(record.origin)]),
-                f" · block {record.block}",
-            ),
+            tag("p", origin, f" · block {record.block}") if blocks else tag("p", origin),
         ]
     )
 
