@@ -68,6 +68,8 @@ def test_two_shards_merged_read_as_the_evaluation_one_machine_made(made, capsys)
             pd.read_csv(whole / "summary.csv")
         )
     )
+    paired = pd.read_csv(merged / "paired.csv")  # SMC-SD changes no token on purpose, yet is paired against SD
+    assert list(zip(paired["a"], paired["b"])) == [("smc", "sd")]
     config = json.loads((merged / "run.json").read_text())
     assert config["plan"] == {"methods": ["sd", "smc"], "traces": True, "problems": 4, "offset": 0, "limit": 4}
     assert config["protocol"]["temperature"] == 0.7  # printed, and recorded: every method sampled alike
