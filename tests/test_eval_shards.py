@@ -142,6 +142,23 @@ def test_merge_refuses_what_is_not_every_shard_of_one_evaluation(made, tmp_path,
     assert not out.exists()
 
 
+def test_a_shard_from_before_a_setting_existed_merges_with_one_run_after(made, tmp_path, capsys):
+    """Shards outlive sessions: one whose run.json predates a setting (here its record of typical's α is gone, as if
+    typical acceptance had been added since) ran at that setting's default, and merges; one run at another value is
+    still refused."""
+    _, folders = made
+    older = tmp_path / "older"
+    shutil.copytree(folders["two"], older)
+    config = json.loads((older / "run.json").read_text())
+    del config["settings"]["typical_alpha"]
+    (older / "run.json").write_text(json.dumps(config))
+    assert main(merge(folders["one"], older, out=tmp_path / "merged")) == 0
+    config["settings"]["typical_alpha"] = 0.9
+    (older / "run.json").write_text(json.dumps(config))
+    capsys.readouterr()
+    assert "other settings (typical_alpha: 0.9, not 0.3)" in failed(merge(folders["one"], older, out=tmp_path / "o"), capsys)
+
+
 def test_shards_without_traces_merge_without_them(tmp_path, capsys):
     """The field's table keeps no traces in its shards (a run's trace is about 600 kB): their rows merge alone."""
     data = problem_file(tmp_path)

@@ -38,7 +38,7 @@ from ..errors import EasdError, SettingsError, shown
 from ..files import temporary_path, writable_folder, write_text_whole
 from ..method.methods import METHODS
 from .evaluate import trace_name, trace_path
-from .results_table import ResultsFile, check_config, read_config, read_rows, unreadable
+from .results_table import ResultsFile, _as_run, check_config, read_config, read_rows, unreadable
 from .study import Shard, StudyPlan, grid_cells, read_study_config
 
 
@@ -303,6 +303,11 @@ def whole_plan(study: dict) -> dict:
 
 
 def _compared(config: dict, key: str):
+    """A run.json's value for `key` as the merge compares it: versions without each machine's own; settings as the run
+    had them, a setting added since its shard ran reading as its default then (`_as_run`), so that a shard committed
+    sessions ago still merges with one run after a new method's settings were added."""
+    if key == "settings":
+        return _as_run(config, key)
     value = config.get(key)
     return {k: v for k, v in value.items() if k not in NOT_VERSIONS} if key == "versions" and value else value
 
