@@ -208,7 +208,8 @@ def build_controls(max_new_tokens_cap: int) -> Controls:
 
 def own_settings_of(methods) -> set[str]:
     """The flat names of the own settings of `methods` (the page's controls' names)."""
-    return {name for name in knobs() if owner(name)[0] is not None and owner(name)[0].name in set(methods)}
+    chosen = set(methods)
+    return {name for name in knobs() if (method := owner(name)[0]) is not None and method.name in chosen}
 
 
 def _own_accordion(methods) -> dict:

@@ -144,8 +144,12 @@ def would_penalize(trace: Trace, rule: str, tau_h: float, tau_o: float, top_n: i
     Exact for the first one; after it the EASD text diverges, so later marks say "here too,
     had the text stayed the same".
     """
-    kept = np.array([r.origin == DRAFT_ACCEPTED.name for r in trace.records], dtype=bool)
-    return kept & would_fire(trace, rule, tau_h, tau_o, top_n)
+    return kept_drafts(trace) & would_fire(trace, rule, tau_h, tau_o, top_n)
+
+
+def kept_drafts(trace: Trace) -> np.ndarray:
+    """Rows whose drafted token the run kept.  -> [rows] bool"""
+    return np.array([r.origin == DRAFT_ACCEPTED.name for r in trace.records], dtype=bool)
 
 
 def would_keep(trace: Trace, settings: DecodeSettings) -> np.ndarray | None:
@@ -201,8 +205,7 @@ def whatif_marks(trace: Trace, view: RuleView) -> Marks | None:
     keep = would_keep(trace, relaxed)
     if keep is None:
         return None
-    refused_here = np.array([r.draft_token_id is not None and r.origin != DRAFT_ACCEPTED.name for r in trace.records])
-    return Marks(keep & refused_here, "kept")
+    return Marks(keep & drafted_positions(trace) & ~kept_drafts(trace), "kept")
 
 
 def first_penalty_block(trace: Trace, rule: str, tau_h: float, tau_o: float) -> int | None:

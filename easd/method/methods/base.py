@@ -210,15 +210,15 @@ class Method:
         """What a lane's stats line says of its run beside its tokens and tokens/s, as (words, figure) in its own
         terms: the passes of the models it runs, then its interventions where it makes any. A figure is a count, a
         share (a float), words, or None where a file does not say. `summary`: the run's (easd.method.summary)."""
-        facts: list[tuple[str, object]] = [
-            (f"{side} calls", summary[f"{side}_calls"]) for side in ("target", "draft") if self._runs(side)
-        ]
+        facts = self.calls(summary)
         if self.intervenes:
             facts.append((self.intervention[1], summary["interventions"]))
         return facts
 
-    def _runs(self, side: str) -> bool:
-        return self.uses_target if side == "target" else self.uses_draft
+    def calls(self, summary: dict) -> list[tuple[str, object]]:
+        """The passes of each model it runs, for `lane_facts`."""
+        sides = [side for side, runs in (("target", self.uses_target), ("draft", self.uses_draft)) if runs]
+        return [(f"{side} calls", summary[f"{side}_calls"]) for side in sides]
 
 
 def draw_one(generation, logits: torch.Tensor, sampling: acc.Sampling | None = None) -> int:

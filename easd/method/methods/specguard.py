@@ -346,9 +346,7 @@ class Guarded(Stepwise):
         and the two models' passes."""
         steps = _steps([trace])
         kept = sum(origin == SPECGUARD_KEPT.name for origin in steps.values())
-        return [("steps", len(steps)), ("kept", kept), ("recomputed", len(steps) - kept)] + [
-            fact for fact in super().lane_facts(trace, summary) if fact[0] != self.intervention[1]
-        ]
+        return [("steps", len(steps)), ("kept", kept), ("recomputed", len(steps) - kept), *self.calls(summary)]
 
     def bench_line(self, traces: list) -> str:
         """Steps, the share kept, target passes per token and the scoring passes outside the batch."""
