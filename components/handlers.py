@@ -44,7 +44,17 @@ from .news import news
 from .page import Page
 from .rooms import ROOM_EVERY_S, Room
 from .session import Session, Sessions, in_lanes
-from .views import in_page_words, render_all, render_files, render_lanes, render_lanes_and_panels, render_panels, say, stop_note
+from .views import (
+    in_page_words,
+    offer_fix,
+    render_all,
+    render_files,
+    render_lanes,
+    render_lanes_and_panels,
+    render_panels,
+    say,
+    stop_note,
+)
 
 LANES_EVERY_S = 0.25  # at most four lane updates a second: faster only floods the browser with HTML
 RECONNECT_S = 5.0  # a heartbeat that ended and comes back within this long was no goodbye (a browser retries in about 3 s)
@@ -74,7 +84,17 @@ def generate(page: Page, host: ModelHost, outbox: Outbox, values: dict, request:
     asked = CompareRequest.check(host, values[page.pair], values[page.prompt], settings, values[page.controls.chat], methods)
     for place in host.waiting_for(asked.pair):
         yield {page.message: say(waiting_for_pair(host, asked.pair, place))}
-    comparison = asked.comparison(host)
+    try:
+        comparison = asked.comparison(host)
+    except SettingsError as err:  # a lane's method refused the pair, the page offers the remedy where one value gives it
+        if err.fix is None:
+            raise
+        session.offered = err
+        yield offer_fix(page, err)
+        return
+    if session.offered is not None:  # this run is under way: the last one's remedy is moot
+        session.offered = None
+        yield {page.fix: gr.Button(visible=False)}
     client = client_of(request)
     uptake = outbox.uptake(client.session)
     with host.stream(asked.pair, comparison.generations.values(), client, uptake.took_any) as stream:
@@ -461,8 +481,17 @@ def _first_to_see(traces: dict) -> tuple[str | None, int | None, str]:
 
 
 def pick_example(page: Page, values: dict) -> dict:
-    example = values[page.example]
-    return {page.prompt: check_prompt(example)} if example else gr.skip()
+    """The picked example in the prompt box (its run follows: components.wiring)."""
+    return {page.prompt: check_prompt(values[page.example])}
+
+
+def apply_fix(page: Page, values: dict) -> dict:
+    """The remedy the last refusal offered, set on its setting's control (the run that follows, components.wiring, runs
+    with it); the button goes."""
+    session: Session = values[page.state]
+    err, session.offered = session.offered, None
+    hidden = {page.fix: gr.Button(visible=False)}
+    return hidden if err is None else hidden | {page.controls[err.setting]: err.fix.value}
 
 
 def show_loaded(page: Page, host: ModelHost, session: Session, message: str) -> dict:

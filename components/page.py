@@ -88,13 +88,14 @@ class Page:
     pair: gr.Dropdown
     status: gr.Markdown
     prompt: gr.Textbox
-    example: gr.Dropdown  # picking one fills the prompt
+    example: gr.Dropdown  # picking one fills the prompt and runs it
     recorded: gr.Dropdown  # picking one opens a recorded comparison from the gallery, no model needed
     generate: gr.Button
     stop: gr.Button
     clear: gr.Button
     present: gr.Button  # opens this page's room (components.rooms)
     message: gr.HTML
+    fix: gr.Button  # under the message, a refused run's remedy: set the setting it names and run again (easd.errors.Fix)
     controls: Controls
     methods: dict[str, gr.Dropdown]  # by lane: the method it runs
     titles: dict[str, gr.HTML]  # by lane
@@ -141,7 +142,7 @@ class Page:
     def everything(self) -> list:
         """Every output of a full render, the session included (setting it starts Gradio's time limit afresh)."""
         files = [self.download_csv, self.download_json, self.make_html, self.html_file, self.make_site, self.site_file]
-        return [*self.lane_outputs(), *self.panel_outputs(), *files, self.message, self.guide, self.state]
+        return [*self.lane_outputs(), *self.panel_outputs(), *files, self.message, self.fix, self.guide, self.state]
 
 
 def build_page(host: ModelHost, examples: list[str], gallery: Gallery, session_ttl_s: float = SESSION_TTL_S) -> Page:
@@ -184,14 +185,14 @@ def _picks(examples: list[str], gallery: Gallery) -> dict:
     the lanes start high on a laptop's first screen (8 lines of each at 1280×577, a run opened by a link included)."""
     with gr.Row(elem_id="picks"):
         example = gr.Dropdown(
-            [(_first_words(e, 12), e) for e in examples], value=None, label="Examples to run", elem_id="examples"
+            [(_first_words(e, 12), e) for e in examples], value=None, label="Examples (run at once)", elem_id="examples"
         )
         recorded = gr.Dropdown(gallery.choices(), value=None, label="Recorded runs (open at once)", elem_id="recorded")
     return dict(example=example, recorded=recorded)
 
 
 def _ask() -> dict:
-    """The prompt, Generate/Stop/Clear/Present, and the message line."""
+    """The prompt, Generate/Stop/Clear/Present, the message line and, under it, a refusal's remedy when there is one."""
     with gr.Row(equal_height=True):
         prompt = gr.Textbox(
             label="Prompt",
@@ -208,7 +209,8 @@ def _ask() -> dict:
                 clear = gr.Button("Clear", elem_id="clear", size="sm", min_width=50)
                 present = gr.Button("Present", elem_id="present", size="sm", min_width=60)
     message = gr.HTML(elem_id="message")
-    return dict(prompt=prompt, generate=generate, stop=stop, clear=clear, present=present, message=message)
+    fix = gr.Button(visible=False, elem_id="fix", size="sm")
+    return dict(prompt=prompt, generate=generate, stop=stop, clear=clear, present=present, message=message, fix=fix)
 
 
 def _lanes() -> dict:

@@ -14,6 +14,7 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from easd.errors import SettingsError
 from easd.method.compare import DEFAULT_METHODS, LANES, first_difference, verifying, whatif_lane
 from easd.method.trace import TokenRecord, Trace
 from easd.render.search import Search
@@ -39,6 +40,7 @@ class Session:
     link: Link | None = None  # how a link finds the recorded runs shown (components.links); None for a live run
     search: Search | None = None  # the tokens the reader looks for (easd.render.search): marked in every run shown
     chosen: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_METHODS))  # each lane's method for the next run
+    offered: SettingsError | None = None  # the last run's refusal whose remedy the page offers (its button: Page.fix)
 
     def clear(self) -> None:
         """Forget the traces and the selection; the run stops and the download folder is deleted too (Clear). A room

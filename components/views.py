@@ -11,7 +11,7 @@ import gradio as gr
 
 from easd.errors import EasdError, SettingsError
 from easd.method.compare import LANES, whatif_method
-from easd.method.methods import METHODS
+from easd.method.methods import METHODS, knobs
 from easd.method.trace import Trace
 from easd.method.whatif import RuleView, whatif_marks
 from easd.render import figures
@@ -137,8 +137,17 @@ def render_all(page: Page, session: Session, view: RuleView, message: str = "") 
         render_lanes(page, session, view)
         | render_panels(page, session, view)
         | render_files(page, None if session.running else session.export(page.downloads))
-        | {page.message: say(message), page.state: session, page.guide: gr.Accordion(open=False)}
+        | {page.message: say(message), page.fix: gr.Button(visible=False), page.state: session}
+        | {page.guide: gr.Accordion(open=False)}
     )
+
+
+def offer_fix(page: Page, err: SettingsError) -> dict:
+    """A refusal that one value of its setting answers: the message, and under it a button that sets it and runs again
+    ("Check each step by confidence alone: set SpecGuard grounding to none and run again")."""
+    knob, does = knobs()[err.setting], err.fix.does
+    words = f"{does[:1].upper()}{does[1:]}: set {knob.label or err.setting} to {err.fix.value} and run again"
+    return {page.message: say(in_page_words(err)), page.fix: gr.Button(words, visible=True)}
 
 
 def in_page_words(err: EasdError) -> str:

@@ -70,22 +70,33 @@ def _wire_compare(
     # every event is queued: the light ones share a small limit, so a flood of slider moves waits its turn
     instant = dict(private, concurrency_id="view", concurrency_limit=VIEW_EVENTS, show_progress="hidden")
 
-    run = page.generate.click(
-        wire(handlers.generate, page, host, outbox, show=say),
-        {page.pair, page.prompt, c.chat, *c.settings().values(), *page.methods.values(), s},
-        page.everything(),
+    running = dict(
+        fn=wire(handlers.generate, page, host, outbox, show=say),
+        inputs={page.pair, page.prompt, c.chat, *c.settings().values(), *page.methods.values(), s},
+        outputs=page.everything(),
         concurrency_id="generate",
         concurrency_limit=host.slots,  # a page's stream holds a thread: the batch and its line, and no more (ModelHost.slots)
         show_progress="hidden",
         **private,
     )
+    # a run starts from Generate, from an example picked (it fills the prompt), or from a refusal's remedy (it sets the
+    # setting the refusal names); the last two run once their change is on the page, so the run reads it
+    runs = [
+        page.generate.click(**running),
+        page.example.select(wire(handlers.pick_example, page, show=say), {page.example}, [page.prompt], **instant).success(
+            **running
+        ),
+        page.fix.click(wire(handlers.apply_fix, page, show=say), {s}, [page.fix, *c.settings().values()], **instant).success(
+            **running
+        ),
+    ]
     page.stop.click(wire(handlers.stop, page, show=say), {s}, [page.message], show_progress="hidden", **private)
     # drawing every token's inspector takes a moment: one file at a time, off the view events' limit
     make = dict(private, concurrency_id="make_html", concurrency_limit=1)
     page.make_html.click(wire(handlers.make_html, page, show=say), {s}, [page.html_file, page.message], **make)
     page.make_site.click(wire(handlers.make_site, page, show=say), {s}, [page.site_file, page.message], **make)
     page.present.click(wire(handlers.present, page, show=say), {s}, [page.message, s], **instant)
-    page.clear.click(wire(handlers.clear, page, show=say), whatif_in, [*page.everything(), page.prompt], cancels=[run], **private)
+    page.clear.click(wire(handlers.clear, page, show=say), whatif_in, [*page.everything(), page.prompt], cancels=runs, **private)
     rerendered = [*page.lane_outputs(), *page.panel_outputs(), c.tau_o_meaning, page.message]
     for control in c.whatif().values():
         control.change(wire(handlers.rerender, page, show=say), whatif_in, rerendered, trigger_mode="always_last", **instant)
@@ -107,7 +118,6 @@ def _wire_compare(
     loaded = page.loaded()  # a loaded run brings its prompt and settings: the controls move to them
     page.upload.upload(wire(handlers.load_file, page, host, show=say), {page.upload, s}, loaded, **private)
     page.recorded.change(wire(handlers.open_recorded, page, host, gallery, show=say), {page.recorded, s}, loaded, **private)
-    page.example.change(wire(handlers.pick_example, page, show=say), {page.example}, [page.prompt, page.message], **instant)
     demo.unload(wire(handlers.leave, host, page.sessions, outbox))  # a closed tab's rows leave the batch; its traces and files go
     # a page opened with ?room=CODE follows the presenter's runs; it waits without a thread, so a room's many
     # viewers take no slot of any limit

@@ -5,6 +5,10 @@ wrong and how to fix it, in one line. The CLI prints it and exits with status 2;
 in the page. Anything else is a bug.
 """
 
+from __future__ import annotations
+
+from dataclasses import dataclass
+
 SHOWN_CHARS = 40  # a bad value quoted in an error is cut to about this: a pasted megabyte must still be one line
 
 
@@ -18,6 +22,15 @@ class EasdError(Exception):
     """A problem with the user's input, files or environment, explained in one line."""
 
 
+@dataclass(frozen=True)
+class Fix:
+    """A value of a refused setting that answers the refusal, and what running with it does, in a user's words
+    ("check each step by confidence alone"): the page offers it as a button beside the message."""
+
+    value: object
+    does: str
+
+
 class SettingsError(EasdError):
     """A setting is out of range. `setting` is its name (a DecodeSettings field such as "tau_o", or
     "prompt"; a leading "--" is dropped), `message` what is wrong with it.
@@ -27,9 +40,10 @@ class SettingsError(EasdError):
     slider's label (`τ_O: must be …`), the API by its parameter name (`tau_o: must be …`).
     """
 
-    def __init__(self, setting: str, message: str):
+    def __init__(self, setting: str, message: str, fix: Fix | None = None):
         self.setting = setting.removeprefix("--").replace("-", "_")
         self.message = message
+        self.fix = fix
         super().__init__(f"{self.flag}: {message}")
 
     @property

@@ -156,8 +156,24 @@ def test_the_first_lines_of_both_lanes_and_the_legend_are_on_the_first_screen(br
     assert min(lines.values()) >= 5, f"lines of each lane on the first screen at {width}×{height}: {lines}"
 
 
+def side_scrolls_inside(driver) -> bool:
+    return driver.execute_script("const s = document.getElementById('side'); return s.scrollHeight > s.clientHeight + 1")
+
+
+def overlaps(driver, one: str, other: str) -> bool:
+    return driver.execute_script(
+        "const [a, b] = [arguments[0], arguments[1]].map(i => document.getElementById(i).getBoundingClientRect());"
+        "return a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;",
+        one,
+        other,
+    )
+
+
 @pytest.mark.parametrize("width, height", [(1280, 720), (390, 844)])
 def test_a_selected_tokens_details_are_in_view(browser, sized, width, height):
+    """Wherever the lanes are scrolled: on a laptop the details float beside the lanes, off them, and the side column
+    scrolls with the page (issue 74: at 720 px it scrolled inside the page, two scrollbars, showing only τ_H's label);
+    on a phone they open as a sheet."""
     sized(width, height)
     if "Click or tap a token" not in text_of(browser, "inspector"):  # a token selected before: on a phone, its sheet
         browser.find_element(By.CSS_SELECTOR, "#inspector button.close").click()  # would cover the lane's lower half
@@ -167,6 +183,9 @@ def test_a_selected_tokens_details_are_in_view(browser, sized, width, height):
     token.click()
     wait(browser).until(lambda d: "refused" in text_of(d, "inspector"))
     wait(browser, 10).until(lambda d: in_view(d, "inspector"))  # a busy machine may lay the sheet out a moment later
+    assert not side_scrolls_inside(browser)
+    if width > 500:
+        assert not overlaps(browser, "inspector", "lane_right") and not overlaps(browser, "inspector", "lane_left")
     if width < 500:  # the phone's sheet closes with its button
         browser.find_element(By.CSS_SELECTOR, "#inspector button.close").click()
         wait(browser).until(lambda d: "Click or tap a token" in text_of(d, "inspector"))
@@ -225,7 +244,7 @@ def test_downloads_are_offered_after_a_run(browser):
 
 def choose(driver, element_id: str, label: str) -> None:
     """Pick `label` in a Gradio dropdown, as a user does: open its list, click the option."""
-    driver.find_element(By.CSS_SELECTOR, f"#{element_id} input").click()
+    wait(driver).until(lambda d: d.find_element(By.CSS_SELECTOR, f"#{element_id} input")).click()  # shown by an event
     options = f"#{element_id} li[role=option]"
     wait(driver).until(lambda d: [o for o in d.find_elements(By.CSS_SELECTOR, options) if o.text.strip() == label])[0].click()
 
@@ -310,6 +329,52 @@ def test_beside_typical_acceptance_the_what_if_marks_the_drafts_it_would_keep(br
     wait(browser).until(lambda d: text_of(d, "title_right").startswith("EASD") and "EASD" in text_of(d, "comparison"))
     wait(browser).until(lambda d: "Comparison" in text_of(d, "comparison") and "MTI" not in text_of(d, "comparison"))
     assert text_of(browser, "title_right").startswith("EASD")
+
+
+def test_picking_an_example_runs_it(browser):
+    """Issue 74: an example picked only filled the prompt; now it runs, as a recorded run opens, at once."""
+    import json
+
+    from components.server import ASSETS
+
+    example = json.loads((ASSETS / "examples.json").read_text())[1]
+    browser.find_element(By.CSS_SELECTOR, "#examples input").click()
+    wait(browser).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#examples li[role=option]"))[1].click()
+    wait(browser).until(lambda d: d.find_element(By.CSS_SELECTOR, "#prompt textarea").get_attribute("value") == example)
+    wait(browser).until(lambda d: text_of(d, "message").startswith("Done") and tokens(d, "left"))
+
+
+@pytest.fixture(scope="module")
+def on_llama_cpp():
+    """An app on the tiny pair on llama.cpp, which gives no attention weights."""
+    from easd.pairs.loading import Runtime
+    from easd.pairs.tiny import load_tiny_pair
+    from easd.serving.host import ModelHost
+
+    pair = load_tiny_pair(Runtime(backend="llama.cpp"))
+    url, demo = launch_app(ModelHost({"tiny-random": lambda: pair}, "tiny-random", max_new_tokens_cap=400))
+    driver = open_browser(url)
+    yield driver
+    driver.quit()
+    demo.close()
+
+
+def test_a_refusal_a_setting_answers_offers_it_under_the_message(on_llama_cpp):
+    """Issue 74: SpecGuard asked to ground on attention where llama.cpp has none is refused; the remedy, SpecGuard
+    run by confidence alone, is a button under the message: it sets the setting and runs, and goes."""
+    driver = on_llama_cpp
+    choose(driver, "method_right", "SpecGuard")
+    choose(driver, "specguard_grounding", "attention")
+    generate(driver, "Tom has 3 apples and buys 5 more.")
+    wait(driver).until(lambda d: "attention needs the draft's attention weights" in text_of(d, "message"))
+    assert text_of(driver, "message").startswith("⚠️ SpecGuard grounding: ")
+    fix = driver.find_element(By.ID, "fix")
+    assert fix.text == "Check each step by confidence alone: set SpecGuard grounding to none and run again"
+    fix.click()
+    wait(driver).until(lambda d: text_of(d, "message").startswith("Done"))
+    assert text_of(driver, "title_right").startswith("SpecGuard, confidence only")
+    grounding = driver.find_element(By.CSS_SELECTOR, "#specguard_grounding input").get_attribute("value")
+    assert grounding == "none" and not [button for button in driver.find_elements(By.ID, "fix") if button.is_displayed()]
 
 
 def test_empty_prompt_gets_a_message(browser):
@@ -781,7 +846,7 @@ def test_a_gallery_recording_is_made_into_one_html_file_and_a_static_site(app_ur
 
 
 def test_the_first_example_on_the_embedded_pair_streams_from_its_first_block():
-    """The app as a user first meets it: the embedded pair (llama.cpp on this CPU), the first example, default settings
+    """The app as a user first meets it: the embedded pair (llama.cpp on this CPU), the first example picked, default settings
     (128 tokens per lane, greedy), up to the fork the example is there to show (EASD's first penalty), then Stop.
     Prints when the first token and the fork showed (not asserted)."""
     from easd.pairs.packaged import DRAFT, TARGET, installed
@@ -800,8 +865,10 @@ def test_the_first_example_on_the_embedded_pair_streams_from_its_first_block():
     driver = open_browser(url)
     try:
         example = json.loads((ASSETS / "examples.json").read_text())[0]
+        driver.find_element(By.CSS_SELECTOR, "#examples input").click()
+        first_example = wait(driver).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#examples li[role=option]"))[0]
         started = time.monotonic()
-        generate(driver, example)
+        first_example.click()  # picked, it runs
         wait(driver, 120).until(lambda d: tokens(d, "left") and tokens(d, "right"))
         first = time.monotonic() - started
         wait(driver, 600).until(lambda d: tokens(d, "right", ".o-easd_penalty"))  # it forks (the example's point)
@@ -809,6 +876,7 @@ def test_the_first_example_on_the_embedded_pair_streams_from_its_first_block():
         driver.find_element(By.ID, "stop").click()
         wait(driver, 60).until(lambda d: text_of(d, "message").startswith("Stopped"))
         assert 0 < len(tokens(driver, "left")) < 128
+        assert driver.find_element(By.CSS_SELECTOR, "#prompt textarea").get_attribute("value") == example
         print(f"\nfirst example on {pair.backend}: first token after {first:.2f} s, the fork after {forked:.1f} s")
     finally:
         driver.quit()

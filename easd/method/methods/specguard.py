@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from ...errors import SettingsError
+from ...errors import Fix, SettingsError
 from .. import acceptance as acc
 from ..judging import Block
 from ..knobs import Control, knob
@@ -226,6 +226,7 @@ class Guarded(Stepwise):
                 "specguard_grounding",
                 f"attention needs the {own.scorer}'s attention weights, which {scorer.backend} does not expose: use "
                 "the transformers backend, or set it to auto or none to check steps by confidence alone",
+                fix=Fix("none", "check each step by confidence alone"),
             )
 
     def on_pair(self, pair, settings):
