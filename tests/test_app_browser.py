@@ -266,9 +266,11 @@ def test_a_lane_runs_mti_beside_easd_and_the_inspector_explains_its_guidance(bro
     generate(browser, "Tom has 3 apples and buys 5 more.")
 
 
-def test_the_page_follows_the_lanes_methods(browser):
+def test_the_page_follows_the_lanes_methods(browser, sized):
     """Issue 74: a lane picked since its run says the run is the previous request's and names the next; after the run
-    the legend lists the shown methods' token kinds only, and each stats line speaks its method's terms."""
+    the legend lists the shown methods' token kinds only, each stats line speaks its method's terms, and each lane's
+    inspector, on a laptop and on a phone, gives its method's own list (particles, candidate steps) apart from the
+    token's top candidates, this token's one marked ◆."""
     wait(browser).until(lambda d: "Comparison" in text_of(d, "comparison"))
     assert "EASD penalty" in text_of(browser, "legend") and "particle" not in text_of(browser, "legend")
     choose(browser, "method_left", "SMC-SD")
@@ -285,6 +287,18 @@ def test_the_page_follows_the_lanes_methods(browser):
     left, right = text_of(browser, "stats_left"), text_of(browser, "stats_right")
     assert "cycles" in left and "mean ESS ÷ N" in left and "(resampling below 0.5)" in left and "penalties" not in left
     assert "steps" in right and "kept" in right and "recomputed" in right and "acceptance length" not in right
+    for width, height in ((1280, 720), (390, 844)):
+        sized(width, height)
+        for lane, words in (("left", "effective sample size"), ("right", "candidate")):
+            token = tokens(browser, lane)[0]
+            browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", token)
+            token.click()
+            wait(browser).until(lambda d, words=words: words in text_of(d, "inspector"))
+            own = browser.find_element(By.CSS_SELECTOR, "#inspector .own-list")
+            assert "◆" in own.text and in_view(browser, "inspector"), (lane, width)
+        browser.find_element(By.CSS_SELECTOR, "#inspector button.close").click()
+        wait(browser).until(lambda d: "Click or tap a token" in text_of(d, "inspector"))
+    sized(1280, 720)
     choose(browser, "method_left", "SD")  # back to SD | EASD for the tests after this one
     choose(browser, "method_right", "EASD")
     generate(browser, "Tom has 3 apples and buys 5 more.")

@@ -216,10 +216,11 @@ def test_either_lane_runs_it_beside_specguard_and_the_inspector_says_why(hf_tiny
     assert "particles each drafted" in smc and "effective sample size" in smc and "particle, its cycle" in smc
     guard = str(inspector_html("right", traces["right"], traces["right"].records[0], RuleView.of(settings)))
     assert "the most consistent was scored by the draft&#x27;s signals" in guard and "threshold 0.7" in guard
-    # issue 74: the particles and the candidate steps in a table of their own, this token's marked ◆, apart from the
+    # issue 74: the particles and the candidate steps in a table of their own, this token's marked ◆, above the
     # token's top candidates; the ESS threshold said whether or not the cycle resampled
     for html in (smc, guard):
-        tokens, own = html.split('class="own-list"')
+        own, tokens = html.split('class="candidates"')
+        assert 'class="own-list"' in own
         assert "▸ drafted · ★ emitted" in tokens and "◆" not in tokens and own.count("◆ ") == 2  # the row and the hint
     mine = traces["left"].records[0].own.smc_particle
     assert f"<td>◆ {mine}</td>" in smc and "× 3 = " in smc

@@ -203,7 +203,8 @@ def _is_real(value) -> bool:
 def _candidates(record: TokenRecord, top_n: int, declared) -> Html:
     """The token's top candidates side by side: the draft's and the target's, or, where the method recorded a list of
     tokens of its own (MTI's guided distribution), the target's beside that one. A list of other things (SpecGuard's
-    candidate steps, SMC-SD's particles) is a table of its own under them, its entry this token came from marked."""
+    candidate steps, SMC-SD's particles) is a table of its own above them, its entry this token came from marked: it is
+    what the method decided by."""
     n = max(top_n, 5)
     own = _own_candidates(record, declared)
     if own is not None and own[0].ids:
@@ -226,7 +227,7 @@ def _candidates(record: TokenRecord, top_n: int, declared) -> Html:
     tokens = join([tag("table", *rows, class_="candidates"), tag("p", f"{both}▸ drafted · ★ emitted", class_="hint")])
     if own is None or own[0].ids:
         return tokens
-    return join([tokens, _own_list(record, *own)])
+    return join([_own_list(record, *own), tokens])
 
 
 def _own_list(record: TokenRecord, column: Column, entries: list) -> Html:
