@@ -18,7 +18,8 @@ from easd.cli import main
 from easd.lab.problems import load_problems
 from easd.lab.results_table import ResultsFile
 from easd.lab.shards import model_files, owner, recorded_files, shard_of
-from easd.lab.study import StudyPlan, analyse
+from easd.lab.study.findings import analyse
+from easd.lab.study.plan import StudyPlan
 from easd.method.settings import DecodeSettings
 
 # 4 problems: the grid on the first 2 (ids 0 and 1, owned by shards 1 and 2), both timed (by shard 1)

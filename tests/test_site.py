@@ -26,7 +26,8 @@ from easd.errors import SettingsError
 from easd.lab.evaluate import LocalRunner, parse_methods, run_evaluation
 from easd.lab.problems import load_problems
 from easd.lab.site import build_site
-from easd.lab.study import analyse, write_report
+from easd.lab.study.findings import analyse
+from easd.lab.study.report import write_report
 from easd.method.compare import Comparison
 from easd.method.settings import DecodeSettings
 from easd.traces import files as trace_io

@@ -16,8 +16,12 @@ from easd.lab.problems import load_problems
 from easd.lab.report import paired_row
 from easd.lab.results_table import load_results
 from easd.lab.stats import detectable_difference, mcnemar_exact, mcnemar_problems
-from easd.lab.study import StudyPlan, analyse, power_lines, run_study, speed_note, studied, token_kind, write_report
-from easd.lab.study import power as study_power
+from easd.lab.study.findings import analyse, speed_note
+from easd.lab.study.plan import StudyPlan, run_study, studied
+from easd.lab.study.power import power as study_power
+from easd.lab.study.power import power_lines
+from easd.lab.study.report import write_report
+from easd.lab.study.where import token_kind
 from easd.method.generation import Generation
 from easd.method.methods import make_settings, settings_values
 from easd.method.settings import DecodeSettings

@@ -160,7 +160,7 @@ def shard_plan(args: argparse.Namespace, chosen: list, variants: list, shard: tu
     """The problems of shard I of N (those whose id hashes to I), and what its run.json records for `eval merge`: its
     methods, its problems and the whole plan's, the data and model files by their hashes, and the versions."""
     from ..lab.shards import owner, recorded_files
-    from ..lab.study import versions
+    from ..lab.study.plan import versions
 
     index, count = shard
     mine = [p for p in chosen if owner(p.id, count) == index]

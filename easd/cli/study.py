@@ -38,7 +38,7 @@ HELP = "does EASD (or --method) help over SD on this pair? paired accuracy, spee
 
 
 def add(parser: argparse.ArgumentParser) -> None:
-    from ..lab.study import SPEED_REPEATS, studied
+    from ..lab.study.plan import SPEED_REPEATS, studied
 
     add_model_flags(parser)
     add_data_flags(parser, limit=100, required=False)  # --report-only reads --out alone
@@ -99,7 +99,7 @@ def add(parser: argparse.ArgumentParser) -> None:
 
 def add_report_flags(group) -> None:
     """What the report says beside the folder's figures: the gain it sizes the study for, and the app its links open."""
-    from ..lab.study import EFFECT_POINTS
+    from ..lab.study.findings import EFFECT_POINTS
 
     group.add_argument(
         "--effect",
@@ -123,7 +123,9 @@ def check_report_flags(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..lab.protocol import protocol_for, under
     from ..lab.shards import parse_shard, recorded_files, shard_of
-    from ..lab.study import StudyPlan, analyse, check_study_folder, run_study, studied, versions, write_report
+    from ..lab.study.findings import analyse
+    from ..lab.study.plan import StudyPlan, check_study_folder, run_study, studied, versions
+    from ..lab.study.report import write_report
 
     check_report_flags(args)
     if args.out is None:
@@ -205,7 +207,8 @@ def run(args: argparse.Namespace) -> int:
 def run_merge(args: argparse.Namespace) -> int:
     """`study merge SHARD... --out DIR`: one study folder and one report from the shards' folders."""
     from ..lab.shards import merge_shards, target_note
-    from ..lab.study import analyse, write_report
+    from ..lab.study.findings import analyse
+    from ..lab.study.report import write_report
 
     check_report_flags(args)
     merge_shards(args.shards, args.out, "python -m easd " + shlex.join(sys.argv[1:]))

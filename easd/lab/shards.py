@@ -39,7 +39,8 @@ from ..files import temporary_path, writable_folder, write_text_whole
 from ..method.methods import METHODS
 from .evaluate import trace_name, trace_path
 from .results_table import ResultsFile, _as_run, check_config, read_config, read_rows, unreadable
-from .study import Shard, StudyPlan, grid_cells, read_study_config
+from .study.findings import grid_cells
+from .study.plan import Shard, StudyPlan, read_study_config
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -495,7 +496,7 @@ def _write_merged(
     if timings:  # shard 1's: it times every timed problem
         (build / "speed").mkdir()
         ResultsFile(build / "speed").rewrite(timings)
-        repeats = config["study"]["speed_repeats"]  # a repetition is a sample (easd.lab.study.run_study)
+        repeats = config["study"]["speed_repeats"]  # a repetition is a sample (easd.lab.study.plan.run_study)
         write_text_whole(build / "speed" / "run.json", json.dumps(config | {"samples": repeats}, indent=1, ensure_ascii=False))
 
 

@@ -28,7 +28,7 @@ from ..traces import files as trace_io
 from .evaluate import trace_path
 from .report import grader_of, summary_table
 from .results_table import load_results
-from .study import analyse
+from .study.findings import analyse
 
 try:
     import fcntl
