@@ -135,3 +135,94 @@ def test_no_easd_module_imports_gradio_or_the_page():
 def test_the_top_level_holds_what_the_mission_names():
     expected = {"app.py", "easd", "components", "tools", "assets", "docs", "tests", "requirements.txt", "README.md"}
     assert expected <= {p.name for p in ROOT.iterdir()} and not (ROOT / "ui").exists()
+
+
+# --- a method's name is written in the methods' table alone -----------------------------------------------------
+
+# Where a method's name may be written out: its own module, and the references (SD, target-only, EASD) named once
+NAMED_HERE = ("easd/method/methods/", "easd/method/references.py")
+# Names that are also something else: the pair's two models, and the program (its cache folder, its files' prefix, a
+# prompt style): written out, they are a method's only where a method is meant (`in_method_place`)
+ALSO_NOT_A_METHOD = {"draft", "target", "easd"}
+
+
+def method_names() -> set[str]:
+    from easd.method.methods import METHODS
+
+    return set(METHODS)
+
+
+def in_method_place(constant: ast.Constant) -> bool:
+    """Whether a constant that may be something else stands for a method where its parent puts it: a `method=` or
+    `default=` keyword, a comparison or an index that reads a method, a parameter or field named for one."""
+    parent = getattr(constant, "parent", None)
+    if isinstance(parent, ast.keyword):
+        return parent.arg in ("method", "default")
+    if isinstance(parent, (ast.Compare, ast.Subscript)):
+        return "method" in ast.unparse(parent).lower().replace(ast.unparse(constant), "") or "reads_as" in ast.unparse(parent)
+    if isinstance(parent, ast.arguments):
+        named = dict(zip(map(id, parent.defaults), parent.args[len(parent.args) - len(parent.defaults) :]))
+        named |= {id(d): a for d, a in zip(parent.kw_defaults, parent.kwonlyargs) if d is not None}
+        argument = named.get(id(constant))
+        return argument is not None and ("method" in argument.arg or "reads_as" in argument.arg)
+    if isinstance(parent, ast.AnnAssign) and isinstance(parent.target, ast.Name):
+        return "method" in parent.target.id or "reads_as" in parent.target.id
+    return False
+
+
+def literal_violations() -> list[str]:
+    names, bad = method_names(), []
+    for path in [ROOT / "app.py", *(p for package in PACKAGES for p in sorted((ROOT / package).rglob("*.py")))]:
+        where = path.relative_to(ROOT).as_posix()
+        if where.startswith(NAMED_HERE):
+            continue
+        bad += [f"{where}:{line}: {name!r}" for line, name in _literals_of(path.read_text(encoding="utf-8"), names)]
+    return bad
+
+
+def _literals_of(source: str, names: set[str]) -> list[tuple[int, str]]:
+    """Each line where `source` writes out a method's name: any string constant that is only a method's name
+    (docstrings and f-string pieces aside), and one that is also something else where a method is meant."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            child.parent = node
+    skipped = {id(part) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for part in node.values}
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            skipped.add(id(body[0].value))  # a docstring
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names and id(node) not in skipped:
+            if node.value not in ALSO_NOT_A_METHOD or in_method_place(node):
+                found.add((node.lineno, node.value))
+    return sorted(found)
+
+
+def test_no_module_outside_the_methods_writes_a_methods_name():
+    """Issue 71: the methods' table (easd.method.methods) and the references named once (easd.method.references) are
+    where a method's name is written; everything else reads them, so that no module branches on, indexes by or
+    defaults to a name the table might not hold."""
+    assert literal_violations() == []
+
+
+@pytest.mark.parametrize(
+    "line, found",
+    [
+        ('if settings.method == "sd":\n    pass\n', [(1, "sd")]),
+        ('speed = rates["target"] if method == "target" else None\n', [(1, "target")]),
+        ('def run(method="easd"):\n    pass\n', [(1, "easd")]),
+        ('parser.add_argument("--grid", default="easd")\n', [(1, "easd")]),
+        ('MINE = ("smc", "specguard")\n', [(1, "smc"), (1, "specguard")]),
+        ('caches = {"draft": draft, "target": target}\nfolder = cache / "easd"\n', []),  # the models, the program
+    ],
+)
+def test_the_name_rule_can_fail(line, found):
+    planted = ROOT / "easd" / "lab" / "_names_probe.py"
+    planted.write_text(line)
+    try:
+        assert _literals_of(line, method_names()) == found
+        assert bool(found) == any("_names_probe.py" in v for v in literal_violations())
+    finally:
+        planted.unlink()

@@ -20,8 +20,6 @@ import signal
 import subprocess
 import sys
 
-METHODS = ("target", "sd")
-
 
 def child(pair_name: str, prompts: int, max_new_tokens: int) -> None:
     """One process's figures, as one JSON line on stdout."""
@@ -29,13 +27,14 @@ def child(pair_name: str, prompts: int, max_new_tokens: int) -> None:
 
     from easd.lab.bench import PROMPTS
     from easd.method.generation import Generation
+    from easd.method.references import REFERENCE, SPEED_REFERENCE
     from easd.method.settings import DecodeSettings
     from easd.pairs.loading import Runtime
     from easd.pairs.registry import load_named_pair
 
     pair = load_named_pair(pair_name, Runtime(backend="llama.cpp"))
     figures, tokens = {}, {}
-    for method in METHODS:
+    for method in (SPEED_REFERENCE, REFERENCE):
         settings = DecodeSettings(method=method, k=4, max_new_tokens=max_new_tokens)
         Generation(pair, PROMPTS[0][:40], settings).run()  # warm-up
         started, count = time.perf_counter(), 0
@@ -45,7 +44,7 @@ def child(pair_name: str, prompts: int, max_new_tokens: int) -> None:
             count += len(trace.token_ids)
             tokens[method].append(trace.token_ids)
         figures[method] = count / (time.perf_counter() - started)
-    figures["sd_equals_target"] = tokens["sd"] == tokens["target"]
+    figures["sd_equals_target"] = tokens[REFERENCE] == tokens[SPEED_REFERENCE]
     figures["system"], figures["kernels"] = pair.info["llama_cpu"], pair.info["llama_kernels"]
     print(json.dumps(figures), flush=True)
 
@@ -87,17 +86,20 @@ def main(argv: list[str] | None = None) -> int:
 
 def report(runs: dict[str, list[dict]]) -> None:
     from easd.lab.stats import spread
+    from easd.method.references import REFERENCE, SPEED_REFERENCE
+
+    methods = (SPEED_REFERENCE, REFERENCE)
 
     first = next(iter(runs))
     for name, figures in runs.items():
         print(f"{name}: {figures[0]['system']} (kernels: {figures[0]['kernels']})")
-        for method in METHODS:
+        for method in methods:
             print(f"  {method:<7} tokens/s  {spread([f[method] for f in figures]).line()}")
         if name != first:
-            for method in METHODS:
+            for method in methods:
                 ratios = [f[method] / b[method] for f, b in zip(figures, runs[first], strict=True)]
                 print(f"  {method:<7} ÷ {first}  {spread(ratios).line('{:.3f}')}")
-        print(f"  SD ÷ target-only  {spread([f['sd'] / f['target'] for f in figures]).line('{:.3f}')}")
+        print(f"  SD ÷ target-only  {spread([f[REFERENCE] / f[SPEED_REFERENCE] for f in figures]).line('{:.3f}')}")
         print(f"  greedy SD equalled target-only in {sum(f['sd_equals_target'] for f in figures)} of {len(figures)} processes")
 
 

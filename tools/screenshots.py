@@ -36,10 +36,10 @@ class Shot:
 
 SHOTS = (
     Shot("sd-easd", "SD", "EASD", "easd_penalty"),
-    Shot("typical", "SD", "typical acceptance", "typical_kept"),
-    Shot("specguard", "SD", "SpecGuard", "specguard_kept"),
-    Shot("smc", "SD", "SMC-SD", "smc_draft"),
-    Shot("mti", "EASD", "MTI", "mti_guided"),
+    Shot("sd-typical", "SD", "typical acceptance", "typical_kept"),
+    Shot("sd-specguard", "SD", "SpecGuard", "specguard_kept"),
+    Shot("sd-smc", "SD", "SMC-SD", "smc_draft"),
+    Shot("easd-mti", "EASD", "MTI", "mti_guided"),
 )
 
 

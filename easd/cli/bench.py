@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..errors import SettingsError, shown
 from ..method.methods import METHODS, knobs, own_knobs, settings_values, with_values
+from ..method.references import REFERENCE
 from ..method.settings import DecodeSettings
 from ..serving.worker import ROW_ALLOWANCE
 from .flags import add_decode_flags, add_model_flags, load_models, numbers, runtime_of, whole_numbers
@@ -103,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         runtime_of(each).checked()  # every backend's flags are checked before any model loads
     if args.batch_sizes is not None:
         sizes = whole_numbers("--batch-sizes", args.batch_sizes)
-        k, tau_h = values["sd"][0], numbers("--tau-h", args.tau_h)[0]
+        k, tau_h = values[REFERENCE][0], numbers("--tau-h", args.tau_h)[0]
         return max(run_batched_benchmark(load_models(each), sizes, args.max_new_tokens, k, tau_h) for each in each_backend)
     plan = BenchPlan(PROMPTS[: args.prompts], args.max_new_tokens, values, args.repeats, own)
     if args.beside is not None:
@@ -144,7 +145,7 @@ def bench_values(args: argparse.Namespace) -> dict[str, list]:
         if name not in METHODS or not METHODS[name].bench:
             raise SettingsError("--methods", f"{name!r} has no bench rows; give some of {', '.join(benched)}")
     values = {}
-    for name in dict.fromkeys(["sd", *names]):
+    for name in dict.fromkeys([REFERENCE, *names]):
         method, flag = METHODS[name], "--" + METHODS[name].bench.replace("_", "-")
         text = getattr(args, method.bench)
         if method.needs_prm and args.prm is None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..errors import SettingsError
 from ..method.methods import settings_values
+from ..method.references import REFERENCE
 from .flags import (
     add_decode_flags,
     add_model_flags,
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if twice is not None:
         raise SettingsError("--data", f"question id {twice!r} appears twice in {args.data}; each question needs its own id")
     args.tau_h, source = tau_h_of(args)
-    settings = replace(settings_from_args(args), method="sd").validate()
+    settings = replace(settings_from_args(args), method=REFERENCE).validate()
     models = vars(model_args(args))
     if models["draft"] is None and models["pair"] is None:
         models["pair"] = default_pair_name()  # a folder records the pair it ran on, not "the default"

@@ -12,6 +12,7 @@ import time
 
 from ..errors import SettingsError, shown
 from ..method.methods import with_values
+from ..method.references import PROPOSED, REFERENCE, SPEED_REFERENCE
 from .evaluate import folder_config, runner
 from .flags import (
     add_batch_flag,
@@ -51,7 +52,7 @@ def add(parser: argparse.ArgumentParser) -> None:
     add_tau_h_flags(parser)
     group = parser.add_argument_group("the study")
     titles = ", ".join(f"{name} ({method.title})" for name, method in studied().items())
-    group.add_argument("--method", default="easd", help=f"the method compared with SD and target-only: {titles}")
+    group.add_argument("--method", default=PROPOSED, help=f"the method compared with SD and target-only: {titles}")
     group.add_argument("--grid-limit", type=int, default=20, help="the first this many problems also run the method's grid")
     add_grid_flags(group, list(studied().values()), chooser="--method")
     group.add_argument("--speed-limit", type=int, default=5, help="the first this many problems are timed one row at a time")
@@ -149,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     apply_budget(args)
     args.tau_h, source = tau_h_of(args)
     base = settings_from_args(args)  # the method compared with SD at its settings
-    protocol = protocol_for(["sd", args.method, "target"], base)  # SD and target-only: the study's references
+    protocol = protocol_for([REFERENCE, args.method, SPEED_REFERENCE], base)  # SD and target-only: the study's references
     base = under(protocol, base)
     grid = grid_of(args, studied()[args.method], base)
     for setting, values in grid.items():

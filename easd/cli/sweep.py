@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..errors import SettingsError
 from ..method.methods import METHODS
+from ..method.references import PROPOSED, SPEED_REFERENCE
 from .evaluate import folder_config, runner
 from .flags import (
     add_batch_flag,
@@ -42,7 +43,7 @@ def add(parser: argparse.ArgumentParser) -> None:
         include=("k", "top_n", "temperature", "top_p", "max_new_tokens", "seed", "signals", "entropy"),  # and each method's own
     )
     gridded = [method for method in METHODS.values() if method.grid]  # those whose table entry names a grid
-    parser.add_argument("--grid", default="easd", choices=[m.name for m in gridded], help="whose grid to sweep")
+    parser.add_argument("--grid", default=PROPOSED, choices=[m.name for m in gridded], help="whose grid to sweep")
     add_grid_flags(parser, gridded)
     parser.add_argument(
         "--with-target", action="store_true", help="also run target-only as a reference (where the method follows another)"
@@ -63,8 +64,8 @@ def run(args: argparse.Namespace) -> int:
     base = settings_from_args(args)
     check_prm_flag(args, [args.grid])
     variants = grid_variants(base, args.grid, grid_of(args, METHODS[args.grid], base))
-    if args.with_target and variants[0].settings.method != "target":
-        variants.append(Variant("target", replace(base, method="target")))
+    if args.with_target and variants[0].settings.method != SPEED_REFERENCE:
+        variants.append(Variant(SPEED_REFERENCE, replace(base, method=SPEED_REFERENCE)))
     protocol = protocol_for([v.settings.method for v in variants], base)  # one sampling setting for every run
     variants = [replace(v, settings=under(protocol, v.settings)) for v in variants]
     base = replace(base, temperature=protocol.temperature, top_p=protocol.top_p)

@@ -39,6 +39,7 @@ from ..method.generation import Generation
 from ..method.methods import knobs, lookup, settings_values, with_values
 from ..method.pair import ModelPair
 from ..method.prompts import encode_prompt
+from ..method.references import PROPOSED, REFERENCE, SPEED_REFERENCE
 from ..method.settings import DecodeSettings
 from ..method.spec_metrics import SpecMetrics
 from ..method.speed import PassCost, Speed, measure_pass_cost
@@ -111,7 +112,7 @@ class BenchPlan:
 
     @property
     def ks(self) -> list[int]:
-        return self.values["sd"]
+        return self.values[REFERENCE]
 
 
 def row_name(backend: str, method: str, value=None) -> str:
@@ -165,7 +166,9 @@ def run_benchmark(pairs: list[ModelPair], plan: BenchPlan) -> int:
         _print_speed(pair.backend, plan, rows)
         _print_page_speed(pair, plan, rows)
     for pair in pairs:
-        _print_equality(pair.backend, rows[row_name(pair.backend, "sd", plan.ks[0])], rows[row_name(pair.backend, "target")])
+        _print_equality(
+            pair.backend, rows[row_name(pair.backend, REFERENCE, plan.ks[0])], rows[row_name(pair.backend, SPEED_REFERENCE)]
+        )
     print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GB")
     return 0
 
@@ -173,8 +176,8 @@ def run_benchmark(pairs: list[ModelPair], plan: BenchPlan) -> int:
 def methods_of(pair: ModelPair, plan: BenchPlan) -> dict:
     """Name -> prompt -> tokens (or a Trace): our runs, and the backend's own peers."""
     b, k = pair.backend, plan.ks[0]
-    base = with_values(DecodeSettings(method="sd", k=k, max_new_tokens=plan.max_new_tokens), **plan.own)
-    methods = {row_name(b, "target"): lambda p: _ours(pair, p, replace(base, method="target"))}
+    base = with_values(DecodeSettings(method=REFERENCE, k=k, max_new_tokens=plan.max_new_tokens), **plan.own)
+    methods = {row_name(b, SPEED_REFERENCE): lambda p: _ours(pair, p, replace(base, method=SPEED_REFERENCE))}
     if b == "transformers":
         methods["transformers assisted (defaults)"] = lambda p: _assisted(pair, p, plan.max_new_tokens, constant_k=None)
         methods[f"transformers assisted (k={k})"] = lambda p: _assisted(pair, p, plan.max_new_tokens, constant_k=k)
@@ -205,7 +208,7 @@ def ratios_of(pairs: list[ModelPair], plan: BenchPlan, rows: dict) -> list[tuple
     k, ratios = plan.ks[0], []
     backends = [pair.backend for pair in pairs]
     for b in backends:
-        target, sd = rows[row_name(b, "target")], rows[row_name(b, "sd", k)]
+        target, sd = rows[row_name(b, SPEED_REFERENCE)], rows[row_name(b, REFERENCE, k)]
         for name, values in plan.values.items():
             against = lookup(name).bench_against
             reference = rows[row_name(b, against, plan.values[against][0]) if against in plan.values else row_name(b, against)]
@@ -214,7 +217,9 @@ def ratios_of(pairs: list[ModelPair], plan: BenchPlan, rows: dict) -> list[tuple
                     continue
                 row = rows[row_name(b, name, value)]
                 ratios.append((f"{row.name} ÷ {reference.name.removeprefix(b + ' ')}", row, reference))
-                if against != "target" and lookup(against).bench == "":  # against a plain run: also its cost over the target
+                if (
+                    against != SPEED_REFERENCE and lookup(against).bench == ""
+                ):  # against a plain run: also its cost over the target
                     ratios.append((f"{row.name} ÷ target-only", row, target))
         if b == "transformers":
             ratios.append((f"transformers SD ÷ assisted (k={k})", sd, rows[f"transformers assisted (k={k})"]))
@@ -332,7 +337,7 @@ def _print_ratios(pairs: list[tuple[str, Row, Row]]) -> None:
 
 def _print_speed(backend: str, plan: BenchPlan, rows: dict) -> None:
     """SD's speed taken apart at each k (easd.method.speed): measured costs, acceptance, predicted against measured."""
-    target = rows[row_name(backend, "target")].traces
+    target = rows[row_name(backend, SPEED_REFERENCE)].traces
     one_pass = sum(t.stats.target_seconds for t in target) / sum(t.stats.target_calls for t in target)
     target_rate = sum(len(t.records) for t in target) / sum(t.stats.seconds for t in target)
     print(f"{backend}: SD's speed, explained (a 1-token target pass: {1000 * one_pass:.1f} ms; costs in such passes)")
@@ -340,7 +345,7 @@ def _print_speed(backend: str, plan: BenchPlan, rows: dict) -> None:
         f"  {'k':>2} {'c':>5} {'r':>5} {'α by draft position':<32} {'tokens/pass':>11} {'predicted':>9} {'measured':>8} {'GPU-like':>8}"
     )
     for k in plan.ks:
-        speed = Speed.of(rows[row_name(backend, "sd", k)].traces, PassCost(one_pass), target_rate)
+        speed = Speed.of(rows[row_name(backend, REFERENCE, k)].traces, PassCost(one_pass), target_rate)
         positions = " ".join(f"{a:.2f}" for a in speed.alpha_by_position)
         print(
             f"  {k:>2} {speed.c:>5.2f} {speed.r:>5.2f} {positions:<32} {speed.tokens_per_pass:>11.2f} "
@@ -353,12 +358,12 @@ def _print_page_speed(pair: ModelPair, plan: BenchPlan, rows: dict) -> None:
     against a 1-token target pass over as many rows (measured as the app measures it when a pair loads); and, as the
     panel once read them, against a pass over one row. The first should match the solo figures above at the same k."""
     k, cost = plan.ks[0], measure_pass_cost(pair)
-    sd = DecodeSettings(method="sd", max_new_tokens=plan.max_new_tokens, k=k)
+    sd = DecodeSettings(method=REFERENCE, max_new_tokens=plan.max_new_tokens, k=k)
     lanes = [
-        Batch(pair, [Generation(pair, p, sd), Generation(pair, p, replace(sd, method="easd"))]).run()[0] for p in plan.prompts
+        Batch(pair, [Generation(pair, p, sd), Generation(pair, p, replace(sd, method=PROPOSED))]).run()[0] for p in plan.prompts
     ]
     shared, one_row = Speed.of(lanes, cost), Speed.of(lanes, PassCost(cost.one_row))
-    alone = Speed.of(rows[row_name(pair.backend, "sd", k)].traces, PassCost(cost.one_row))
+    alone = Speed.of(rows[row_name(pair.backend, REFERENCE, k)].traces, PassCost(cost.one_row))
     print(
         f"{pair.backend}: the page's SD lane at k={k}, sharing its passes with the EASD lane ({shared.rows:.2f} rows a pass;"
         f" a 1-token target pass: {1000 * cost.one_row:.1f} ms for one row, +{1000 * cost.per_extra_row:.1f} ms a row more)"
@@ -392,14 +397,14 @@ def run_beside_benchmark(pair: ModelPair, plan: BenchPlan, neighbours: list[str]
     for up to NEIGHBOUR_TOKENS × as many tokens, and the lane's speed is counted only while the neighbour decodes.
     The rows take turns in an order that rotates from prompt to prompt, as the timed comparison's rows do.
     """
-    base = with_values(DecodeSettings(method="sd", k=plan.ks[0], max_new_tokens=plan.max_new_tokens), **plan.own)
+    base = with_values(DecodeSettings(method=REFERENCE, k=plan.ks[0], max_new_tokens=plan.max_new_tokens), **plan.own)
     settings = {}
-    for name in dict.fromkeys(["sd", *neighbours]):
+    for name in dict.fromkeys([REFERENCE, *neighbours]):
         chosen = with_values(base, method=name, max_new_tokens=NEIGHBOUR_TOKENS * plan.max_new_tokens)
         lookup(name).check(pair, chosen)  # a method this backend cannot run is refused before anything is timed
         settings[name] = chosen
-    reference = ("sd", 0)  # beside another SD lane: no allowance changes it
-    keys = [reference, *((name, allowance) for name in settings if name != "sd" for allowance in allowances)]
+    reference = (REFERENCE, 0)  # beside another SD lane: no allowance changes it
+    keys = [reference, *((name, allowance) for name in settings if name != REFERENCE for allowance in allowances)]
     print(f"bench: {pair.describe()}")
     print(
         f"an SD lane (k={plan.ks[0]}, greedy, {plan.max_new_tokens} new tokens) in a batch beside one generation of each "
@@ -478,11 +483,11 @@ def run_batched_benchmark(pair: ModelPair, batch_sizes: list[int], max_new_token
     The B rows are the built-in prompts in turn. At each B the four methods run back to back in an
     order that rotates with B, so drifts of a shared machine's speed spread over them.
     """
-    sd = DecodeSettings(method="sd", k=k, tau_h=tau_h, max_new_tokens=max_new_tokens)
+    sd = DecodeSettings(method=REFERENCE, k=k, tau_h=tau_h, max_new_tokens=max_new_tokens)
     methods = {
-        "target-only": lambda prompts: _batch(pair, prompts, replace(sd, method="target")),
+        "target-only": lambda prompts: _batch(pair, prompts, replace(sd, method=SPEED_REFERENCE)),
         f"SD (k={k})": lambda prompts: _batch(pair, prompts, sd),
-        f"EASD (k={k}, τ_H={tau_h:g})": lambda prompts: _batch(pair, prompts, replace(sd, method="easd")),
+        f"EASD (k={k}, τ_H={tau_h:g})": lambda prompts: _batch(pair, prompts, replace(sd, method=PROPOSED)),
     }
     if pair.backend == "transformers":  # its own batched generate is the reference (llama-cpp-python has none)
         methods = {"transformers generate": lambda prompts: _generate_batched(pair, prompts, max_new_tokens)} | methods

@@ -18,6 +18,8 @@ import plotly.graph_objects as go
 from tqdm import tqdm
 
 from ..method.generation import Generation
+from ..method.methods.draft import DRAFT
+from ..method.methods.sd import SD
 from ..method.pair import ModelPair
 from ..method.settings import DecodeSettings
 from ..method.step import Batch
@@ -58,7 +60,7 @@ def collect_entropies(
     rows = [
         (model, Generation(pair, problem.prompt, replace(greedy, method=method), system=problem.system))
         for problem in problems
-        for model, method in (("target", "sd"), ("draft", "draft"))
+        for model, method in (("target", SD.name), ("draft", DRAFT.name))
     ]
     entropies = {"target": [], "draft": []}
     with tqdm(total=len(rows), desc="calibrating", unit="run", disable=not progress) as bar:

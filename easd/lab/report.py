@@ -13,6 +13,7 @@ from plotly.subplots import make_subplots
 
 from ..errors import EasdError
 from ..method.methods import METHODS
+from ..method.references import PROPOSED, REFERENCE, SPEED_REFERENCE
 from ..render.grid import grid_figures
 from .evaluate import GRIDS
 from .problems import GRADERS, is_correct, same_answer
@@ -142,9 +143,9 @@ def paired_table(results: pd.DataFrame) -> pd.DataFrame:
     SD and against target-only, on the (problem, sample) pairs both ran: EASD, MTI and RSD, and the siblings that
     change no token on purpose (SMC-SD, SpecGuard, draft-only, beam search), whose accuracy is compared all the same."""
     methods = list(dict.fromkeys(results["method"]))
-    references = [m for m in ("sd", "target") if m in methods]
+    references = [m for m in (REFERENCE, SPEED_REFERENCE) if m in methods]
     rows = []
-    for a in [m for m in methods if _method_of(m) is not None and m not in ("sd", "target")]:
+    for a in [m for m in methods if _method_of(m) is not None and m not in (REFERENCE, SPEED_REFERENCE)]:
         for b in references:
             rows.append(paired_row(results, a, b))
     return pd.DataFrame(
@@ -326,7 +327,7 @@ def _table_row(label: str, accuracy: dict, summaries: dict, rows: dict, against:
 
 
 def _against_target(paired: pd.DataFrame, method: str) -> str:
-    row = paired[(paired["a"] == method) & (paired["b"] == "target")]
+    row = paired[(paired["a"] == method) & (paired["b"] == SPEED_REFERENCE)]
     if not len(row):
         return "—"
     r = row.iloc[0]
@@ -406,7 +407,7 @@ def write_sweep(out: Path, format: str) -> pd.DataFrame:
     results = load_results(out / "results.csv")
     summary = summary_table(results, format, grader_of(out))
     method, columns = next(
-        ((m, c) for m, c in GRIDS.items() if summary["method"].str.startswith(f"{m}@").any()), ("easd", GRIDS["easd"])
+        ((m, c) for m, c in GRIDS.items() if summary["method"].str.startswith(f"{m}@").any()), (PROPOSED, GRIDS[PROPOSED])
     )
     cells = summary[summary["method"].str.startswith(f"{method}@")].copy()
     labelled = cells["method"].str.removeprefix(f"{method}@").str.split("/", expand=True)
@@ -417,7 +418,9 @@ def write_sweep(out: Path, format: str) -> pd.DataFrame:
     cells = cells[kept].sort_values(list(columns[::-1]))
     cells.to_csv(out / "sweep.csv", index=False, float_format="%.4f")
     references = {
-        m: summary.loc[summary["method"] == m, "accuracy"].iloc[0] for m in ("sd", "target") if m in set(summary["method"])
+        m: summary.loc[summary["method"] == m, "accuracy"].iloc[0]
+        for m in (REFERENCE, SPEED_REFERENCE)
+        if m in set(summary["method"])
     }
     title = METHODS[method].title
     write_html(out / "sweep.html", f"{title} threshold sweep", grid_figures(cells, title, columns, references))

@@ -37,6 +37,7 @@ from pathlib import Path
 from ..errors import EasdError, SettingsError, shown
 from ..files import temporary_path, writable_folder, write_text_whole
 from ..method.methods import METHODS
+from ..method.references import REFERENCE, SPEED_REFERENCE
 from .evaluate import trace_name, trace_path
 from .results_table import ResultsFile, _as_run, check_config, read_config, read_rows, unreadable
 from .study.findings import grid_cells
@@ -387,10 +388,10 @@ def planned(shard: ShardFolder) -> Planned:
         return Planned(labels, frozenset(labels), tuple(map(str, range(config["samples"]))), shard.plan["problems"])
     study, method = config["study"], METHODS[config["study"]["method"]]
     gridded = frozenset(p for p in study["whole"]["grid_problems"] if owner(p, shard.count) == shard.index)
-    on: dict[str, frozenset[str] | None] = {"sd": None, method.name: None, "target": None}
+    on: dict[str, frozenset[str] | None] = {REFERENCE: None, method.name: None, SPEED_REFERENCE: None}
     on |= {label: gridded for _, label in grid_cells(config, method) if label != method.name}
     everywhere = study["target_runs"] == "all" or config["settings"]["temperature"] != 0
-    needed = frozenset(on) - (set() if everywhere else {"target"})
+    needed = frozenset(on) - (set() if everywhere else {SPEED_REFERENCE})
     return Planned(on, needed, tuple(map(str, range(config["samples"]))), study["problems"])
 
 
@@ -401,7 +402,7 @@ def timed(shard: ShardFolder) -> Planned:
         return Planned({}, frozenset(), (), None)
     study = shard.config["study"]
     problems = frozenset(study["whole"]["speed_problems"] if shard.index == 1 else ())
-    on = {method: problems for method in ("target", "sd", study["method"])}
+    on = {method: problems for method in (SPEED_REFERENCE, REFERENCE, study["method"])}
     return Planned(on, frozenset(on), tuple(map(str, range(study["speed_repeats"]))), None)
 
 
@@ -535,7 +536,7 @@ def _into_place(build: Path, out: Path) -> None:
 def target_note(study: dict) -> str | None:
     """What a merged greedy study lacks where SD's texts cannot stand for the target's (easd.lab.study's phase 4): the
     shards that timed nothing left target-only to the merge, which found it unproven."""
-    if any(row["method"] == "target" for row in study["accuracy"]):
+    if any(row["method"] == SPEED_REFERENCE for row in study["accuracy"]):
         return None
     return (
         f"note: no target-only accuracy ({study['target']['why']}), so target-only must run on every problem: rerun "

@@ -22,6 +22,7 @@ from tqdm import tqdm
 from ..errors import EasdError, SettingsError
 from ..files import file_stem, readable, write_text_whole
 from ..method.compare import first_difference
+from ..method.references import REFERENCE
 from ..render import site
 from ..render.html import Html, tag
 from ..traces import files as trace_io
@@ -241,7 +242,7 @@ def _study(source: Source, site_dir: Path, slug: str, progress: bool):
 
     study = analyse(source.path)
     results = load_results(source.path / "results.csv")
-    parted = _parted(results, "sd", study["method"]["name"])
+    parted = _parted(results, REFERENCE, study["method"]["name"])
     runs = {}
     for problem in (found["problem_id"] for found in study["differences"]):
         if problem in parted and (href := _pair_page(source.path, site_dir, slug, *parted[problem])):

@@ -28,6 +28,7 @@ from pathlib import Path
 from ..errors import EasdError, SettingsError
 from ..method.generation import Generation
 from ..method.pair import ModelPair
+from ..method.references import PROPOSED, REFERENCE, SPEED_REFERENCE
 from ..method.settings import DecodeSettings
 from ..method.spec_metrics import refused
 from ..method.trace import Trace
@@ -109,9 +110,9 @@ def _question(number: int, row: dict | str, path: Path, flag: str) -> Question:
 
 def methods_for(k: int, tau_hs: list[float], max_new_tokens: int) -> list[Variant]:
     """Target-only, SD, and EASD at each τ_H; all greedy, as Spec-Bench measures."""
-    sd = DecodeSettings(method="sd", k=k, max_new_tokens=max_new_tokens, temperature=0.0)
-    easd = [Variant(f"easd-k{k}-tau{tau_h:g}", replace(sd, method="easd", tau_h=tau_h)) for tau_h in tau_hs]
-    return [Variant(BASELINE, replace(sd, method="target")), Variant(f"sd-k{k}", sd), *easd]
+    sd = DecodeSettings(method=REFERENCE, k=k, max_new_tokens=max_new_tokens, temperature=0.0)
+    easd = [Variant(f"easd-k{k}-tau{tau_h:g}", replace(sd, method=PROPOSED, tau_h=tau_h)) for tau_h in tau_hs]
+    return [Variant(BASELINE, replace(sd, method=SPEED_REFERENCE)), Variant(f"sd-k{k}", sd), *easd]
 
 
 def decode_turn(pair: ModelPair, prompt: str, settings: DecodeSettings) -> Trace:

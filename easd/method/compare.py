@@ -17,6 +17,7 @@ from .judging import Block
 from .methods import METHODS
 from .methods.relaxing import Relaxing
 from .pair import ModelPair
+from .references import PROPOSED, REFERENCE
 from .settings import DecodeSettings
 from .spec_metrics import SpecMetrics
 from .step import Batch
@@ -24,7 +25,7 @@ from .summary import intervened
 from .trace import TokenRecord, Trace
 
 LANES = ("left", "right")
-DEFAULT_METHODS = {"left": "sd", "right": "easd"}  # the comparison the app opens with: EASD's one line against SD
+DEFAULT_METHODS = {"left": REFERENCE, "right": PROPOSED}  # the comparison the app opens with: EASD's one line against SD
 
 
 @dataclass
@@ -110,7 +111,7 @@ def whatif_method(traces: dict[str, Trace | None]) -> str:
 def reads_as(methods: list[str]) -> str:
     """The method the what-if reads SD's run as beside lanes running `methods`: a relaxed rule where one runs (which
     drafts SD refused would it keep?), else EASD's rule at the sliders' settings (which drafts SD kept would it refuse?)."""
-    return next((name for name in methods if isinstance(METHODS.get(name), Relaxing)), "easd")
+    return next((name for name in methods if isinstance(METHODS.get(name), Relaxing)), PROPOSED)
 
 
 def brief(traces: dict[str, Trace]) -> dict:

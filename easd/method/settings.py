@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import SettingsError
 from . import knobs
 from .knobs import Control, knob
+from .references import PROPOSED
 
 SIGNALS = ("float32", "model")
 ENTROPIES = ("temperature-1", "sampling")
@@ -33,7 +34,7 @@ PAGE_TOKENS = 128  # the page's default, and its slider's end unless the operato
 
 @dataclass(frozen=True)
 class DecodeSettings:
-    method: str = knob("easd", "the decoding method: a name in the methods' table (python -m easd methods)")
+    method: str = knob(PROPOSED, "the decoding method: a name in the methods' table (python -m easd methods)")
     tau_h: float = knob(
         1.0,
         "entropy threshold τ_H in nats: EASD refuses a drafted token only where both models' entropies reach it",

@@ -22,6 +22,7 @@ from .acceptance import fragile_decisions, rule_fires
 from .methods import METHODS, settings_values, with_values
 from .methods.relaxing import BAR_TOP, Relaxing
 from .origins import DRAFT_ACCEPTED
+from .references import PROPOSED
 from .settings import DecodeSettings, overlap_needed
 from .trace import TokenRecord, Trace
 
@@ -51,10 +52,10 @@ class RuleView:
     relaxed_delta: float = DEFAULT_VALUES["relaxed_delta"]
     relaxed_ratio: float = DEFAULT_VALUES["relaxed_ratio"]
     relaxed_top: int = DEFAULT_VALUES["relaxed_top"]
-    reads_as: str = "easd"  # the method the what-if asks: EASD, or a relaxed rule (the other lane's: easd.method.compare)
+    reads_as: str = PROPOSED  # the method the what-if asks: EASD, or a relaxed rule (the other lane's: easd.method.compare)
 
     @classmethod
-    def of(cls, settings: DecodeSettings, reads_as: str = "easd") -> RuleView:
+    def of(cls, settings: DecodeSettings, reads_as: str = PROPOSED) -> RuleView:
         """The settings a run used (a loaded trace's), to re-read it as it ran."""
         values = settings_values(settings)
         return cls(**{name: values[name] for name in (*EASD_FIELDS, *RELAXED_FIELDS)}, reads_as=reads_as)

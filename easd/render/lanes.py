@@ -15,6 +15,7 @@ import numpy as np
 from ..method.compare import reads_as, shows_rule
 from ..method.methods import METHODS, origins
 from ..method.origins import ALONE
+from ..method.references import PROPOSED
 from ..method.spec_metrics import refused
 from ..method.trace import TokenRecord, Trace
 from ..method.whatif import Marks
@@ -63,7 +64,7 @@ def legend_html(methods: Iterable[str]) -> Html:
     items.append(tag("span", "fork› first difference", class_="tok fork-mark"))
     names = [method.name for method in shown]
     if any(shows_rule(name) for name in names):
-        kept = reads_as(names) != "easd"
+        kept = reads_as(names) != PROPOSED
         items.append(
             tag("span", "draft would be kept (what-if)", class_="tok whatif-kept")
             if kept

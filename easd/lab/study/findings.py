@@ -11,6 +11,7 @@ import pandas as pd
 
 from ...errors import EasdError
 from ...method.methods import METHODS, Method, knobs, lookup, make_settings, own_knobs
+from ...method.references import REFERENCE, SPEED_REFERENCE
 from ..evaluate import grid_label
 from ..protocol import Protocol
 from ..report import grader_of, graders_compared, paired_row, summary_table
@@ -39,7 +40,7 @@ def analyse(out: Path, app_url: str = "http://127.0.0.1:7860/", effect: float = 
     name = method.name
     results, speed = results_of(out), results_of(out / "speed")
     proof = target_proof(pd.concat([results, speed]), float(config["settings"]["temperature"]) == 0)
-    runs = {m: traces_of(out, results, m) for m in ("sd", name)}  # each trace file read once
+    runs = {m: traces_of(out, results, m) for m in (REFERENCE, name)}  # each trace file read once
     timed = _speed(speed, results, name)
     paired = _paired(results, name)
     study = {
@@ -55,9 +56,11 @@ def analyse(out: Path, app_url: str = "http://127.0.0.1:7860/", effect: float = 
         "grid": _grid(results, config, method),
         "interventions": where_it_intervenes(runs[name], method) if method.intervenes else None,
         "differences": differences(out, results, runs, app_url, name),
-        "graders": graders_compared(results[results["method"].isin(("target", "sd", name))], config["format"], grader_of(out)),
+        "graders": graders_compared(
+            results[results["method"].isin((SPEED_REFERENCE, REFERENCE, name))], config["format"], grader_of(out)
+        ),
         # the paper's τ_H calibration, where the method's grid sweeps τ_H (EASD's): it would pick one of them
-        "calibration": after_the_fact(runs["sd"]) if "tau_h" in method.grid else {},
+        "calibration": after_the_fact(runs[REFERENCE]) if "tau_h" in method.grid else {},
         "versions": versions(),
     }
     return {**study, "verdict": verdict(study), "power_lines": power_lines(study), "assumptions": assumptions(study)}
@@ -77,14 +80,14 @@ def described(method: Method) -> dict:
 
 def _accuracy(results: pd.DataFrame, proof: dict, name: str) -> list[dict]:
     rows = []
-    problems = results[results["method"] == "sd"]["problem_id"].nunique()
-    for method in ("target", "sd", name):
+    problems = results[results["method"] == REFERENCE]["problem_id"].nunique()
+    for method in (SPEED_REFERENCE, REFERENCE, name):
         group = results[results["method"] == method]
         source = "run"
-        if method == "target" and group["problem_id"].nunique() < problems:
+        if method == SPEED_REFERENCE and group["problem_id"].nunique() < problems:
             if not proof["equal"]:
                 continue  # still to run (the study's phase 3)
-            group, source = results[results["method"] == "sd"], "SD's texts"
+            group, source = results[results["method"] == REFERENCE], "SD's texts"
         correct, runs = int(group["correct"].sum()), len(group)
         accuracy, low, high = wilson(correct, runs)
         rows.append(
@@ -96,9 +99,9 @@ def _accuracy(results: pd.DataFrame, proof: dict, name: str) -> list[dict]:
 def _paired(results: pd.DataFrame, name: str) -> dict:
     """The method against SD on the same problems: the discordant counts, exact McNemar, a bootstrap interval, and
     how often the texts and the answers differ at all."""
-    row = paired_row(results, name, "sd")
+    row = paired_row(results, name, REFERENCE)
     key = ["problem_id", "sample"]
-    both = results[results["method"] == name].merge(results[results["method"] == "sd"], on=key, suffixes=("_a", "_sd"))
+    both = results[results["method"] == name].merge(results[results["method"] == REFERENCE], on=key, suffixes=("_a", "_sd"))
     row["texts_differ"] = int((both["text_a"] != both["text_sd"]).sum())
     row["answers_differ"] = int((both["prediction_a"].astype(str) != both["prediction_sd"].astype(str)).sum())
     return {
@@ -111,7 +114,7 @@ def _speed(speed: pd.DataFrame, results: pd.DataFrame, name: str) -> list[dict]:
     target-only as the median of each repetition's own (its rows ran in the same minutes); the acceptance figures over
     every problem (they do not depend on the clock)."""
     every = summary_table(results).set_index("method") if len(results) else pd.DataFrame()
-    methods = ("target", "sd", name)
+    methods = (SPEED_REFERENCE, REFERENCE, name)
     rates = _repetitions(speed, methods)
     rows = []
     for method in methods:
@@ -119,7 +122,7 @@ def _speed(speed: pd.DataFrame, results: pd.DataFrame, name: str) -> list[dict]:
             continue
         timed = speed[speed["method"] == method]
         rate = spread(rates[method])
-        speedups = [a / b for a, b in zip(rates[method], rates["target"])]
+        speedups = [a / b for a, b in zip(rates[method], rates[SPEED_REFERENCE])]
         ratio = spread(speedups) if speedups else None
         rows.append(
             {
@@ -218,7 +221,7 @@ def _grid(results: pd.DataFrame, config: dict, method: Method) -> dict:
             "accuracy": float(group["correct"].mean()) if len(group) else None,
             "interventions_per_1k": float(1000 * group["interventions"].sum() / tokens) if known else None,
         }
-    sd = rows[rows["method"] == "sd"]
+    sd = rows[rows["method"] == REFERENCE]
     known = knobs()
     return {
         "problems": len(gridded),

@@ -14,7 +14,9 @@ from ..._version import __version__
 from ...errors import EasdError, SettingsError
 from ...files import claim_folder
 from ...method.methods import METHODS, Method, settings_values
+from ...method.methods.easd import EASD
 from ...method.pair import ModelPair
+from ...method.references import REFERENCE, SPEED_REFERENCE
 from ...method.settings import DecodeSettings
 from ..evaluate import LocalRunner, Runner, Variant, WorkItem, grid_variants, run_evaluation
 from ..problems import Problem
@@ -25,7 +27,7 @@ SPEED_REPEATS = 3  # as bench's default: a median, and a range that shows a busy
 
 def studied() -> dict[str, Method]:
     """The methods a study compares with SD: every method of the shared batch but SD and target-only themselves."""
-    return {name: method for name, method in METHODS.items() if name not in ("sd", "target")}
+    return {name: method for name, method in METHODS.items() if name not in (REFERENCE, SPEED_REFERENCE)}
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ def run_study(decoder: ModelPair | Runner, plan: StudyPlan, out: Path, config: d
     actors, easd.lab.cluster)."""
     batched = LocalRunner(decoder, plan.batch_size) if isinstance(decoder, ModelPair) else decoder
     name, title = plan.method.name, plan.method.title
-    sd, it, target = (plan.variant(m) for m in ("sd", name, "target"))
+    sd, it, target = (plan.variant(m) for m in (REFERENCE, name, SPEED_REFERENCE))
     gridded, rest = plan.problems[: plan.grid_limit], plan.problems[plan.grid_limit :]
     timed = plan.timed
     # in this order so that a study stopped early already answers every question, on fewer problems
@@ -113,7 +115,7 @@ def run_study(decoder: ModelPair | Runner, plan: StudyPlan, out: Path, config: d
 
 # The speed phase's methods in the two orders it alternates ("method": the one compared with SD): EASD resumes SD's
 # run, so the method always runs right after it
-TURNS = (("target", "sd", "method"), ("sd", "method", "target"))
+TURNS = ((SPEED_REFERENCE, REFERENCE, "method"), (REFERENCE, "method", SPEED_REFERENCE))
 
 
 @dataclass
@@ -159,7 +161,7 @@ def read_study_config(out: Path, flag: str = "--out") -> dict | None:
         return None
     study = config["study"]
     if isinstance(study, dict) and "method" not in study and {"tau_hs", "tau_os"} <= set(study):
-        study["method"], study["grid"] = "easd", {"tau_h": study.pop("tau_hs"), "tau_o": study.pop("tau_os")}
+        study["method"], study["grid"] = EASD.name, {"tau_h": study.pop("tau_hs"), "tau_o": study.pop("tau_os")}
     check_config(out, config, STUDY_NEEDS, flag)
     if not isinstance(study["method"], str) or study["method"] not in METHODS:
         raise unreadable(out, f"its study.method {str(study['method'])[:40]!r} is not a method this program has", flag)
@@ -239,9 +241,12 @@ def check_plan(out: Path, was: dict, now: dict) -> None:
 def target_proof(rows: pd.DataFrame, greedy: bool) -> dict:
     """Whether target-only's texts equal SD's on every problem both ran (`rows`: the folder's and its speed/ results),
     greedy: then SD's rows are the target's."""
-    texts = {m: rows[rows["method"] == m].drop_duplicates("problem_id").set_index("problem_id")["text"] for m in ("target", "sd")}
-    both = texts["target"].index.intersection(texts["sd"].index)
-    equal = int((texts["target"][both] == texts["sd"][both]).sum())
+    texts = {
+        m: rows[rows["method"] == m].drop_duplicates("problem_id").set_index("problem_id")["text"]
+        for m in (SPEED_REFERENCE, REFERENCE)
+    }
+    both = texts[SPEED_REFERENCE].index.intersection(texts[REFERENCE].index)
+    equal = int((texts[SPEED_REFERENCE][both] == texts[REFERENCE][both]).sum())
     if not greedy:
         why = "sampled: the target's text is not SD's"
     else:

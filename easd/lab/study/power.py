@@ -3,6 +3,7 @@ would need (McNemar's test, Connor's approximation), as figures and in the repor
 
 from __future__ import annotations
 
+from ...method.references import SPEED_REFERENCE
 from ..stats import detectable_difference, mcnemar_problems
 from .plan import counted
 
@@ -16,7 +17,7 @@ def power(paired: dict, speed: list[dict], effect: float) -> dict:
     what those problems cost on this machine, at the speed the study timed (SD and the method, one row at a time)."""
     pairs = paired.get("pairs") or 0
     discordant = (paired["only_a"] + paired["only_b"]) / pairs if pairs else 0.0
-    seconds = [row["seconds_per_problem"] for row in speed if row["method"] != "target"]
+    seconds = [row["seconds_per_problem"] for row in speed if row["method"] != SPEED_REFERENCE]
     per_problem = sum(seconds) if len(seconds) == 2 and all(seconds) else None  # SD and the method both timed
     needed = mcnemar_problems(discordant, effect / 100)
     return {

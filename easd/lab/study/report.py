@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from ...files import file_stem, write_text_whole
+from ...method.references import REFERENCE
 from ...traces import files as trace_io
 from ..evaluate import trace_path
 from .plan import counted
@@ -22,7 +23,7 @@ def write_differences(out: Path, found: list[dict], name: str) -> None:
         old.unlink()
     for difference in found:
         problem = difference["problem_id"]
-        paths = [trace_path(out / "traces", {"problem_id": problem, "method": m, "sample": 0}) for m in ("sd", name)]
+        paths = [trace_path(out / "traces", {"problem_id": problem, "method": m, "sample": 0}) for m in (REFERENCE, name)]
         if difference["file"] and all(path.exists() for path in paths):
             left, right = (trace_io.read_json(path, capped=False)[0] for path in paths)
             page = comparison_file({"left": left, "right": right})

@@ -13,6 +13,7 @@ import pandas as pd
 from ...files import file_stem
 from ...method.compare import first_difference
 from ...method.methods import Method
+from ...method.references import REFERENCE
 from ...traces import files as trace_io
 from ..calibrate import nearest_candidate, top_share_mean
 from ..evaluate import trace_path
@@ -95,14 +96,14 @@ def differences(out: Path, results: pd.DataFrame, runs: dict[str, dict], app_url
     where the runs part, a link that opens the two runs there in the app (`python app.py --eval-dir FOLDER`), and the
     one-file export."""
     rows = results[results["sample"] == 0]
-    answers = {m: rows[rows["method"] == m].set_index("problem_id") for m in ("sd", name)}
+    answers = {m: rows[rows["method"] == m].set_index("problem_id") for m in (REFERENCE, name)}
     found = []
-    for problem in answers[name].index.intersection(answers["sd"].index):
-        a, b = answers["sd"].loc[problem], answers[name].loc[problem]
+    for problem in answers[name].index.intersection(answers[REFERENCE].index):
+        a, b = answers[REFERENCE].loc[problem], answers[name].loc[problem]
         if str(a["prediction"]) == str(b["prediction"]):
             continue
-        token = first_difference(runs["sd"].get(problem), runs[name].get(problem))
-        query = {"eval": out.resolve().name, "problem": problem, "sample": 0, "left": "sd", "right": name, "lane": "right"}
+        token = first_difference(runs[REFERENCE].get(problem), runs[name].get(problem))
+        query = {"eval": out.resolve().name, "problem": problem, "sample": 0, "left": REFERENCE, "right": name, "lane": "right"}
         found.append(
             {
                 "problem_id": str(problem),
