@@ -249,3 +249,23 @@ def test_bench_beside_times_an_sd_lane_beside_each_neighbour_at_each_allowance(c
     assert list(rows) == ["SD beside SD", "SD beside SMC-SD", "SD beside SMC-SD, allowance 2"]
     assert rows["SD beside SD"][4] == "1.00×" and float(rows["SD beside SMC-SD"][-3]) == 5.0
     assert 1.0 < float(rows["SD beside SMC-SD, allowance 2"][-3]) < 5.0
+
+
+def test_tau_h_reads_the_same_in_every_commands_help(capsys):
+    """Issue 71: one declaration (easd.method.knobs) gives τ_H's every flag, a value (generate), a value or a
+    calibration (eval, study, acceptance), a row each (bench), the grid's points (study, sweep): each help says what it
+    is and what a value must be in the same words."""
+    import re
+
+    from easd.method.methods import knobs
+
+    knob, seen = knobs()["tau_h"], {}
+    for command in ("generate", "eval", "study", "acceptance", "bench", "sweep"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        seen[command] = re.findall(r"--tau-hs? TAU_HS? (.*?)(?= --|$)", text)
+        assert seen[command], command
+        for help in seen[command]:
+            assert help.startswith(knob.help) and knob.describe() in help and "(default: None)" not in help, (command, help)
+    assert len({help for helps in seen.values() for help in helps}) >= 4  # the shapes differ in what they add, only

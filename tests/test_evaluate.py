@@ -584,6 +584,9 @@ def test_a_folder_made_before_a_setting_existed_resumes_at_its_default(tmp_path)
         ("sweep --tau-os 0.4,0.40", "--tau-os: '0.4' and '0.40' are one value"),
         ("sweep --grid mti --mti-taus 1,1", "--mti-taus: '1' is given twice"),
         ("sweep --grid mti --mti-omegas 2,2.0", "--mti-omegas: '2' and '2.0' are one value"),
+        # issue 71: a grid's values in their setting's range, as its one-value flag checks it (τ_H −1 ran before)
+        ("sweep --tau-hs 1,-1", "--tau-hs: must be a number of nats ≥ 0 (got -1.0)"),
+        ("study --tau-os 0.4,1.5", "--tau-os: must be a number in [0, 1] (got 1.5)"),
     ],
 )
 def test_a_value_given_twice_in_a_list_is_refused_naming_its_flag(data, tmp_path, capsys, command, message):

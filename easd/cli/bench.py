@@ -11,7 +11,7 @@ from ..method.methods import METHODS, knobs, own_knobs, settings_values, with_va
 from ..method.references import REFERENCE
 from ..method.settings import DecodeSettings
 from ..serving.worker import ROW_ALLOWANCE
-from .flags import add_decode_flags, add_model_flags, load_models, numbers, runtime_of, whole_numbers
+from .flags import add_decode_flags, add_model_flags, load_models, numbers, runtime_of, setting_help, whole_numbers
 
 TIMED_TOKENS = 64  # new tokens per prompt, by default, in the timed comparison
 LONG_TOKENS = 128  # … and per row with --batch-sizes, per question with --suite (as before the comparison was repeated)
@@ -40,7 +40,7 @@ def add(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             "--" + setting.replace("_", "-"),
             default=_default(setting),
-            help=f"{knobs()[setting].help}; several (comma-separated) give a {owners} row each",
+            help=setting_help(setting, f"a row each of {owners}"),
         )
     # every method's other settings at one value for all its rows, as `generate` takes them (--specguard-grounding
     # none runs SpecGuard on llama.cpp, --smc-final sample, …)

@@ -87,6 +87,16 @@ def load_models(args: argparse.Namespace):
 # --- decoding -----------------------------------------------------------------------------------
 
 
+def setting_help(name: str, values: str = "") -> str:
+    """A setting's help, read the same on every command that takes it, in whatever shape: what it is and what a value
+    must be, from its one declaration (easd.method.knobs); `values`, for a flag of several comma-separated values, says
+    what each gives ("a row each of EASD", "the grid's (--grid easd)"), and the range is then each value's."""
+    knob = knobs()[name]
+    if not values:
+        return f"{knob.help} ({knob.describe()})"
+    return f"{knob.help}; several, comma-separated, give {values} (each {knob.describe()})"
+
+
 def add_decode_flags(
     parser: argparse.ArgumentParser,
     max_new_tokens: int | None = None,
@@ -121,7 +131,7 @@ def add_decode_flags(
             group.add_argument(flag, type=line_breaks, default=default.replace("\n", "\\n"), help=knob.help)
         else:
             kind = int if knob.kind == "int" else float
-            group.add_argument(flag, type=kind, default=default, help=f"{knob.help} ({knob.describe()})")
+            group.add_argument(flag, type=kind, default=default, help=setting_help(name))
 
 
 def add_grid_flags(parser, methods, chooser: str = "--grid") -> None:
@@ -132,7 +142,7 @@ def add_grid_flags(parser, methods, chooser: str = "--grid") -> None:
     for setting in dict.fromkeys(name for method in methods for name in method.grid):
         knob, whose = known[setting], ", ".join(f"{chooser} {m.name}" for m in methods if setting in m.grid)
         default = ",".join(f"{value:g}" for value in knob.sweep) or None
-        help = f"{knob.label or setting} values of the grid ({whose}), comma-separated"
+        help = setting_help(setting, f"the grid's points ({whose})")
         help += "" if default else f"; default: --{setting.replace('_', '-')}'s one value"
         parser.add_argument(grid_flag(setting), default=default, help=help)
 
@@ -146,8 +156,11 @@ def grid_of(args: argparse.Namespace, method, base: DecodeSettings) -> dict[str,
     """The values of each setting `method`'s grid sweeps, as its flags give them (SettingsError naming the flag)."""
     grid = {}
     for setting in method.grid:
-        text = getattr(args, grid_flag(setting)[2:].replace("-", "_"))
-        grid[setting] = numbers(grid_flag(setting), text) if text is not None else [settings_values(base)[setting]]
+        flag = grid_flag(setting)
+        text = getattr(args, flag[2:].replace("-", "_"))
+        grid[setting] = numbers(flag, text) if text is not None else [settings_values(base)[setting]]
+        for value in grid[setting]:  # each in the setting's own range, as its one-value flag checks it
+            knobs()[setting].check(flag, int(value) if knobs()[setting].kind == "int" and value == int(value) else value)
     return grid
 
 
@@ -155,7 +168,9 @@ def add_tau_h_flags(parser: argparse.ArgumentParser) -> None:
     """--tau-h or --calibration: EASD's entropy threshold, given or calibrated, so that a folder records which."""
     group = parser.add_argument_group("τ_H")
     default = DecodeSettings().tau_h
-    group.add_argument("--tau-h", type=float, help=f"{knobs()['tau_h'].help} (default: --calibration's, else {default:g})")
+    # "%(default).0s" prints nothing: it only keeps argparse from adding "(default: None)" after the true default
+    calibrated = f"{setting_help('tau_h')}; default: --calibration's, else {default:g}%(default).0s"
+    group.add_argument("--tau-h", type=float, help=calibrated)
     group.add_argument(
         "--calibration", type=Path, help="a calibration.json from `python -m easd calibrate`: τ_H is its target's value"
     )
