@@ -159,8 +159,8 @@ def _report(out: Path, data_format: str, grader: str) -> None:
 def shard_plan(args: argparse.Namespace, chosen: list, variants: list, shard: tuple[int, int]) -> tuple[list, dict]:
     """The problems of shard I of N (those whose id hashes to I), and what its run.json records for `eval merge`: its
     methods, its problems and the whole plan's, the data and model files by their hashes, and the versions."""
+    from ..lab.results_table import versions
     from ..lab.shards import owner, recorded_files
-    from ..lab.study.plan import versions
 
     index, count = shard
     mine = [p for p in chosen if owner(p.id, count) == index]

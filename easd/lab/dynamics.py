@@ -37,10 +37,9 @@ from ..method.settings import DecodeSettings
 from ..method.spec_metrics import SpecMetrics, verified_drafts
 from ..method.trace import Trace
 from ..traces import files as trace_io
-from .results_table import check_config, read_config
+from .results_table import check_config, read_config, versions
 from .specbench import Question, decode_turns
 from .stats import cluster_bootstrap, spearman
-from .study.plan import versions
 
 # The seed study's four domains, each from the Spec-Bench categories that ask for that kind of work. MT-bench's
 # coding, math and reasoning questions are code, mathematics and logic puzzles; math_reasoning is GSM8K; writing and

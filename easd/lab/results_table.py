@@ -10,11 +10,13 @@ import csv
 import io
 import json
 import os
+import platform
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from .._version import __version__
 from ..errors import EasdError
 from ..files import read_bytes, read_json, temporary_path, utf8_text, write_text_whole
 
@@ -278,3 +280,15 @@ def prepare_folder(out: Path, config: dict, resume: bool) -> ResultsFile:
     check_folder(out, config, resume)
     write_text_whole(out / "run.json", json.dumps(config, indent=1, ensure_ascii=False))
     return ResultsFile(out)
+
+
+def versions() -> dict:
+    """What a reader needs to rerun a run (an eval's, a study's, an acceptance study's): our version and the libraries
+    that decode."""
+    found = {"easd-lab": __version__, "python": platform.python_version(), "machine": platform.platform()}
+    for module in ("torch", "transformers", "llama_cpp"):
+        try:
+            found[module] = __import__(module).__version__
+        except Exception:  # not installed: the study ran without it
+            pass
+    return found

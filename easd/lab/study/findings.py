@@ -15,8 +15,9 @@ from ...method.references import REFERENCE, SPEED_REFERENCE
 from ..evaluate import grid_label
 from ..protocol import Protocol
 from ..report import grader_of, graders_compared, paired_row, summary_table
+from ..results_table import versions
 from ..stats import spread, wilson
-from .plan import counted, read_study_config, results_of, target_proof, versions
+from .plan import counted, read_study_config, results_of, target_proof
 from .power import power, power_lines, power_words
 from .where import after_the_fact, differences, traces_of, where_it_intervenes
 

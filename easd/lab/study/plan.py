@@ -3,14 +3,12 @@
 
 from __future__ import annotations
 
-import platform
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 
-from ..._version import __version__
 from ...errors import EasdError, SettingsError
 from ...files import claim_folder
 from ...method.methods import METHODS, Method, settings_values
@@ -268,17 +266,6 @@ def results_of(folder: Path) -> pd.DataFrame:
     if not path.exists():
         return pd.DataFrame(columns=RESULT_COLUMNS)
     return load_results(path).sort_values(["problem_id", "sample"], kind="stable", ignore_index=True)
-
-
-def versions() -> dict:
-    """What a reader needs to rerun the study: our version and the libraries that decode."""
-    found = {"easd-lab": __version__, "python": platform.python_version(), "machine": platform.platform()}
-    for module in ("torch", "transformers", "llama_cpp"):
-        try:
-            found[module] = __import__(module).__version__
-        except Exception:  # not installed: the study ran without it
-            pass
-    return found
 
 
 def counted(n: int, noun: str) -> str:
