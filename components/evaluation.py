@@ -12,9 +12,9 @@ import gradio as gr
 import pandas as pd
 
 from easd.errors import EasdError, shown
-from easd.lab import report
-from easd.lab.evaluate import trace_path
-from easd.lab.results_table import load_results
+from easd.lab.reports import report
+from easd.lab.runs.evaluate import trace_path
+from easd.lab.runs.results_table import load_results
 from easd.method.compare import DEFAULT_METHODS, LANES
 from easd.method.trace import Trace
 from easd.render.figures import empty_figure

@@ -15,7 +15,7 @@ Three kinds of answer are graded by both, each against its grader's own reading 
   gold      the data's gold answer written as a model would, "The answer is \\boxed{GOLD}."
   solution  the data's worked solution, where it has one: its last \\boxed{} (or, for GSM8K, its "#### N")
   model     each text of the eval folders' results.csv (their problems must come from the same --data)
-`--grader qwen25-math` compares our rewrite of the harness's rules (easd.lab.qwen25_math) instead of our own grader.
+`--grader qwen25-math` compares our rewrite of the harness's rules (easd.lab.grading.qwen25_math) instead of our own grader.
 It prints each kind's agreement and every disagreement: the two extracted answers, the two verdicts.
 """
 
@@ -29,8 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from easd.lab.problems import GRADERS, extract_answer, is_correct, load_problems, read_records  # noqa: E402
-from easd.lab.results_table import load_results  # noqa: E402
+from easd.lab.grading.problems import GRADERS, extract_answer, is_correct, load_problems, read_records
+from easd.lab.runs.results_table import load_results
 
 HARNESS = """
 import json, sys

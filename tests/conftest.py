@@ -84,9 +84,9 @@ def eval_folder(tmp_path_factory, hf_tiny_pair):
     """A small `easd eval` output (tiny pair, 3 problems, SD and EASD, with their traces) for the Evaluation tab."""
     import json
 
-    from easd.lab.evaluate import LocalRunner, parse_methods, run_evaluation
-    from easd.lab.problems import load_problems
-    from easd.lab.report import write_reports
+    from easd.lab.grading.problems import load_problems
+    from easd.lab.reports.report import write_reports
+    from easd.lab.runs.evaluate import LocalRunner, parse_methods, run_evaluation
 
     folder = tmp_path_factory.mktemp("eval")
     rows = [{"question": f"<b>Q{i}</b>: {i} + 2?", "answer": f"#### {i + 2}"} for i in range(3)]

@@ -10,7 +10,7 @@ import pytest
 
 from components import evaluation
 from easd.errors import EasdError
-from easd.lab.results_table import load_results
+from easd.lab.runs.results_table import load_results
 
 
 @pytest.fixture(scope="module")

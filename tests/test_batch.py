@@ -176,7 +176,7 @@ def test_batch_size_below_one_is_refused(tiny_pair):
 
 
 def test_a_system_prompt_is_the_chat_templates_system_turn_and_the_trace_keeps_it(tiny_pair):
-    """The Qwen2.5-Math evaluation's prompt style asks under a system prompt (easd.lab.problems)."""
+    """The Qwen2.5-Math evaluation's prompt style asks under a system prompt (easd.lab.grading.problems)."""
     system = "Please reason step by step, and put your final answer within \\boxed{}."
     turns = [{"role": "system", "content": system}, {"role": "user", "content": PROMPTS[0]}]
     ids = encode_prompt(tiny_pair, PROMPTS[0], True, system)

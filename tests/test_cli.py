@@ -221,7 +221,7 @@ def test_eval_batch_size_below_one_is_refused(capsys, tmp_path):
 
 def test_a_batch_larger_than_memory_is_refused_with_the_figures(tiny_pair):
     from easd.errors import SettingsError
-    from easd.lab.evaluate import check_batch_fits
+    from easd.lab.runs.evaluate import check_batch_fits
 
     check_batch_fits(tiny_pair, 16, 600)
     with pytest.raises(

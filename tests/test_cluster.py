@@ -18,8 +18,8 @@ import pytest
 
 from easd.cli import main
 from easd.errors import SettingsError
-from easd.lab.evaluate import LocalRunner, parse_methods, run_evaluation
-from easd.lab.problems import load_problems
+from easd.lab.grading.problems import load_problems
+from easd.lab.runs.evaluate import LocalRunner, parse_methods, run_evaluation
 from easd.method.settings import DecodeSettings
 from easd.pairs.tiny import load_tiny_pair
 
@@ -28,7 +28,7 @@ if os.environ.get("EASD_REQUIRE_CLUSTER") == "1":  # CI installs requirements-cl
 else:
     ray = pytest.importorskip("ray", reason="the Ray tests need the package 'ray': pip install -r requirements-cluster.txt")
 
-from easd.lab.cluster import RUNTIME_ENV, ClusterSettings, plan, ray_runner  # noqa: E402
+from easd.lab.runs.cluster import RUNTIME_ENV, ClusterSettings, plan, ray_runner
 
 pytestmark = pytest.mark.slow  # a real Ray cluster: an actor killed mid-run, Ctrl-C and --resume, nothing lost or twice
 

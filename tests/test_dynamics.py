@@ -19,9 +19,9 @@ from test_app_browser import CHROMEDRIVER, CHROMIUM
 from test_spec_metrics import hand_made
 
 from easd.cli import main
-from easd.lab.dynamics import DOMAINS, observations, question_file, read_answers, round_robin
-from easd.lab.specbench import load_questions
-from easd.lab.stats import average_ranks, cluster_bootstrap, spearman
+from easd.lab.acceptance.dynamics import DOMAINS, observations, question_file, read_answers, round_robin
+from easd.lab.reports.stats import average_ranks, cluster_bootstrap, spearman
+from easd.lab.speed.specbench import load_questions
 from easd.method.methods import settings_values
 from easd.method.settings import DecodeSettings
 from easd.method.spec_metrics import SpecMetrics

@@ -15,19 +15,9 @@ import pytest
 
 from easd.cli import main
 from easd.errors import EasdError, SettingsError
-from easd.lab.calibrate import nearest_candidate, top_share_mean
-from easd.lab.evaluate import (
-    LocalRunner,
-    WorkItem,
-    decode_items,
-    grid_variants,
-    parse_methods,
-    pending_work,
-    run_evaluation,
-    trace_name,
-)
-from easd.lab.problems import is_correct, load_problems
-from easd.lab.report import (
+from easd.lab.acceptance.calibrate import nearest_candidate, top_share_mean
+from easd.lab.grading.problems import is_correct, load_problems
+from easd.lab.reports.report import (
     SUMMARY_COLUMNS,
     accuracy_figure,
     paired_figure,
@@ -38,7 +28,17 @@ from easd.lab.report import (
     write_reports,
     write_sweep,
 )
-from easd.lab.results_table import RESULT_COLUMNS, load_results
+from easd.lab.runs.evaluate import (
+    LocalRunner,
+    WorkItem,
+    decode_items,
+    grid_variants,
+    parse_methods,
+    pending_work,
+    run_evaluation,
+    trace_name,
+)
+from easd.lab.runs.results_table import RESULT_COLUMNS, load_results
 from easd.method.methods import METHODS, make_settings
 from easd.method.settings import DecodeSettings
 from easd.method.summary import summarize
@@ -562,7 +562,7 @@ def test_a_folder_made_before_a_setting_existed_resumes_at_its_default(tmp_path)
     """run.json written before `entropy` was a setting: resuming it at the default is the same run; otherwise not."""
     from dataclasses import replace
 
-    from easd.lab.results_table import prepare_folder
+    from easd.lab.runs.results_table import prepare_folder
     from easd.method.methods import settings_values
 
     settings = {k: v for k, v in settings_values(DecodeSettings()).items() if k not in ("method", "rule")}
@@ -608,7 +608,7 @@ def test_a_problem_too_long_for_the_context_is_refused_in_the_words_of_eval(tmp_
 
 def test_more_new_tokens_than_the_context_holds_run_to_its_end(hf_tiny_pair, data, tmp_path, capsys):
     """A row's cache never holds more than the context, so a huge --max-new-tokens is no batch too large for memory."""
-    from easd.lab.evaluate import check_batch_fits
+    from easd.lab.runs.evaluate import check_batch_fits
 
     argv = ["eval", "--pair", "tiny-random", "--data", str(data), "--limit", "1", "--methods", "target"]
     assert main([*argv, "--max-new-tokens", str(10**12), "--out", str(tmp_path / "out")]) == 0
@@ -625,7 +625,7 @@ def cut_inside(path: Path, text: str) -> None:
 
 @pytest.mark.parametrize("where", ["quoted", "plain", "line break"])
 def test_a_row_a_kill_cut_short_is_dropped_and_the_next_starts_on_its_own_line(tmp_path, where):
-    from easd.lab.results_table import ResultsFile
+    from easd.lab.runs.results_table import ResultsFile
 
     texts = {"quoted": 'He said, "12"\nand stopped', "plain": "twelve apples", "line break": "12\r\n"}
     results = ResultsFile(tmp_path)
@@ -690,7 +690,7 @@ def test_one_sampling_protocol_for_every_method_of_a_comparison():
     """Greedy where every method can (SpecGuard's greedy variant: one greedy candidate); where one cannot (SMC-SD), every
     method samples at 0.7, SMC-SD's particles and SpecGuard's candidates too; the run's own temperature wins; a method's
     own temperature set apart, or a nucleus SMC-SD cannot take, refused naming its flag."""
-    from easd.lab.protocol import protocol_for, under
+    from easd.lab.runs.protocol import protocol_for, under
 
     base = make_settings(method="specguard")
     greedy = protocol_for(["sd", "easd", "specguard"], base)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from easd.backends.transformers import float32_head
-from easd.lab.bench import head_copy_bytes
+from easd.lab.speed.bench import head_copy_bytes
 from easd.method import acceptance as acc
 from easd.method.generation import Generation
 from easd.method.settings import DecodeSettings
@@ -271,7 +271,7 @@ def test_eval_reports_fragile_penalties_and_checks_another_order(problems_file, 
     import pandas as pd
 
     from easd.cli import main
-    from easd.lab.results_table import load_results
+    from easd.lab.runs.results_table import load_results
 
     out = tmp_path / "run"
     assert main(eval_command(problems_file, out, "--batch-size", "4", "--check-reproducible", "3")) == 0
@@ -309,7 +309,7 @@ def test_results_written_before_fragility_existed_still_report(problems_file, tm
     import pandas as pd
 
     from easd.cli import main
-    from easd.lab.report import write_reports
+    from easd.lab.reports.report import write_reports
 
     out = tmp_path / "run"
     assert main(eval_command(problems_file, out)) == 0

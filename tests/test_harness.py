@@ -22,7 +22,7 @@ from lm_eval.tasks import TaskManager  # noqa: E402
 
 from easd.cli import main  # noqa: E402
 from easd.errors import EasdError  # noqa: E402
-from easd.lab.harness import EasdLM, cut_at_stops  # noqa: E402
+from easd.lab.runs.harness import EasdLM, cut_at_stops
 from easd.method.generation import Generation  # noqa: E402
 from easd.method.methods import METHODS  # noqa: E402
 from easd.method.settings import DecodeSettings  # noqa: E402

@@ -55,7 +55,7 @@ def test_each_layer_imports_only_the_layers_below_it(folder):
 @pytest.mark.parametrize(
     "folder, line, found",
     [
-        ("easd/method", "from ..lab import report\n", "easd.lab.report"),  # relative import and all
+        ("easd/method", "from ..lab.reports import report\n", "easd.lab.reports.report"),  # relative import and all
         ("easd/method", "from ..traces import files\n", "easd.traces.files"),
         ("easd/cli", "from components.export import file_aside\n", "components.export"),  # once the one exception
         ("easd/render", "import gradio as gr\n", "gradio"),
@@ -224,5 +224,42 @@ def test_the_name_rule_can_fail(line, found):
     try:
         assert _literals_of(line, method_names()) == found
         assert bool(found) == any("_names_probe.py" in v for v in literal_violations())
+    finally:
+        planted.unlink()
+
+
+# --- the lab's rooms, lowest first: each imports only those before it (easd/lab/__init__.py) ------------------------
+
+LAB_ROOMS = ("grading", "runs", "reports", "speed", "acceptance", "study", "shards", "site")
+
+
+def room_violations() -> list[str]:
+    bad = []
+    for path in sorted((ROOT / "easd" / "lab").rglob("*.py")):
+        parts = path.relative_to(ROOT / "easd" / "lab").with_suffix("").parts
+        if parts[0] == "__init__":
+            continue
+        above = LAB_ROOMS[LAB_ROOMS.index(parts[0]) + 1 :]
+        for module in imported_modules(path):
+            if any(module == f"easd.lab.{room}" or module.startswith(f"easd.lab.{room}.") for room in above):
+                bad.append(f"{path.relative_to(ROOT)} imports {module}")
+    return bad
+
+
+def test_each_room_of_the_lab_imports_only_the_rooms_below_it():
+    """Issue 71: easd/lab/ was one room of 19 files; its rooms say its parts, and none leans on one above it."""
+    assert sorted(
+        p.name.removesuffix(".py")
+        for p in (ROOT / "easd" / "lab").iterdir()
+        if p.name != "__init__.py" and p.name != "__pycache__"
+    ) == sorted(LAB_ROOMS)
+    assert room_violations() == []
+
+
+def test_the_room_rule_can_fail():
+    planted = ROOT / "easd" / "lab" / "grading" / "_room_probe.py"
+    planted.write_text("from ..study.plan import StudyPlan\n")
+    try:
+        assert "easd/lab/grading/_room_probe.py imports easd.lab.study.plan" in room_violations()
     finally:
         planted.unlink()

@@ -6,7 +6,7 @@ from components.evaluation import NO_TRACES, problem_runs
 from components.links import Link, eval_folder, link_html
 from easd.errors import EasdError, SettingsError
 from easd.files import file_stem
-from easd.lab.evaluate import trace_name
+from easd.lab.runs.evaluate import trace_name
 from easd.traces import files as trace_io
 
 

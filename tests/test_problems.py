@@ -5,7 +5,7 @@ import json
 import pytest
 
 from easd.errors import EasdError
-from easd.lab.problems import (
+from easd.lab.grading.problems import (
     CHOICE_INSTRUCTION,
     FORMATS,
     INSTRUCTION,
@@ -366,7 +366,7 @@ def test_eval_and_sweep_give_each_format_its_budget_unless_told(tmp_path):
     import argparse
 
     from easd.cli.flags import apply_budget, problems
-    from easd.lab.problems import BUDGETS
+    from easd.lab.grading.problems import BUDGETS
 
     for row, format, given, budget in ((AIME, "aime", None, 4096), (LIMO, "limo", None, 4096), (AIME, "aime", 64, 64)):
         data = write_jsonl(tmp_path / f"{format}.jsonl", [row])

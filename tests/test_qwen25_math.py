@@ -1,4 +1,4 @@
-"""`--grader qwen25-math`: the Qwen2.5-Math harness's rules, written again (easd.lab.qwen25_math).
+"""`--grader qwen25-math`: the Qwen2.5-Math harness's rules, written again (easd.lab.grading.qwen25_math).
 
 Each case's verdict is the harness's own (github.com/QwenLM/Qwen2.5-Math `evaluation/`, strip_string then math_equal,
 run in its Python with sympy 1.12 and antlr4 4.11.1 on 2026-12-05); docs/benchmarks.md has the agreement measured
@@ -11,9 +11,9 @@ import re
 import pandas as pd
 import pytest
 
-from easd.lab.problems import is_correct, same_answer
-from easd.lab.qwen25_math import _sub_braced, strip_answer
-from easd.lab.report import grader_lines, graders_compared
+from easd.lab.grading.problems import is_correct, same_answer
+from easd.lab.grading.qwen25_math import _sub_braced, strip_answer
+from easd.lab.reports.report import grader_lines, graders_compared
 
 # (answer, gold, our format, the harness's verdict)
 HARNESS = [

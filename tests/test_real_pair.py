@@ -58,8 +58,8 @@ def assert_fluent_english(text: str) -> None:
 
 def test_greedy_sd_on_the_real_pair_is_fluent_and_equals_the_target_and_a_loop_written_against_llama_cpp_python(qwen_pair):
     """Our SD equals the target alone (llama.cpp's exact mode: a (k + 1)-token pass gives what k + 1 one-token passes
-    give) and a loop written directly against llama-cpp-python (easd.lab.llama_reference), token for token."""
-    from easd.lab.llama_reference import speculative
+    give) and a loop written directly against llama-cpp-python (easd.lab.speed.llama_reference), token for token."""
+    from easd.lab.speed.llama_reference import speculative
 
     sd = Generation(qwen_pair, QUESTION, DecodeSettings(method="sd", k=4, max_new_tokens=48)).run()
     target = Generation(qwen_pair, QUESTION, DecodeSettings(method="target", max_new_tokens=48)).run()

@@ -7,7 +7,7 @@ import pytest
 from conftest import PROMPTS
 
 from easd.errors import ModelLoadError, SettingsError
-from easd.lab.problems import INSTRUCTION, load_problems
+from easd.lab.grading.problems import INSTRUCTION, load_problems
 from easd.method.generation import Generation
 from easd.method.methods import make_settings, settings_values, with_values
 from easd.method.methods import rsd as rsd_module

@@ -15,8 +15,8 @@ import pytest
 from test_study import problem_file, refused
 
 from easd.cli import main
-from easd.lab.problems import load_problems
-from easd.lab.results_table import ResultsFile
+from easd.lab.grading.problems import load_problems
+from easd.lab.runs.results_table import ResultsFile
 from easd.lab.shards import model_files, owner, recorded_files, shard_of
 from easd.lab.study.findings import analyse
 from easd.lab.study.plan import StudyPlan

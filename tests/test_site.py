@@ -23,8 +23,8 @@ from test_study import problem_file, study
 
 from easd.cli import main
 from easd.errors import SettingsError
-from easd.lab.evaluate import LocalRunner, parse_methods, run_evaluation
-from easd.lab.problems import load_problems
+from easd.lab.grading.problems import load_problems
+from easd.lab.runs.evaluate import LocalRunner, parse_methods, run_evaluation
 from easd.lab.site import build_site
 from easd.lab.study.findings import analyse
 from easd.lab.study.report import write_report
@@ -262,7 +262,7 @@ def test_a_folder_written_with_the_old_trace_names_still_reads(eval_folder, tmp_
     names; a problem whose trace could not be written then (an id too long for a file's name) is listed without one."""
     from urllib.parse import quote
 
-    from easd.lab.evaluate import trace_name
+    from easd.lab.runs.evaluate import trace_name
 
     old = tmp_path / "old-eval"
     shutil.copytree(eval_folder, old)

@@ -7,7 +7,7 @@ import pytest
 
 from easd.cli import main
 from easd.errors import EasdError
-from easd.lab.specbench import BASELINE, MT_BENCH_GROUP, Answer, Question, chat_text, load_questions, table
+from easd.lab.speed.specbench import BASELINE, MT_BENCH_GROUP, Answer, Question, chat_text, load_questions, table
 from easd.method.generation import Generation
 from easd.method.settings import DecodeSettings
 

@@ -3,7 +3,15 @@
 import numpy as np
 import pytest
 
-from easd.lab.stats import detectable_difference, majority, mcnemar_exact, mcnemar_problems, paired_bootstrap, spread, wilson
+from easd.lab.reports.stats import (
+    detectable_difference,
+    majority,
+    mcnemar_exact,
+    mcnemar_problems,
+    paired_bootstrap,
+    spread,
+    wilson,
+)
 
 
 @pytest.mark.parametrize(

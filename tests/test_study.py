@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 
 from easd.cli import main
-from easd.lab.evaluate import trace_name, trace_path
-from easd.lab.problems import load_problems
-from easd.lab.report import paired_row
-from easd.lab.results_table import load_results
-from easd.lab.stats import detectable_difference, mcnemar_exact, mcnemar_problems
+from easd.lab.grading.problems import load_problems
+from easd.lab.reports.report import paired_row
+from easd.lab.reports.stats import detectable_difference, mcnemar_exact, mcnemar_problems
+from easd.lab.runs.evaluate import trace_name, trace_path
+from easd.lab.runs.results_table import load_results
 from easd.lab.study.findings import analyse, speed_note
 from easd.lab.study.plan import StudyPlan, run_study, studied
 from easd.lab.study.power import power as study_power

@@ -13,9 +13,9 @@ import pytest
 
 from easd.cli.flags import tau_h_of
 from easd.errors import EasdError
-from easd.lab import qwen25_math
-from easd.lab.problems import MAX_ANSWER_CHARS, MAX_DATA_BYTES, extract_answer, is_correct, last_boxed, load_problems
-from easd.lab.specbench import load_questions
+from easd.lab.grading import qwen25_math
+from easd.lab.grading.problems import MAX_ANSWER_CHARS, MAX_DATA_BYTES, extract_answer, is_correct, last_boxed, load_problems
+from easd.lab.speed.specbench import load_questions
 from easd.traces.schema import MAX_PROMPT_CHARS
 
 GSM8K = {"question": "How many?", "answer": "Two and two. #### 4"}
@@ -185,7 +185,7 @@ def questions_refused(path, message: str, flag: str = "--data") -> str:
 )
 def test_a_question_file_python_or_spec_bench_cannot_read_is_a_line_before_anything_decodes(tmp_path, line, message):
     """Each was a traceback (UnicodeDecodeError, RecursionError, a UnicodeEncodeError or an internal file's name after
-    the question was decoded); now the reader every data file goes through (easd.lab.problems.read_records)."""
+    the question was decoded); now the reader every data file goes through (easd.lab.grading.problems.read_records)."""
     path = tmp_path / "question.jsonl"
     path.write_bytes(json.dumps(QUESTION).encode() + b"\n" + line + b"\n")
     for flag in ("--data", "--suite"):  # acceptance's, bench's
@@ -365,7 +365,7 @@ def test_a_grader_that_raises_marks_the_answer_wrong_and_says_why(caplog, monkey
 
 @pytest.mark.timeout(30)
 def test_a_forked_check_that_raises_is_a_no_without_a_childs_traceback(capfd):
-    from easd.lab.forked import check_in_fork
+    from easd.lab.grading.forked import check_in_fork
 
     assert check_in_fork(int, ("not a number",), 10) is False
     assert "Traceback" not in capfd.readouterr().err

@@ -7,7 +7,7 @@ repetition runs each variant once, in rotating order (A B C, B C A, …), and ea
 
 A process times our target-only and SD (greedy, k 4) on the embedded pair over `bench`'s first prompts, and reports
 the CPU kernels llama.cpp runs with (its system info). The parent prints each figure's median and spread over the
-repetitions (easd.lab.stats.spread), each variant's ratio to the first, paired by repetition, and whether greedy SD
+repetitions (easd.lab.reports.stats.spread), each variant's ratio to the first, paired by repetition, and whether greedy SD
 equalled target-only token for token in every process. Figures and ratios: docs/benchmarks.md.
 """
 
@@ -25,7 +25,7 @@ def child(pair_name: str, prompts: int, max_new_tokens: int) -> None:
     """One process's figures, as one JSON line on stdout."""
     import time
 
-    from easd.lab.bench import PROMPTS
+    from easd.lab.speed.bench import PROMPTS
     from easd.method.generation import Generation
     from easd.method.references import REFERENCE, SPEED_REFERENCE
     from easd.method.settings import DecodeSettings
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(runs: dict[str, list[dict]]) -> None:
-    from easd.lab.stats import spread
+    from easd.lab.reports.stats import spread
     from easd.method.references import REFERENCE, SPEED_REFERENCE
 
     methods = (SPEED_REFERENCE, REFERENCE)

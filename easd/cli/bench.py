@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         args.max_new_tokens = LONG_TOKENS if args.suite is not None or args.batch_sizes is not None else TIMED_TOKENS
     if args.suite is not None:
         return run_suite(args)
-    from ..lab.bench import PROMPTS, BenchPlan, run_batched_benchmark, run_benchmark, run_beside_benchmark
+    from ..lab.speed.bench import PROMPTS, BenchPlan, run_batched_benchmark, run_benchmark, run_beside_benchmark
 
     if not 1 <= args.prompts <= 10:
         raise SettingsError("--prompts", f"must be from 1 to 10 (got {args.prompts})")
@@ -169,7 +169,7 @@ def _default(setting: str) -> str:
 
 def run_suite(args: argparse.Namespace) -> int:
     """`bench --suite spec-bench FILE`: Spec-Bench's questions, table and answer files."""
-    from ..lab import specbench
+    from ..lab.speed import specbench
 
     name, path = args.suite
     if name != "spec-bench":

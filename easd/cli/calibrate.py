@@ -15,7 +15,7 @@ HELP = "choose τ_H from the models' greedy entropies (the paper's procedure)"
 def add(parser: argparse.ArgumentParser) -> None:
     add_model_flags(parser)
     add_data_flags(parser, limit=None)  # the paper calibrates on the whole of LIMO: every problem unless --limit
-    from ..lab.problems import BUDGETS
+    from ..lab.grading.problems import BUDGETS
 
     budgets = ", ".join(f"{format} {tokens}" for format, tokens in BUDGETS.items())
     parser.add_argument(
@@ -26,7 +26,7 @@ def add(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..lab.calibrate import calibrate, collect_entropies, write_calibration
+    from ..lab.acceptance.calibrate import calibrate, collect_entropies, write_calibration
 
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise SettingsError("--max-new-tokens", f"must be ≥ 1 (got {args.max_new_tokens})")

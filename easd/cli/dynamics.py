@@ -1,5 +1,5 @@
 """`python -m easd acceptance`: where SD accepts, by Spec-Bench category and task domain: acceptance in vLLM's terms,
-by draft position, against both models' entropy, and how often EASD's penalty would fire (easd.lab.dynamics)."""
+by draft position, against both models' entropy, and how often EASD's penalty would fire (easd.lab.acceptance.dynamics)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,8 @@ def add(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..lab import dynamics, specbench
+    from ..lab.acceptance import dynamics
+    from ..lab.speed import specbench
     from ..pairs.registry import default_pair_name
 
     if args.report_only:
@@ -97,7 +98,7 @@ def _repeated_id(questions) -> int | str | None:
 
 
 def _report(out: Path) -> int:
-    from ..lab.dynamics import analyse, write_report
+    from ..lab.acceptance.dynamics import analyse, write_report
 
     found = analyse(out)  # refused in one line where --out holds no acceptance run, or one cut short
     write_report(out, found)

@@ -93,8 +93,8 @@ def add(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..lab.evaluate import parse_methods, run_evaluation
-    from ..lab.protocol import protocol_for, under
+    from ..lab.runs.evaluate import parse_methods, run_evaluation
+    from ..lab.runs.protocol import protocol_for, under
     from ..lab.shards import parse_shard
 
     if args.data is None:
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
             }
             rows = run_evaluation(decoder, chosen, variants, args.samples, args.out, config | planned, args.resume, args.traces)
             if checked:
-                from ..lab.reproduce import check_reproducible
+                from ..lab.runs.reproduce import check_reproducible
 
                 print(f"--check-reproducible: rerunning {checked} problem(s) in another order", file=sys.stderr)
                 reproducibility = check_reproducible(decoder.pair, chosen, variants, rows, args.batch_size, checked)
@@ -147,8 +147,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _report(out: Path, data_format: str, grader: str) -> None:
     """The folder's tables, paper.md and report.html written from its rows, and printed."""
-    from ..lab.report import grader_lines, graders_compared, write_reports
-    from ..lab.results_table import load_results
+    from ..lab.reports.report import grader_lines, graders_compared, write_reports
+    from ..lab.runs.results_table import load_results
 
     summary, paired = write_reports(out, data_format)
     print_tables(summary, paired)
@@ -159,7 +159,7 @@ def _report(out: Path, data_format: str, grader: str) -> None:
 def shard_plan(args: argparse.Namespace, chosen: list, variants: list, shard: tuple[int, int]) -> tuple[list, dict]:
     """The problems of shard I of N (those whose id hashes to I), and what its run.json records for `eval merge`: its
     methods, its problems and the whole plan's, the data and model files by their hashes, and the versions."""
-    from ..lab.results_table import versions
+    from ..lab.runs.results_table import versions
     from ..lab.shards import owner, recorded_files
 
     index, count = shard
@@ -178,7 +178,7 @@ def shard_plan(args: argparse.Namespace, chosen: list, variants: list, shard: tu
 
 def check_shard_resumed(out: Path, shard: str | None) -> None:
     """Before the model loads: a resumed folder continues as the shard it was begun as, or as a whole evaluation."""
-    from ..lab.results_table import read_config
+    from ..lab.runs.results_table import read_config
 
     saved = read_config(out) if out.is_dir() else None
     plan = saved.get("plan") if saved is not None else None
@@ -194,7 +194,7 @@ def check_shard_resumed(out: Path, shard: str | None) -> None:
 
 def run_merge(args: argparse.Namespace) -> int:
     """`eval merge SHARD... --out DIR`: one evaluation's folder and tables from its shards' folders."""
-    from ..lab.results_table import read_config
+    from ..lab.runs.results_table import read_config
     from ..lab.shards import merge_shards
 
     merge_shards(args.shards, args.out, "python -m easd " + shlex.join(sys.argv[1:]), kind="eval")
@@ -205,7 +205,7 @@ def run_merge(args: argparse.Namespace) -> int:
 
 def _check_reproducible_flag(args: argparse.Namespace, variants) -> int:
     """N of --check-reproducible N, checked before any model loads; 0 when not asked."""
-    from ..lab.reproduce import rerun_batch_size
+    from ..lab.runs.reproduce import rerun_batch_size
 
     count = args.check_reproducible
     if count == 0:
@@ -239,7 +239,7 @@ def folder_config(args: argparse.Namespace, pair: str, base: DecodeSettings, sam
 @contextmanager
 def runner(args: argparse.Namespace, work: int):
     """(runner, the pair's description): the pair loaded here, or with --ray, Ray actors that each load it."""
-    from ..lab.evaluate import LocalRunner
+    from ..lab.runs.evaluate import LocalRunner
 
     check_ray_flags(args)
     if args.ray is None:
@@ -250,7 +250,7 @@ def runner(args: argparse.Namespace, work: int):
         return
     from functools import partial
 
-    from ..lab.cluster import ClusterSettings, ray_runner
+    from ..lab.runs.cluster import ClusterSettings, ray_runner
 
     cluster = ClusterSettings(args.ray, args.ray_actors, args.ray_cpus_per_actor, args.ray_gpus_per_actor, args.batch_size)
     cluster = cluster.validate()

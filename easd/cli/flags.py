@@ -119,7 +119,7 @@ def add_decode_flags(
             continue
         flag, default = "--" + name.replace("_", "-"), defaults[name]
         if name == "max_new_tokens" and budget_by_format:
-            from ..lab.problems import BUDGETS
+            from ..lab.grading.problems import BUDGETS
 
             budgets = ", ".join(f"{format} {tokens}" for format, tokens in BUDGETS.items())
             group.add_argument(flag, type=int, help=f"{knob.help}; default by the data's format: {budgets}")
@@ -283,7 +283,7 @@ def folder(text: str) -> Path:
 
 
 def add_data_flags(parser: argparse.ArgumentParser, limit: int | None, required: bool = True) -> None:
-    from ..lab.problems import FORMATS, PROMPT_STYLES
+    from ..lab.grading.problems import FORMATS, PROMPT_STYLES
 
     group = parser.add_argument_group("data")
     group.add_argument("--data", type=Path, required=required, help="a JSONL file of problems, or GPQA-Diamond's CSV")
@@ -301,7 +301,7 @@ def add_data_flags(parser: argparse.ArgumentParser, limit: int | None, required:
 
 
 def add_grader_flag(parser: argparse.ArgumentParser) -> None:
-    from ..lab.problems import GRADERS
+    from ..lab.grading.problems import GRADERS
 
     parser.add_argument(
         "--grader",
@@ -314,7 +314,7 @@ def add_grader_flag(parser: argparse.ArgumentParser) -> None:
 
 def apply_budget(args: argparse.Namespace) -> None:
     """--max-new-tokens, when not given, from the (resolved) format's budget."""
-    from ..lab.problems import BUDGETS
+    from ..lab.grading.problems import BUDGETS
 
     if args.max_new_tokens is None:
         args.max_new_tokens = BUDGETS[args.format]
@@ -322,7 +322,7 @@ def apply_budget(args: argparse.Namespace) -> None:
 
 def problems(args: argparse.Namespace):
     """The problems the data flags select; --format auto is resolved in `args`."""
-    from ..lab.problems import default_style, load_problems
+    from ..lab.grading.problems import default_style, load_problems
 
     for option in ("limit", "offset"):
         value = getattr(args, option)
@@ -335,7 +335,7 @@ def problems(args: argparse.Namespace):
 
 
 def add_batch_flag(parser: argparse.ArgumentParser) -> None:
-    from ..lab.evaluate import DEFAULT_BATCH_SIZE
+    from ..lab.runs.evaluate import DEFAULT_BATCH_SIZE
 
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="rows decoded together; 1 = one at a time")
 

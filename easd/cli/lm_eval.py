@@ -23,7 +23,7 @@ def run_harness(argv: list[str]) -> int:
         from lm_eval._cli import HarnessCLI
         from lm_eval.utils import setup_logging
 
-        from ..lab import harness
+        from ..lab.runs import harness
     except ImportError as err:
         raise EasdError(f"lm-eval: {err.name or 'lm_eval'} is not installed; pip install -r requirements-research.txt") from None
     if argv[:1] not in (["run"], ["ls"], ["validate"], ["-h"], ["--help"]):

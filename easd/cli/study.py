@@ -122,8 +122,8 @@ def check_report_flags(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..lab.protocol import protocol_for, under
-    from ..lab.results_table import versions
+    from ..lab.runs.protocol import protocol_for, under
+    from ..lab.runs.results_table import versions
     from ..lab.shards import parse_shard, recorded_files, shard_of
     from ..lab.study.findings import analyse
     from ..lab.study.plan import StudyPlan, check_study_folder, run_study, studied

@@ -55,9 +55,9 @@ def add(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..lab.evaluate import Variant, grid_variants, run_evaluation
-    from ..lab.protocol import protocol_for, under
-    from ..lab.report import write_sweep
+    from ..lab.reports.report import write_sweep
+    from ..lab.runs.evaluate import Variant, grid_variants, run_evaluation
+    from ..lab.runs.protocol import protocol_for, under
 
     chosen = problems(args)
     apply_budget(args)

@@ -28,8 +28,8 @@ def add(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from ..lab.problems import GRADERS
-    from ..lab.report import benchmark_name, grader_of, paper_table
+    from ..lab.grading.problems import GRADERS
+    from ..lab.reports.report import benchmark_name, grader_of, paper_table
 
     blocks: dict[str, tuple[dict, dict]] = {}  # by pair: (summaries, paired), each by benchmark
     names: dict[Path, str] = {}  # each folder's benchmark column
@@ -89,7 +89,7 @@ def _easd_notes(folder: Path, name: str, summaries: dict) -> list[str]:
 def _variant_notes(folder: Path, name: str, summaries: dict) -> list[str]:
     """How each NAME:SPEC row of an eval folder (its summary in `summaries[name]`) ran, where its method describes its
     settings in words (beam search: its beams and their ranking), from its run.json."""
-    from ..lab.evaluate import parse_methods
+    from ..lab.runs.evaluate import parse_methods
     from ..method.methods import METHODS, knobs, make_settings
 
     labelled = [str(m) for m in summaries[name]["method"] if ":" in str(m) and str(m).split(":")[0] in METHODS]
@@ -107,8 +107,8 @@ def _add_best_on_test(sweep: Path, names: dict[Path, str], blocks: dict) -> None
     pair, labelled as chosen on those problems; EasdError naming --best-on-test when no folder ran them."""
     import pandas as pd
 
-    from ..lab.report import grader_of, summary_table
-    from ..lab.results_table import load_results
+    from ..lab.reports.report import grader_of, summary_table
+    from ..lab.runs.results_table import load_results
 
     if not (sweep / "results.csv").is_file():
         raise EasdError(f"--best-on-test: {sweep} holds no results.csv; give folders that `python -m easd sweep` wrote")
@@ -158,8 +158,8 @@ def readings(labels: list[str], settings: dict) -> list[tuple[str, list[str]]]:
 
 
 def _protocol(folder: Path) -> str:
-    """How an eval folder's methods sampled (easd.lab.protocol), in a line."""
-    from ..lab.protocol import Protocol
+    """How an eval folder's methods sampled (easd.lab.runs.protocol), in a line."""
+    from ..lab.runs.protocol import Protocol
 
     config = folder / "run.json"
     return Protocol.of_config(json.loads(config.read_text(encoding="utf-8")) if config.is_file() else {}).line()

@@ -1,4 +1,13 @@
-"""The evaluation lab: problems and grading, evaluation runs, results files, reports, statistics, calibration, benchmarks.
+"""The evaluation lab, in rooms, each importing only the rooms above it in this list:
 
-Builds on `easd.method` and `easd.pairs`; never imports the CLI or the UI.
+    grading/      problems and their graders
+    runs/         evaluations: rows, folders, Ray, lm-eval's model, the sampling protocol
+    reports/      tables, figures and statistics of a run's rows
+    speed/        bench and Spec-Bench: tokens/s against references
+    acceptance/   where SD accepts, task by task; τ_H calibrated
+    study/        does a method help over SD: plan, findings, power, where, report
+    shards.py     a study or an evaluation in shards, merged (reads study/)
+    site.py       folders published as one static site (reads study/)
+
+Builds on `easd.method` and `easd.pairs`; never imports the CLI or the UI (tests/test_layout.py checks both).
 """

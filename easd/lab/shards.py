@@ -38,8 +38,8 @@ from ..errors import EasdError, SettingsError, shown
 from ..files import temporary_path, writable_folder, write_text_whole
 from ..method.methods import METHODS
 from ..method.references import REFERENCE, SPEED_REFERENCE
-from .evaluate import trace_name, trace_path
-from .results_table import ResultsFile, _as_run, check_config, read_config, read_rows, unreadable
+from .runs.evaluate import trace_name, trace_path
+from .runs.results_table import ResultsFile, _as_run, check_config, read_config, read_rows, unreadable
 from .study.findings import grid_cells
 from .study.plan import Shard, StudyPlan, read_study_config
 

@@ -26,9 +26,9 @@ from ..method.references import REFERENCE
 from ..render import site
 from ..render.html import Html, tag
 from ..traces import files as trace_io
-from .evaluate import trace_path
-from .report import grader_of, summary_table
-from .results_table import load_results
+from .reports.report import grader_of, summary_table
+from .runs.evaluate import trace_path
+from .runs.results_table import load_results
 from .study.findings import analyse
 
 try:

@@ -4,7 +4,7 @@ A setting is a field of a settings dataclass (DecodeSettings, or a method's own,
 `knob(default, help, ...)`. Everything that names settings reads these declarations instead of listing them again:
 the checks below (`check`), the command line's flags (easd.cli.flags), the page's controls and the API's and MCP
 tool's parameters (components.controls, components.api), the trace's settings columns (easd.traces) and the
-lm-eval harness's model_args (easd.lab.harness). A method's own setting is named, everywhere outside its dataclass,
+lm-eval harness's model_args (easd.lab.runs.harness). A method's own setting is named, everywhere outside its dataclass,
 `<method>_<field>` (MTI's `tau` is `mti_tau`, `--mti-tau`), so that one flat namespace holds them all.
 """
 

@@ -1,6 +1,6 @@
 """The acceptance report (`python -m easd acceptance`) as markdown and as one HTML file: the seed study's findings put
 to these runs, acceptance by domain and category, by draft position, against both models' entropy, and where EASD's
-penalty would fire. Both show the same tables (`tables`), from the figures of easd.lab.dynamics.analyse.
+penalty would fire. Both show the same tables (`tables`), from the figures of easd.lab.acceptance.dynamics.analyse.
 
 Built like the study's report (easd.render.study) under the one-file export's rules (easd.render.export): every
 text through `tag`, which escapes it (a category is the question file's text), Plotly inlined, figures as JSON drawn

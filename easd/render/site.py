@@ -129,7 +129,7 @@ def home_page(title: str, entries: list[Entry]) -> str:
 
 
 def accuracy_table(summary) -> Html:
-    """An evaluation's accuracy per method, from its summary (easd.lab.report.summary_table)."""
+    """An evaluation's accuracy per method, from its summary (easd.lab.reports.report.summary_table)."""
     rows = [
         tag(
             "tr",

@@ -12,11 +12,11 @@ import pandas as pd
 from ...errors import EasdError
 from ...method.methods import METHODS, Method, knobs, lookup, make_settings, own_knobs
 from ...method.references import REFERENCE, SPEED_REFERENCE
-from ..evaluate import grid_label
-from ..protocol import Protocol
-from ..report import grader_of, graders_compared, paired_row, summary_table
-from ..results_table import versions
-from ..stats import spread, wilson
+from ..reports.report import grader_of, graders_compared, paired_row, summary_table
+from ..reports.stats import spread, wilson
+from ..runs.evaluate import grid_label
+from ..runs.protocol import Protocol
+from ..runs.results_table import versions
 from .plan import counted, read_study_config, results_of, target_proof
 from .power import power, power_lines, power_words
 from .where import after_the_fact, differences, traces_of, where_it_intervenes
@@ -312,7 +312,7 @@ def assumptions(study: dict) -> list[str]:
         f"temperature {settings['temperature']:g}, top-p {settings['top_p']:g}, seed {settings['seed']}, "
         f"at most {settings['max_new_tokens']:,} new tokens a problem, signals {settings.get('signals', 'float32')}, "
         f"H of {'the sampling distribution' if settings.get('entropy') == 'sampling' else 'the models at temperature 1'}",
-        f"grader: {config.get('grader', 'math-verify')} (easd.lab.problems.is_correct; the option formats compare the letter)",
+        f"grader: {config.get('grader', 'math-verify')} (easd.lab.grading.problems.is_correct; the option formats compare the letter)",
         f"grid: {varied or 'none'} on the first {len(plan['grid_problems'])} problems; speed on the first "
         f"{len(plan['speed_problems'])}, one row at a time; the rest decoded {plan['batch_size']} rows at a time",
         f"command: {config['command']}",

@@ -16,9 +16,9 @@ from ...method.methods.easd import EASD
 from ...method.pair import ModelPair
 from ...method.references import REFERENCE, SPEED_REFERENCE
 from ...method.settings import DecodeSettings
-from ..evaluate import LocalRunner, Runner, Variant, WorkItem, grid_variants, run_evaluation
-from ..problems import Problem
-from ..results_table import RESULT_COLUMNS, RESUME_KEYS, check_config, check_folder, load_results, read_config, unreadable
+from ..grading.problems import Problem
+from ..runs.evaluate import LocalRunner, Runner, Variant, WorkItem, grid_variants, run_evaluation
+from ..runs.results_table import RESULT_COLUMNS, RESUME_KEYS, check_config, check_folder, load_results, read_config, unreadable
 
 SPEED_REPEATS = 3  # as bench's default: a median, and a range that shows a busy machine
 
@@ -83,7 +83,7 @@ class StudyPlan:
 def run_study(decoder: ModelPair | Runner, plan: StudyPlan, out: Path, config: dict, resume: bool, progress: bool = True) -> None:
     """Decode whatever the study still lacks, phase by phase; every phase appends rows as its problems finish.
     `decoder`: a pair, decoded in this process, or a runner whose `alone()` times the speed phase (`RayRunner`'s: Ray
-    actors, easd.lab.cluster)."""
+    actors, easd.lab.runs.cluster)."""
     batched = LocalRunner(decoder, plan.batch_size) if isinstance(decoder, ModelPair) else decoder
     name, title = plan.method.name, plan.method.title
     sd, it, target = (plan.variant(m) for m in (REFERENCE, name, SPEED_REFERENCE))
@@ -119,7 +119,7 @@ TURNS = ((SPEED_REFERENCE, REFERENCE, "method"), (REFERENCE, "method", SPEED_REF
 @dataclass
 class TakingTurns:
     """The speed phase's runner: each repetition a pass over the timed problems, and on each problem target-only first
-    and then last, turn by turn, as bench rotates its methods (easd.lab.bench), so that the slow drift of a shared
+    and then last, turn by turn, as bench rotates its methods (easd.lab.speed.bench), so that the slow drift of a shared
     machine's speed favours no method and shows in the spread of the repetitions."""
 
     runner: Runner
@@ -153,7 +153,7 @@ STUDY_NEEDS = (
 def read_study_config(out: Path, flag: str = "--out") -> dict | None:
     """The run.json of a study's folder; None where the folder holds none, or eval's. A study made before --method
     compared EASD with SD over τ_H × τ_O (`tau_hs`, `tau_os`): it reads as such. `flag`: how the user named the folder
-    (easd.lab.results_table.unreadable)."""
+    (easd.lab.runs.results_table.unreadable)."""
     config = read_config(out, flag)
     if config is None or "study" not in config:
         return None

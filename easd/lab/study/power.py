@@ -4,7 +4,7 @@ would need (McNemar's test, Connor's approximation), as figures and in the repor
 from __future__ import annotations
 
 from ...method.references import SPEED_REFERENCE
-from ..stats import detectable_difference, mcnemar_problems
+from ..reports.stats import detectable_difference, mcnemar_problems
 from .plan import counted
 
 DAY = 24 * 3600
@@ -13,7 +13,7 @@ DAY = 24 * 3600
 def power(paired: dict, speed: list[dict], effect: float) -> dict:
     """How many problems it would take: the smallest difference this study's problems could have detected, and the
     problems needed to detect a gain of `effect` points, at 80% power and α = 0.05, two-sided, paired, from the share
-    of problems where the two methods disagreed (easd.lab.stats: McNemar's test, Connor's normal approximation); and
+    of problems where the two methods disagreed (easd.lab.reports.stats: McNemar's test, Connor's normal approximation); and
     what those problems cost on this machine, at the speed the study timed (SD and the method, one row at a time)."""
     pairs = paired.get("pairs") or 0
     discordant = (paired["only_a"] + paired["only_b"]) / pairs if pairs else 0.0

@@ -8,7 +8,7 @@ from pathlib import Path
 from ...files import file_stem, write_text_whole
 from ...method.references import REFERENCE
 from ...traces import files as trace_io
-from ..evaluate import trace_path
+from ..runs.evaluate import trace_path
 from .plan import counted
 
 

@@ -15,8 +15,8 @@ from ...method.compare import first_difference
 from ...method.methods import Method
 from ...method.references import REFERENCE
 from ...traces import files as trace_io
-from ..calibrate import nearest_candidate, top_share_mean
-from ..evaluate import trace_path
+from ..acceptance.calibrate import nearest_candidate, top_share_mean
+from ..runs.evaluate import trace_path
 
 POSITION_BINS = 10  # where in the answer an intervention falls: tenths of the run's tokens
 

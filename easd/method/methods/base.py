@@ -191,7 +191,7 @@ class Method:
 
     def at_sampling(self, settings, temperature: float, top_p: float):
         """`settings` (DecodeSettings) decoding at `temperature` (0: greedy) and `top_p`, its own sampling settings
-        included (a comparison's one protocol, easd.lab.protocol); ValueError saying why where it cannot."""
+        included (a comparison's one protocol, easd.lab.runs.protocol); ValueError saying why where it cannot."""
         return replace(settings, temperature=temperature, top_p=top_p)
 
     def lane_title(self, settings) -> str:

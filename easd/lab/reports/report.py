@@ -11,14 +11,14 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..errors import EasdError
-from ..method.methods import METHODS
-from ..method.references import PROPOSED, REFERENCE, SPEED_REFERENCE
-from ..render.grid import grid_figures
-from .evaluate import GRIDS
-from .problems import GRADERS, is_correct, same_answer
-from .protocol import Protocol
-from .results_table import load_results, read_config
+from ...errors import EasdError
+from ...method.methods import METHODS
+from ...method.references import PROPOSED, REFERENCE, SPEED_REFERENCE
+from ...render.grid import grid_figures
+from ..grading.problems import GRADERS, is_correct, same_answer
+from ..runs.evaluate import GRIDS
+from ..runs.protocol import Protocol
+from ..runs.results_table import load_results, read_config
 from .stats import majority, mcnemar_exact, paired_bootstrap, wilson
 
 # --- per method -------------------------------------------------------------------------------

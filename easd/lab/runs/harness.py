@@ -19,12 +19,12 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 
-from ..errors import EasdError, SettingsError
-from ..method.generation import Generation
-from ..method.methods import METHODS, knobs, make_settings
-from ..method.pair import ModelPair
-from ..method.settings import DecodeSettings
-from ..method.step import Batch
+from ...errors import EasdError, SettingsError
+from ...method.generation import Generation
+from ...method.methods import METHODS, knobs, make_settings
+from ...method.pair import ModelPair
+from ...method.settings import DecodeSettings
+from ...method.step import Batch
 from .evaluate import DEFAULT_BATCH_SIZE
 
 MODEL_NAME = "easd"
@@ -59,8 +59,8 @@ class EasdLM(LM):
     ):
         super().__init__()
         self.base = settings_from_model_args(settings)
-        from ..pairs.loading import Runtime
-        from ..pairs.registry import default_pair_name, load_named_pair
+        from ...pairs.loading import Runtime
+        from ...pairs.registry import default_pair_name, load_named_pair
 
         try:
             runtime = Runtime(backend=str(backend), dtype=str(dtype), int8=str(int8))

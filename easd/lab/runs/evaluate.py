@@ -18,20 +18,20 @@ from urllib.parse import quote
 
 from tqdm import tqdm
 
-from ..errors import EasdError, SettingsError, shown
-from ..files import file_stem
-from ..method.generation import Generation
-from ..method.methods import METHODS, lookup, with_values
-from ..method.pair import ModelPair
-from ..method.prefix import easd_start
-from ..method.prompts import encode_prompt
-from ..method.seam import free_memory, row_bytes
-from ..method.settings import DecodeSettings
-from ..method.step import Batch
-from ..method.summary import summarize
-from ..method.trace import Trace
-from ..traces import files as trace_io
-from .problems import GRADERS, Problem, extract_answer, is_correct
+from ...errors import EasdError, SettingsError, shown
+from ...files import file_stem
+from ...method.generation import Generation
+from ...method.methods import METHODS, lookup, with_values
+from ...method.pair import ModelPair
+from ...method.prefix import easd_start
+from ...method.prompts import encode_prompt
+from ...method.seam import free_memory, row_bytes
+from ...method.settings import DecodeSettings
+from ...method.step import Batch
+from ...method.summary import summarize
+from ...method.trace import Trace
+from ...traces import files as trace_io
+from ..grading.problems import GRADERS, Problem, extract_answer, is_correct
 from .results_table import prepare_folder
 
 
@@ -107,7 +107,7 @@ class WorkItem:
 
 
 # A runner decodes work items and yields each item with its (result row, trace) pairs as it
-# finishes, in any order: `LocalRunner` here, or `easd.lab.cluster`'s Ray runner.
+# finishes, in any order: `LocalRunner` here, or `easd.lab.runs.cluster`'s Ray runner.
 Runner = Callable[[list[WorkItem]], Iterator[tuple[WorkItem, list[tuple[dict, Trace]]]]]
 
 

@@ -27,9 +27,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..errors import EasdError, SettingsError
-from ..method.pair import ModelPair
-from ..method.trace import Trace
+from ...errors import EasdError, SettingsError
+from ...method.pair import ModelPair
+from ...method.trace import Trace
 from .evaluate import DEFAULT_BATCH_SIZE, WorkItem, decode_items
 
 # Calls queued on each actor: the next one is already there when the current one finishes,

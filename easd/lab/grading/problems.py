@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
-from ..errors import EasdError, shown
-from ..files import read_json, read_text
-from ..traces.schema import MAX_PROMPT_CHARS
+from ...errors import EasdError, shown
+from ...files import read_json, read_text
+from ...traces.schema import MAX_PROMPT_CHARS
 from . import qwen25_math
 from .forked import check_in_fork
 
@@ -50,7 +50,7 @@ FORMATS = tuple(GRADING)
 # New tokens per problem when --max-new-tokens is not given. These budgets are ours: the paper gives none, and RSD's
 # code defaults to 2,048 new tokens per call. Solutions of AIME, OlympiadBench and LIMO run long, so they get 4,096; the
 # short-answer sets less, so that a CPU run is not spent on budgets nobody reaches. The paper's table shows each
-# method's share cut off by its budget and warns past 1% (easd.lab.report.CUT_OFF_WARNING).
+# method's share cut off by its budget and warns past 1% (easd.lab.reports.report.CUT_OFF_WARNING).
 BUDGETS = {
     "gsm8k": 1024,
     "choice": 1024,
@@ -138,7 +138,7 @@ def read_records(path: Path, flag: str = "--data") -> list[tuple[int, dict | str
     """(line number from 0, record) for every non-blank record; a JSONL line that does not parse stays a string.
     What no record can be (a file too big, not UTF-8, a CSV field past Python's limit, JSON Python cannot hold) stops
     here with its line, in one line naming `flag`, the option that gave the file. Every data file is read here: the
-    problems, and Spec-Bench's questions (easd.lab.specbench)."""
+    problems, and Spec-Bench's questions (easd.lab.speed.specbench)."""
     text = read_text(path, flag, MAX_DATA_BYTES)
     if path.suffix.lower() == ".csv":
         reader = csv.DictReader(text.splitlines(keepends=True))
@@ -363,7 +363,7 @@ def last_boxed(text: str) -> str | None:
 def is_correct(prediction: str | None, gold: str, format: str, grader: str = "math-verify") -> bool:
     """Whether an extracted answer is right. "math-verify" is ours: GSM8K-style numbers, math-verify's equivalence, every
     one of several answers, or the option letter (GRADING). "qwen25-math" is the Qwen2.5-Math harness's rules
-    (easd.lab.qwen25_math); the option formats have no grader there, so both compare the letter."""
+    (easd.lab.grading.qwen25_math); the option formats have no grader there, so both compare the letter."""
     if prediction is None:
         return False
     if max(len(prediction), len(gold)) > MAX_ANSWER_CHARS:  # as extract_answer: longer than any answer is graded at
@@ -405,7 +405,7 @@ def without_dollars(text: str) -> str:
 def same_answer(a: str, b: str, format: str, grader: str = "math-verify") -> bool:
     """Whether the grader takes two predictions for one answer ("B" and "(B)", "033" and "33", "\\frac{1}{2}" and
     "0.5"): `a` graded against `b` as if `b` were the gold (for options, against `b`'s letter). Majority votes count
-    such answers together (easd.lab.report)."""
+    such answers together (easd.lab.reports.report)."""
     if a.strip() == b.strip():
         return True
     if GRADING[format] == "letter":
@@ -477,7 +477,7 @@ def choice_letter(text: str) -> str | None:
 
 
 def math_equal(prediction: str, gold: str, seconds: float = MATH_VERIFY_SECONDS) -> bool:
-    """math-verify's equivalence, in a forked process we can stop (easd.lab.forked)."""
+    """math-verify's equivalence, in a forked process we can stop (easd.lab.grading.forked)."""
     return check_in_fork(_math_verify, (prediction, gold), seconds)
 
 

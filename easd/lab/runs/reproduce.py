@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..errors import SettingsError
-from ..method.methods import lookup
-from ..method.pair import ModelPair
+from ...errors import SettingsError
+from ...method.methods import lookup
+from ...method.pair import ModelPair
+from ..grading.problems import Problem
 from .evaluate import LocalRunner, Variant, WorkItem
-from .problems import Problem
 
 COLUMNS = [
     "method",

@@ -10,7 +10,7 @@ holds the first turn's answer), and report, per category and overall, its metric
 and EASD's penalty rate (penalized tokens ÷ new tokens). Answer files follow Spec-Bench's schema,
 one JSONL per method, so its own scripts read them.
 
-Fairness, as in `easd.lab.bench`: an untimed warm-up per method, then the methods take turns on
+Fairness, as in `easd.lab.speed.bench`: an untimed warm-up per method, then the methods take turns on
 each question in an order that rotates from question to question.
 """
 
@@ -25,15 +25,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..errors import EasdError, SettingsError
-from ..method.generation import Generation
-from ..method.pair import ModelPair
-from ..method.references import PROPOSED, REFERENCE, SPEED_REFERENCE
-from ..method.settings import DecodeSettings
-from ..method.spec_metrics import refused
-from ..method.trace import Trace
-from .evaluate import Variant  # label: vanilla, sd-k4, easd-k4-tau1.5: the row name and the answer file's model_id suffix
-from .problems import read_records
+from ...errors import EasdError, SettingsError
+from ...method.generation import Generation
+from ...method.pair import ModelPair
+from ...method.references import PROPOSED, REFERENCE, SPEED_REFERENCE
+from ...method.settings import DecodeSettings
+from ...method.spec_metrics import refused
+from ...method.trace import Trace
+from ..grading.problems import read_records
+from ..runs.evaluate import Variant
 
 BASELINE = "vanilla"  # Spec-Bench's name for plain autoregressive decoding with the target
 # MT-bench's categories, which Spec-Bench's leaderboard reports together as "Multi-turn Conversation"
@@ -72,7 +72,7 @@ class Answer:
 
 def load_questions(path: Path, per_category: int | None, flag: str = "--suite") -> list[Question]:
     """The first `per_category` questions of each category, in file order. The file is read as every data file is
-    (easd.lab.problems.read_records: bounded, UTF-8, JSON Python can hold), and every line is checked before any
+    (easd.lab.grading.problems.read_records: bounded, UTF-8, JSON Python can hold), and every line is checked before any
     question is returned; an error names `flag`, the option that gave the file."""
     questions = [_question(number, row, path, flag) for number, row in read_records(path, flag)]
     if not questions:

@@ -6,7 +6,7 @@ for, `--k 1,2,3,4`; EASD at each τ_H; MTI at each τ; RSD at each δ, with --pr
 table entry names (`bench_against`: EASD against SD); and the backend's own peers. On transformers: its assisted generation (its defaults, and a constant
 k with its confidence cut-off disabled). On llama.cpp: llama-cpp-python's own greedy generation
 of the target, and a minimal SD loop written directly against llama-cpp-python
-(easd.lab.llama_reference), so that what our loop's bookkeeping costs shows as a ratio.
+(easd.lab.speed.llama_reference), so that what our loop's bookkeeping costs shows as a ratio.
 
 SD also runs with its logits in the model's own dtype (`--signals model`) when transformers'
 heads are not float32, so the cost of float32 signals is measured in the same run.
@@ -20,7 +20,7 @@ whichever runs first. Then, prompt by prompt, all methods run back to back in an
 rotates from prompt to prompt, so slow drifts of a shared machine's speed (we saw ±15% between
 identical runs) spread evenly over the methods instead of favouring whichever ran early. `--repeats N` makes N
 such passes over the prompts: each figure and ratio is then also given per repetition, as its median, its range,
-the 95% interval of its mean and the repetitions that would narrow that to ±3% (easd.lab.stats.spread); a ratio's
+the 95% interval of its mean and the repetitions that would narrow that to ±3% (easd.lab.reports.stats.spread); a ratio's
 are of the repetitions' own ratios, whose two rows ran interleaved in the same minutes.
 """
 
@@ -33,19 +33,19 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from ..backends.transformers import float32_head
-from ..errors import SettingsError
-from ..method.generation import Generation
-from ..method.methods import knobs, lookup, settings_values, with_values
-from ..method.pair import ModelPair
-from ..method.prompts import encode_prompt
-from ..method.references import PROPOSED, REFERENCE, SPEED_REFERENCE
-from ..method.settings import DecodeSettings
-from ..method.spec_metrics import SpecMetrics
-from ..method.speed import PassCost, Speed, measure_pass_cost
-from ..method.step import Batch
-from ..method.trace import Trace
-from .stats import spread
+from ...backends.transformers import float32_head
+from ...errors import SettingsError
+from ...method.generation import Generation
+from ...method.methods import knobs, lookup, settings_values, with_values
+from ...method.pair import ModelPair
+from ...method.prompts import encode_prompt
+from ...method.references import PROPOSED, REFERENCE, SPEED_REFERENCE
+from ...method.settings import DecodeSettings
+from ...method.spec_metrics import SpecMetrics
+from ...method.speed import PassCost, Speed, measure_pass_cost
+from ...method.step import Batch
+from ...method.trace import Trace
+from ..reports.stats import spread
 
 PROMPTS = [
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether in April and May?",

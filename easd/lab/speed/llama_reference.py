@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..backends import llamacpp
-from ..backends.llamacpp import llama
-from ..errors import EasdError
+from ...backends import llamacpp
+from ...backends.llamacpp import llama
+from ...errors import EasdError
 
 
 def generate(path: Path, prompt: list[int], max_new_tokens: int, eos_ids: frozenset[int], threads: int) -> list[int]:

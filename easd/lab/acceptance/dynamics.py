@@ -3,7 +3,7 @@ domains of the seed study (code, mathematical reasoning, logical reasoning, open
 against both models' entropy, and how often EASD's penalty would fire (docs/evaluation.md, "acceptance").
 
 SD runs greedily (unless --temperature) on the first N questions of each category, turn by turn as Spec-Bench runs
-them (easd.lab.specbench), and every figure is counted from the runs' traces. One folder:
+them (easd.lab.speed.specbench), and every figure is counted from the runs' traces. One folder:
 
     run.json       what the run was made with; --resume refuses a folder made with other models, data or settings
     questions/     one trace file per question (a run per turn), written whole when the question is done: a kill
@@ -29,17 +29,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..errors import EasdError, SettingsError
-from ..files import claim_folder, file_stem, write_text_whole
-from ..method.origins import DRAFT_ACCEPTED
-from ..method.pair import ModelPair
-from ..method.settings import DecodeSettings
-from ..method.spec_metrics import SpecMetrics, verified_drafts
-from ..method.trace import Trace
-from ..traces import files as trace_io
-from .results_table import check_config, read_config, versions
-from .specbench import Question, decode_turns
-from .stats import cluster_bootstrap, spearman
+from ...errors import EasdError, SettingsError
+from ...files import claim_folder, file_stem, write_text_whole
+from ...method.origins import DRAFT_ACCEPTED
+from ...method.pair import ModelPair
+from ...method.settings import DecodeSettings
+from ...method.spec_metrics import SpecMetrics, verified_drafts
+from ...method.trace import Trace
+from ...traces import files as trace_io
+from ..reports.stats import cluster_bootstrap, spearman
+from ..runs.results_table import check_config, read_config, versions
+from ..speed.specbench import Question, decode_turns
 
 # The seed study's four domains, each from the Spec-Bench categories that ask for that kind of work. MT-bench's
 # coding, math and reasoning questions are code, mathematics and logic puzzles; math_reasoning is GSM8K; writing and
@@ -99,7 +99,7 @@ def check_folder(out: Path, config: dict, resume: bool) -> None:
 
 def read_run(out: Path) -> dict | None:
     """The run.json of an acceptance run's folder, None where there is none; one cut short, not JSON, or without what
-    the report reads is one line that names it (easd.lab.results_table.unreadable), for --resume and the report alike."""
+    the report reads is one line that names it (easd.lab.runs.results_table.unreadable), for --resume and the report alike."""
     config = read_config(out)
     if config is not None:
         check_config(out, config, RUN_NEEDS)
@@ -370,7 +370,7 @@ def assumptions(found: dict) -> list[str]:
 
 def write_report(out: Path, found: dict) -> None:
     """figures.json, report.md and report.html, from `analyse`'s figures."""
-    from ..render.dynamics import dynamics_file, markdown
+    from ...render.dynamics import dynamics_file, markdown
 
     write_text_whole(out / "figures.json", json.dumps(found, indent=1, ensure_ascii=False))
     write_text_whole(out / "report.md", markdown(found))

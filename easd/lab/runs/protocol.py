@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import SettingsError
-from ..method.methods import METHODS, own_knobs, settings_values
-from ..method.settings import DecodeSettings
+from ...errors import SettingsError
+from ...method.methods import METHODS, own_knobs, settings_values
+from ...method.settings import DecodeSettings
 
 SAMPLED = 0.7  # where a method cannot decode greedily: SMC-SD's authors' temperature, the EASD paper's sampled runs'
 

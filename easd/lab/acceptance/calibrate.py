@@ -17,14 +17,14 @@ import numpy as np
 import plotly.graph_objects as go
 from tqdm import tqdm
 
-from ..method.generation import Generation
-from ..method.methods.draft import DRAFT
-from ..method.methods.sd import SD
-from ..method.pair import ModelPair
-from ..method.settings import DecodeSettings
-from ..method.step import Batch
-from .problems import Problem
-from .report import write_html
+from ...method.generation import Generation
+from ...method.methods.draft import DRAFT
+from ...method.methods.sd import SD
+from ...method.pair import ModelPair
+from ...method.settings import DecodeSettings
+from ...method.step import Batch
+from ..grading.problems import Problem
+from ..reports.report import write_html
 
 CANDIDATES = (0.5, 1.0, 1.5, 2.0)
 TOP_SHARE = 0.05

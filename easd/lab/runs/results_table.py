@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .._version import __version__
-from ..errors import EasdError
-from ..files import read_bytes, read_json, temporary_path, utf8_text, write_text_whole
+from ..._version import __version__
+from ...errors import EasdError
+from ...files import read_bytes, read_json, temporary_path, utf8_text, write_text_whole
 
 RESULT_COLUMNS = [
     "problem_id",
@@ -210,8 +210,8 @@ def _as_run(config: dict, key: str):
     folder made before `--entropy` existed ran at its default)."""
     value = config.get(key, UNSAID.get(key))
     if key == "settings" and isinstance(value, dict):
-        from ..method.methods import settings_values
-        from ..method.settings import DecodeSettings
+        from ...method.methods import settings_values
+        from ...method.settings import DecodeSettings
 
         defaults = {k: v for k, v in settings_values(DecodeSettings()).items() if k not in ("method", "rule")}
         return defaults | value
