@@ -83,12 +83,12 @@ def _wire_compare(
     # setting the refusal names); the last two run once their change is on the page, so the run reads it
     runs = [
         page.generate.click(**running),
-        page.example.select(wire(handlers.pick_example, page, show=say), {page.example}, [page.prompt], **instant).success(
-            **running
-        ),
-        page.fix.click(wire(handlers.apply_fix, page, show=say), {s}, [page.fix, *c.settings().values()], **instant).success(
-            **running
-        ),
+        page.example.select(
+            wire(handlers.pick_example, page, show=say), {page.example}, [page.prompt, page.message], **instant
+        ).success(**running),
+        page.fix.click(
+            wire(handlers.apply_fix, page, show=say), {s}, [page.fix, *c.settings().values(), page.message], **instant
+        ).success(**running),
     ]
     page.stop.click(wire(handlers.stop, page, show=say), {s}, [page.message], show_progress="hidden", **private)
     # drawing every token's inspector takes a moment: one file at a time, off the view events' limit
