@@ -292,7 +292,10 @@ def test_eval_reports_fragile_penalties_and_checks_another_order(problems_file, 
     "extra, message",
     [
         (["--check-reproducible", "-1"], "--check-reproducible: must be a number of problems ≥ 1"),
-        (["--check-reproducible", "2", "--methods", "sd"], "--check-reproducible: needs an EASD method"),
+        (
+            ["--check-reproducible", "2", "--methods", "sd"],
+            "--check-reproducible: needs a method that refuses drafts (easd) in --methods, e.g. --methods sd,easd",
+        ),
         (["--check-reproducible", "1", "--batch-size", "1"], "so give N ≥ 2"),
         (["--check-reproducible", "2", "--ray"], "drop --ray"),
     ],

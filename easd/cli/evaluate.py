@@ -205,7 +205,7 @@ def run_merge(args: argparse.Namespace) -> int:
 
 def _check_reproducible_flag(args: argparse.Namespace, variants) -> int:
     """N of --check-reproducible N, checked before any model loads; 0 when not asked."""
-    from ..lab.runs.reproduce import rerun_batch_size
+    from ..lab.runs.reproduce import refusing, rerun_batch_size
 
     count = args.check_reproducible
     if count == 0:
@@ -214,8 +214,7 @@ def _check_reproducible_flag(args: argparse.Namespace, variants) -> int:
         raise SettingsError("--check-reproducible", f"must be a number of problems ≥ 1 (got {count})")
     if args.ray is not None:
         raise SettingsError("--check-reproducible", "reruns on this machine; drop --ray, or run it as a separate local eval")
-    if not any(METHODS[v.settings.method].refuses for v in variants):
-        raise SettingsError("--check-reproducible", "needs an EASD method in --methods, e.g. --methods sd,easd")
+    refusing(variants)
     rerun_batch_size(args.batch_size, count)
     return count
 

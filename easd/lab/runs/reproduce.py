@@ -12,8 +12,9 @@ from __future__ import annotations
 import pandas as pd
 
 from ...errors import SettingsError
-from ...method.methods import lookup
+from ...method.methods import METHODS, lookup
 from ...method.pair import ModelPair
+from ...method.references import REFERENCE
 from ..grading.problems import Problem
 from .evaluate import LocalRunner, Variant, WorkItem
 
@@ -41,6 +42,19 @@ def rerun_batch_size(batch_size: int, count: int) -> int:
     return count
 
 
+def refusing(variants: list[Variant]) -> tuple[Variant, ...]:
+    """The variants of methods that refuse drafts (the table's `refuses`: EASD's rule), whose first refusals a rerun
+    checks; SettingsError naming --check-reproducible where there is none."""
+    found = tuple(v for v in variants if lookup(v.settings.method).refuses)
+    if not found:
+        names = [m.name for m in METHODS.values() if m.refuses]
+        raise SettingsError(
+            "--check-reproducible",
+            f"needs a method that refuses drafts ({', '.join(names)}) in --methods, e.g. --methods {REFERENCE},{names[0]}",
+        )
+    return found
+
+
 def check_reproducible(
     pair: ModelPair, problems: list[Problem], variants: list[Variant], rows: list[dict], batch_size: int, count: int
 ) -> pd.DataFrame:
@@ -49,9 +63,7 @@ def check_reproducible(
 
     `rows` are the evaluation's results (results.csv as read back); `batch_size` is the one it ran with.
     """
-    easd = tuple(v for v in variants if lookup(v.settings.method).refuses)
-    if not easd:
-        raise SettingsError("--check-reproducible", "needs an EASD method in --methods, e.g. --methods sd,easd")
+    easd = refusing(variants)
     rerun_rows = rerun_batch_size(batch_size, count)
     items = [WorkItem(problem, 0, easd) for problem in problems[:count]]
     reruns = {
