@@ -23,13 +23,15 @@ The hooks a method may fill, in the order the step calls them:
   judge(plan)              the row's block: the tokens emitted and their trace records (judge_group(plans): a group's,
                            from all its rows; it may set each plan's `keep` and ask its rows to follow: `parents`)
   ended(generation)        a reason of its own to end the generation (RSD's step cap), or None
-and, to read its traces: explains(record, settings), a sentence on its own rule at that token for the inspector.
+  at_sampling(settings, T, top_p)  its settings decoding at a comparison's one temperature and top-p
 
 What a method declares besides its hooks, which everything outside the methods reads instead of its name: its
 origins (easd.method.origins: the legend, the lanes' colours, the inspector's sentence), its own record (`record`, a
 dataclass of `recorded` fields: trace columns, the inspector's lines, Find tokens' fields), its own settings
-(`settings`, a dataclass of knobs: flags, sliders, the API), the settings a sweep varies (`grid`) and those bench's
-rows vary (`bench`).
+(`settings`, a dataclass of knobs: flags, sliders, the API). That is `Decoding`, the half a newcomer implements. The
+other half, `Described` (easd.method.methods.described), is how it is named, explained and measured: its title, its
+interventions in words, the inspector's sentence (`explains`), its lane's stats line, the settings a sweep varies
+(`grid`) and those bench's rows vary (`bench`), each with a default. `Method` is the two together.
 """
 
 from __future__ import annotations
@@ -43,31 +45,24 @@ import torch
 from .. import acceptance as acc
 from ..judging import Block, Proposal
 from ..origins import Origin
-from ..spec_metrics import SpecMetrics
+from .described import Described
 
 
 @dataclass(frozen=True, kw_only=True)
-class Method:
-    """A decoding method's facts, which the table, the trace's schema, the speed model, the reports and the page read,
-    and its hooks (see the module's docstring). This base decodes with its one model alone (the target, or the draft
-    where `models` is "DM"), a token a block."""
+class Decoding:
+    """How a method decodes: the facts the step, the trace's schema and the speed model read, and its hooks (the
+    module's docstring). This base decodes with its one model alone (the target, or the draft where `models` is
+    "DM"), a token a block."""
 
     name: str  # as settings, traces, files and the API name it
-    title: str  # as a lane, a table and a legend show it
     models: str  # the models it runs, as the paper's Table 1 marks them: TM, DM, PRM ("TM + DM")
     origins: tuple[Origin, ...]  # what a trace row of this method may say about where its token came from
-    intervention_origins: tuple[str, ...] = ()  # the origins that are the method acting against its plain model's choice
-    intervention: tuple[str, str] = ("", "")  # one and several in words ("penalty", "penalties"); none if it never intervenes
-    grid: tuple[str, ...] = ()  # the settings `sweep --grid NAME` sweeps for it, in the order a variant's label lists them
-    bench: str = ""  # the setting `bench` gives a row of this method each value of (its flag takes a list); "": no rows
-    bench_against: str = "target"  # the method whose row `bench` reads its rows against (EASD: SD's)
     verifies: bool = False  # SD's block: the draft's k tokens checked in one target pass (the speed model's subject)
     signals: bool = False  # its records carry EASD's signals (entropies, overlap, the rule, margins) at drafted positions
     refuses: bool = False  # EASD's rule: a draft the standard test kept is refused where the rule fires
     follows: str = ""  # the method whose run it equals until its first intervention (EASD: SD's), which it may resume
     settings: type | None = None  # its own settings: a frozen dataclass of knobs (easd.method.knobs), or None
     record: type | None = None  # its own trace columns: a dataclass of `recorded` fields (easd.method.trace), or None
-    variant_form: str = ""  # what an --methods label may add after its name (`variant`), in words; "": nothing
     grouped: bool = False  # its generations hold a group of rows of the batch (`width`: particles, candidates, beams)
     greedy_form: bool = True  # it can decode greedily (SMC-SD samples whatever the temperature): a comparison's protocol
 
@@ -98,14 +93,6 @@ class Method:
     @property
     def origin_names(self) -> tuple[str, ...]:
         return tuple(origin.name for origin in self.origins)
-
-    @property
-    def intervenes(self) -> bool:
-        return bool(self.intervention_origins)
-
-    def intervened(self, origin: str) -> bool:
-        """Whether a token of this method's run with this origin is one of its interventions."""
-        return origin in self.intervention_origins
 
     # --- hooks: a target-only method's, one token a block ------------------------------------------------------
 
@@ -180,45 +167,16 @@ class Method:
         """A stop reason of its own after the generation's latest block (one of easd.method.trace.STOP_REASONS), or None."""
         return None
 
-    def explains(self, record, settings) -> str:
-        """What its rule did at this token, in a sentence (the inspector shows it); "" when it has nothing to add."""
-        return ""
-
-    def variant(self, spec: str, settings):
-        """Its settings for an --methods label NAME:SPEC, from `settings` (DecodeSettings) and the SPEC after the colon;
-        ValueError saying what SPEC may be."""
-        raise ValueError(f"{self.name} takes nothing after a colon")
-
     def at_sampling(self, settings, temperature: float, top_p: float):
         """`settings` (DecodeSettings) decoding at `temperature` (0: greedy) and `top_p`, its own sampling settings
         included (a comparison's one protocol, easd.lab.runs.protocol); ValueError saying why where it cannot."""
         return replace(settings, temperature=temperature, top_p=top_p)
 
-    def lane_title(self, settings) -> str:
-        """How a lane, a table or a page names a run of it under `settings`: its title, and what sets this run apart."""
-        return self.title
 
-    def describe(self, settings) -> str:
-        """How it ran under `settings`, in words, where a table's row should say so (beam search's beams); "" if not."""
-        return ""
-
-    def bench_line(self, traces: list) -> str:
-        """Its runs' own figures in a line (`bench`): speculative decoding's, under vLLM's names."""
-        return SpecMetrics.of(traces).line()
-
-    def lane_facts(self, trace, summary: dict) -> list[tuple[str, object]]:
-        """What a lane's stats line says of its run beside its tokens and tokens/s, as (words, figure) in its own
-        terms: the passes of the models it runs, then its interventions where it makes any. A figure is a count, a
-        share (a float), words, or None where a file does not say. `summary`: the run's (easd.method.summary)."""
-        facts = self.calls(summary)
-        if self.intervenes:
-            facts.append((self.intervention[1], summary["interventions"]))
-        return facts
-
-    def calls(self, summary: dict) -> list[tuple[str, object]]:
-        """The passes of each model it runs, for `lane_facts`."""
-        sides = [side for side, runs in (("target", self.uses_target), ("draft", self.uses_draft)) if runs]
-        return [(f"{side} calls", summary[f"{side}_calls"]) for side in sides]
+@dataclass(frozen=True, kw_only=True)
+class Method(Decoding, Described):
+    """A decoding method: how it decodes (`Decoding`: its facts and hooks, what a newcomer implements) and how it is
+    named, explained and measured (`Described`: words, interventions, its grid and bench rows, each with a default)."""
 
 
 def draw_one(generation, logits: torch.Tensor, sampling: acc.Sampling | None = None) -> int:
