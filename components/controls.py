@@ -47,11 +47,15 @@ def label(name: str, knob: Knob) -> str:
     return f"{knob.label or name}: {knob.short}" if knob.short else knob.label or name
 
 
+def page_name(setting: str) -> str:
+    """A setting as the page names it: its control's label ("τ_O"), not a command-line flag."""
+    knob = knobs().get(setting)
+    return (knob.label or setting) if knob is not None else OTHER_LABELS.get(setting, setting)
+
+
 def page_words(err: SettingsError) -> str:
-    """A settings error as the page says it: the control's name, not a command-line flag."""
-    knob = knobs().get(err.setting)
-    name = (knob.label or err.setting) if knob is not None else OTHER_LABELS.get(err.setting, err.setting)
-    return f"{name}: {err.message}"
+    """A settings error as the page says it."""
+    return f"{page_name(err.setting)}: {err.message}"
 
 
 def api_words(err: SettingsError) -> str:

@@ -11,7 +11,7 @@ import gradio as gr
 
 from easd.errors import EasdError, SettingsError
 from easd.method.compare import LANES, whatif_method
-from easd.method.methods import METHODS, knobs
+from easd.method.methods import METHODS
 from easd.method.trace import Trace
 from easd.method.whatif import RuleView, whatif_marks
 from easd.render import figures
@@ -22,7 +22,7 @@ from easd.render.search import Search
 from easd.render.stats import comparison_html, speed_html, stats_html
 from easd.render.stepper import block_views, stepper_html
 
-from .controls import api_words, page_words
+from .controls import api_words, page_name, page_words
 from .links import link_html
 from .page import Page
 from .session import Session
@@ -145,8 +145,8 @@ def render_all(page: Page, session: Session, view: RuleView, message: str = "") 
 def offer_fix(page: Page, err: SettingsError) -> dict:
     """A refusal that one value of its setting answers: the message, and under it a button that sets it and runs again
     ("Check each step by confidence alone: set SpecGuard grounding to none and run again")."""
-    knob, does = knobs()[err.setting], err.fix.does
-    words = f"{does[:1].upper()}{does[1:]}: set {knob.label or err.setting} to {err.fix.value} and run again"
+    does = err.fix.does
+    words = f"{does[:1].upper()}{does[1:]}: set {page_name(err.setting)} to {err.fix.value} and run again"
     return {page.message: say(in_page_words(err)), page.fix: gr.Button(words, visible=True)}
 
 
