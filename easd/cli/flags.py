@@ -90,7 +90,7 @@ def load_models(args: argparse.Namespace):
 def setting_help(name: str, values: str = "") -> str:
     """A setting's help, read the same on every command that takes it, in whatever shape: what it is and what a value
     must be, from its one declaration (easd.method.knobs); `values`, for a flag of several comma-separated values, says
-    what each gives ("a row each of EASD", "the grid's (--grid easd)"), and the range is then each value's."""
+    what each gives ("a row each of EASD", "the grid's points (--grid easd)"), and the range is then each value's."""
     knob = knobs()[name]
     if not values:
         return f"{knob.help} ({knob.describe()})"
@@ -156,11 +156,11 @@ def grid_of(args: argparse.Namespace, method, base: DecodeSettings) -> dict[str,
     """The values of each setting `method`'s grid sweeps, as its flags give them (SettingsError naming the flag)."""
     grid = {}
     for setting in method.grid:
-        flag = grid_flag(setting)
+        flag, knob = grid_flag(setting), knobs()[setting]
         text = getattr(args, flag[2:].replace("-", "_"))
         grid[setting] = numbers(flag, text) if text is not None else [settings_values(base)[setting]]
         for value in grid[setting]:  # each in the setting's own range, as its one-value flag checks it
-            knobs()[setting].check(flag, int(value) if knobs()[setting].kind == "int" and value == int(value) else value)
+            knob.check(flag, int(value) if knob.kind == "int" and value == int(value) else value)
     return grid
 
 
