@@ -13,7 +13,7 @@ from test_shards import copied_as, edit_rows, set_field
 from test_study import problem_file
 
 from easd.cli import main
-from easd.lab.shards import owner
+from easd.lab.shards.split import owner
 
 FLAGS = ["--pair", "tiny-random", "--backend", "transformers", "--limit", "4", "--max-new-tokens", "8"]
 FLAGS += ["--methods", "sd,smc", "--tau-h", "0.5"]

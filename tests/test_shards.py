@@ -17,7 +17,8 @@ from test_study import problem_file, refused
 from easd.cli import main
 from easd.lab.grading.problems import load_problems
 from easd.lab.runs.results_table import ResultsFile
-from easd.lab.shards import model_files, owner, recorded_files, shard_of
+from easd.lab.shards.recorded import model_files, recorded_files
+from easd.lab.shards.split import owner, shard_of
 from easd.lab.study.findings import analyse
 from easd.lab.study.plan import StudyPlan
 from easd.method.settings import DecodeSettings

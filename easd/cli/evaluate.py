@@ -95,7 +95,7 @@ def add(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..lab.runs.evaluate import parse_methods, run_evaluation
     from ..lab.runs.protocol import protocol_for, under
-    from ..lab.shards import parse_shard
+    from ..lab.shards.split import parse_shard
 
     if args.data is None:
         raise SettingsError("--data", "is needed: a JSONL file of problems")
@@ -160,7 +160,8 @@ def shard_plan(args: argparse.Namespace, chosen: list, variants: list, shard: tu
     """The problems of shard I of N (those whose id hashes to I), and what its run.json records for `eval merge`: its
     methods, its problems and the whole plan's, the data and model files by their hashes, and the versions."""
     from ..lab.runs.results_table import versions
-    from ..lab.shards import owner, recorded_files
+    from ..lab.shards.recorded import recorded_files
+    from ..lab.shards.split import owner
 
     index, count = shard
     mine = [p for p in chosen if owner(p.id, count) == index]
@@ -195,7 +196,7 @@ def check_shard_resumed(out: Path, shard: str | None) -> None:
 def run_merge(args: argparse.Namespace) -> int:
     """`eval merge SHARD... --out DIR`: one evaluation's folder and tables from its shards' folders."""
     from ..lab.runs.results_table import read_config
-    from ..lab.shards import merge_shards
+    from ..lab.shards.merge import merge_shards
 
     merge_shards(args.shards, args.out, "python -m easd " + shlex.join(sys.argv[1:]), kind="eval")
     config = read_config(args.out)

@@ -124,7 +124,8 @@ def check_report_flags(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..lab.runs.protocol import protocol_for, under
     from ..lab.runs.results_table import versions
-    from ..lab.shards import parse_shard, recorded_files, shard_of
+    from ..lab.shards.recorded import recorded_files
+    from ..lab.shards.split import parse_shard, shard_of
     from ..lab.study.findings import analyse
     from ..lab.study.plan import StudyPlan, check_study_folder, run_study, studied
     from ..lab.study.report import write_report
@@ -208,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_merge(args: argparse.Namespace) -> int:
     """`study merge SHARD... --out DIR`: one study folder and one report from the shards' folders."""
-    from ..lab.shards import merge_shards, target_note
+    from ..lab.shards.merge import merge_shards, target_note
     from ..lab.study.findings import analyse
     from ..lab.study.report import write_report
 

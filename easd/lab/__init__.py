@@ -6,7 +6,7 @@
     speed/        bench and Spec-Bench: tokens/s against references
     acceptance/   where SD accepts, task by task; τ_H calibrated
     study/        does a method help over SD: plan, findings, power, where, report
-    shards.py     a study or an evaluation in shards, merged (reads study/)
+    shards/       a study or an evaluation in shards: split, recorded, checked, accounted, merged (reads study/)
     site.py       folders published as one static site (reads study/)
 
 Builds on `easd.method` and `easd.pairs`; never imports the CLI or the UI (tests/test_layout.py checks both).
