@@ -25,7 +25,7 @@ def child(pair_name: str, prompts: int, max_new_tokens: int) -> None:
     """One process's figures, as one JSON line on stdout."""
     import time
 
-    from easd.lab.speed.bench import PROMPTS
+    from easd.lab.speed.timing import PROMPTS
     from easd.method.generation import Generation
     from easd.method.references import REFERENCE, SPEED_REFERENCE
     from easd.method.settings import DecodeSettings

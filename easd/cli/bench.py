@@ -84,7 +84,10 @@ def run(args: argparse.Namespace) -> int:
         args.max_new_tokens = LONG_TOKENS if args.suite is not None or args.batch_sizes is not None else TIMED_TOKENS
     if args.suite is not None:
         return run_suite(args)
-    from ..lab.speed.bench import PROMPTS, BenchPlan, run_batched_benchmark, run_benchmark, run_beside_benchmark
+    from ..lab.speed.batched import run_batched_benchmark
+    from ..lab.speed.bench import run_benchmark
+    from ..lab.speed.beside import run_beside_benchmark
+    from ..lab.speed.timing import PROMPTS, BenchPlan
 
     if not 1 <= args.prompts <= 10:
         raise SettingsError("--prompts", f"must be from 1 to 10 (got {args.prompts})")

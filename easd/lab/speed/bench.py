@@ -29,99 +29,23 @@ from __future__ import annotations
 import contextlib
 import resource
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import torch
 
 from ...backends.transformers import float32_head
 from ...errors import SettingsError
 from ...method.generation import Generation
-from ...method.methods import knobs, lookup, settings_values, with_values
+from ...method.methods import lookup, settings_values, with_values
 from ...method.pair import ModelPair
 from ...method.prompts import encode_prompt
 from ...method.references import PROPOSED, REFERENCE, SPEED_REFERENCE
 from ...method.settings import DecodeSettings
-from ...method.spec_metrics import SpecMetrics
 from ...method.speed import PassCost, Speed, measure_pass_cost
 from ...method.step import Batch
 from ...method.trace import Trace
 from ..reports.stats import spread
-
-PROMPTS = [
-    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether in April and May?",
-    "Write a Python function that returns the n-th Fibonacci number iteratively, with a docstring.",
-    "A train travels 60 miles per hour for 2.5 hours, then 40 miles per hour for 1.5 hours. How far does it travel in total?",
-    "Write a Python function `is_palindrome(s)` that ignores case and non-alphanumeric characters, and a few asserts that test it.",
-    "Betty is saving money for a new wallet which costs $100. Betty has only half of the money she needs. Her parents give her $15, and her grandparents twice as much as her parents. How much more money does Betty need?",
-    "Explain what a hash map is and write a short Python example that counts word frequencies in a sentence.",
-    "James writes a 3-page letter to 2 different friends twice a week. How many pages does he write a year?",
-    "Write a SQL query that returns the five customers with the highest total order value from tables customers(id, name) and orders(id, customer_id, amount).",
-    "A rectangle has a perimeter of 36 cm and its length is twice its width. What is its area?",
-    "Write a JavaScript function that debounces another function by a given number of milliseconds.",
-]
-
-
-@dataclass
-class Row:
-    """One way to decode: its outputs and traces, and its tokens and seconds in each repetition over the prompts."""
-
-    name: str
-    outputs: list[list[int]] = field(default_factory=list)  # token ids per prompt, every repetition's
-    traces: list[Trace] = field(default_factory=list)  # ours only
-    laps: dict[int, list[float]] = field(default_factory=dict)  # repetition -> [tokens, seconds]
-
-    @property
-    def tokens(self) -> int:
-        return int(sum(tokens for tokens, _ in self.laps.values()))
-
-    @property
-    def seconds(self) -> float:
-        return sum(seconds for _, seconds in self.laps.values())
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / self.seconds if self.seconds else 0.0
-
-    def speeds(self) -> list[float]:
-        """tokens/s in each repetition, in order."""
-        return [tokens / seconds for tokens, seconds in (self.laps[r] for r in sorted(self.laps))]
-
-    def rates(self) -> str:
-        """Speculative decoding's figures over all prompts (our runs only): `rates`."""
-        return rates([*self.traces])
-
-
-def rates(traces: list[Trace]) -> str:
-    """The runs' figures as their method gives them (easd.method.methods: `bench_line`): SD's and EASD's under vLLM's
-    names, MTI's guided share and target passes per token, RSD's steps."""
-    if not traces or not any(t.records for t in traces):
-        return SpecMetrics.of(traces).line()
-    return lookup(traces[0].settings.method).bench_line(traces)
-
-
-@dataclass(frozen=True)
-class BenchPlan:
-    """What `bench` times: the prompts, the new tokens, the repetitions, and for each method with rows the values of
-    its `bench` setting (SD's k values: the first is every other method's k, and the peers')."""
-
-    prompts: list[str]
-    max_new_tokens: int
-    values: dict[str, list]  # method name -> the values of its bench setting, a row each
-    repeats: int = 1
-    own: dict = field(default_factory=dict)  # the methods' other own settings, by flat name, one value for every row
-
-    @property
-    def ks(self) -> list[int]:
-        return self.values[REFERENCE]
-
-
-def row_name(backend: str, method: str, value=None) -> str:
-    """A row's name: "llama.cpp SD (k=4)", "llama.cpp EASD (τ_H=1)", "llama.cpp MTI (τ=1)", "llama.cpp target-only"."""
-    chosen = lookup(method)
-    if value is None:
-        return f"{backend} {chosen.title.replace(' ', '-')}"
-    label = knobs()[chosen.bench].label or chosen.bench
-    return f"{backend} {chosen.title} ({label.removeprefix(chosen.title + ' ')}={value:g})"
+from .timing import BenchPlan, Row, rotated, row_name
 
 
 def run_benchmark(pairs: list[ModelPair], plan: BenchPlan) -> int:
@@ -152,7 +76,7 @@ def run_benchmark(pairs: list[ModelPair], plan: BenchPlan) -> int:
         for repetition in range(plan.repeats):
             for i, prompt in enumerate(plan.prompts):
                 turn = repetition * len(plan.prompts) + i
-                for j in _rotated(len(names), turn):
+                for j in rotated(len(names), turn):
                     _time_one(rows[names[j]], methods[names[j]], prompt, repetition)
                 print(f"  {pair.backend}: prompt {turn + 1}/{len(plan.prompts) * plan.repeats} done", flush=True)
     for row in rows.values():
@@ -275,10 +199,6 @@ def _weights_bytes(pair: ModelPair) -> int:
     return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
-def _rotated(n: int, turn: int) -> list[int]:
-    return [(turn + i) % n for i in range(n)]
-
-
 def _time_one(row: Row, decode, prompt: str, repetition: int) -> None:
     started = time.perf_counter()
     result = decode(prompt)
@@ -381,155 +301,3 @@ def _print_equality(backend: str, sd: Row, target: Row) -> None:
         if a != b:
             first = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
             print(f"  prompt {i + 1}: first difference at token {first}")
-
-
-# --- one lane beside another ---------------------------------------------------------------------------
-
-NEIGHBOUR_TOKENS = 4  # × the lane's new tokens: the neighbour still decodes when the lane ends (an early EOS is said)
-
-
-def run_beside_benchmark(pair: ModelPair, plan: BenchPlan, neighbours: list[str], allowances: list[int]) -> int:
-    """What one user's choice costs another's lane in a class: an SD lane's tokens/s in a batch beside one generation
-    of each neighbour method (SMC-SD's particles, SpecGuard's candidates, beams: a group of rows), at each row
-    allowance (easd.method.step.Batch; 0: none), against beside another SD generation, with the passes each step took.
-
-    The lane decodes a prompt greedily at SD's settings; the neighbour decodes the next prompt at its own method's,
-    for up to NEIGHBOUR_TOKENS × as many tokens, and the lane's speed is counted only while the neighbour decodes.
-    The rows take turns in an order that rotates from prompt to prompt, as the timed comparison's rows do.
-    """
-    base = with_values(DecodeSettings(method=REFERENCE, k=plan.ks[0], max_new_tokens=plan.max_new_tokens), **plan.own)
-    settings = {}
-    for name in dict.fromkeys([REFERENCE, *neighbours]):
-        chosen = with_values(base, method=name, max_new_tokens=NEIGHBOUR_TOKENS * plan.max_new_tokens)
-        lookup(name).check(pair, chosen)  # a method this backend cannot run is refused before anything is timed
-        settings[name] = chosen
-    reference = (REFERENCE, 0)  # beside another SD lane: no allowance changes it
-    keys = [reference, *((name, allowance) for name in settings if name != REFERENCE for allowance in allowances)]
-    print(f"bench: {pair.describe()}")
-    print(
-        f"an SD lane (k={plan.ks[0]}, greedy, {plan.max_new_tokens} new tokens) in a batch beside one generation of each "
-        f"method, {len(plan.prompts)} prompts × {plan.repeats}, {torch.get_num_threads()} threads"
-    )
-    rows = {key: Row(f"SD beside {lookup(key[0]).title}" + (f", allowance {key[1]}" if key[1] else "")) for key in keys}
-    lanes: dict[tuple, list[tuple[Trace, Trace]]] = {key: [] for key in keys}  # (the lane's trace, the neighbour's)
-    for name, allowance in keys:  # untimed warm-up on short prompts
-        short = replace(base, max_new_tokens=8)
-        _beside(pair, plan.prompts[0][:40], plan.prompts[-1][:40], short, settings[name], allowance or None)
-    for repetition in range(plan.repeats):
-        for i, prompt in enumerate(plan.prompts):
-            other = plan.prompts[(i + 1) % len(plan.prompts)]
-            for j in _rotated(len(keys), repetition * len(plan.prompts) + i):
-                name, allowance = keys[j]
-                tokens, seconds, lane, neighbour = _beside(pair, prompt, other, base, settings[name], allowance or None)
-                lap = rows[keys[j]].laps.setdefault(repetition, [0, 0.0])
-                lap[0], lap[1] = lap[0] + tokens, lap[1] + seconds
-                lanes[keys[j]].append((lane, neighbour))
-    print(
-        f"  {'the lane':<44} {'tokens/s':>9}  {'÷ beside SD':>11}  {'rows a target pass':>18}  {'passes a step: draft, target':>29}"
-    )
-    for key in keys:
-        row = rows[key]
-        draft, target, served = _passes_a_step([lane for lane, _ in lanes[key]])
-        ratio = row.tokens_per_s / rows[reference].tokens_per_s
-        print(f"  {row.name:<44} {row.tokens_per_s:>9.2f}  {ratio:>10.2f}×  {served:>18.2f}  {draft:>15.2f}, {target:.2f}")
-        if plan.repeats > 1:
-            print(f"  {'':<44} {spread(row.speeds()).line()}")
-            if key != reference:
-                ratios = [a / b for a, b in zip(row.speeds(), rows[reference].speeds())]
-                print(f"  {'':<44} ÷ beside SD: {spread(ratios).line('{:.3f}×')}")
-        going = (None, "stopped")
-        short = sum(1 for lane, other in lanes[key] if other.stats.stop_reason not in going and lane.stats.stop_reason in going)
-        if short:
-            print(f"  {'':<44} ({short} of {len(lanes[key])} neighbours ended before the lane: counted until they did)")
-    return 0
-
-
-def _beside(
-    pair: ModelPair, prompt: str, other: str, lane_settings: DecodeSettings, neighbour: DecodeSettings, allowance: int | None
-) -> tuple:
-    """The lane's tokens and seconds while a neighbour shares its batch, and both generations' traces."""
-    lane, other_generation = Generation(pair, prompt, lane_settings), Generation(pair, other, neighbour)
-    started, tokens, seconds = time.perf_counter(), 0, 0.0
-    steps = iter(Batch(pair, [lane, other_generation], allowance=allowance))
-    try:
-        for block in steps:
-            if block.generation is lane:
-                tokens, seconds = len(lane.tokens) - lane.prompt_length, time.perf_counter() - started
-            if lane.done or other_generation.done:
-                break
-    finally:
-        steps.close()
-    return tokens, seconds, lane.trace, other_generation.trace
-
-
-def _passes_a_step(traces: list[Trace]) -> tuple[float, float, float]:
-    """The lane's draft and target passes a step, and the rows a target pass served, over its runs."""
-    steps = sum(len(t.blocks) for t in traces) or 1
-    target = sum(t.stats.target_calls for t in traces) or 1
-    return (
-        sum(t.stats.draft_calls for t in traces) / steps,
-        sum(t.stats.target_calls for t in traces) / steps,
-        sum(t.stats.target_rows for t in traces) / target,
-    )
-
-
-# --- many rows at once ---------------------------------------------------------------------------
-
-
-def run_batched_benchmark(pair: ModelPair, batch_sizes: list[int], max_new_tokens: int, k: int, tau_h: float) -> int:
-    """Total tokens/s of target-only, SD and EASD with B rows per pass, next to transformers' batched
-    `generate` (target-only, left padding) at the same B: the throughput a user would otherwise get.
-
-    The B rows are the built-in prompts in turn. At each B the four methods run back to back in an
-    order that rotates with B, so drifts of a shared machine's speed spread over them.
-    """
-    sd = DecodeSettings(method=REFERENCE, k=k, tau_h=tau_h, max_new_tokens=max_new_tokens)
-    methods = {
-        "target-only": lambda prompts: _batch(pair, prompts, replace(sd, method=SPEED_REFERENCE)),
-        f"SD (k={k})": lambda prompts: _batch(pair, prompts, sd),
-        f"EASD (k={k}, τ_H={tau_h:g})": lambda prompts: _batch(pair, prompts, replace(sd, method=PROPOSED)),
-    }
-    if pair.backend == "transformers":  # its own batched generate is the reference (llama-cpp-python has none)
-        methods = {"transformers generate": lambda prompts: _generate_batched(pair, prompts, max_new_tokens)} | methods
-    names = list(methods)
-    print(
-        f"bench: {pair.describe()}, batch sizes {batch_sizes}, {max_new_tokens} new tokens per row, greedy, {torch.get_num_threads()} threads"
-    )
-    for decode in methods.values():
-        decode([PROMPTS[0][:40]] * 2)  # untimed warm-up
-    reference = "transformers generate" if "transformers generate" in methods else "target-only"
-    print(f"  {'B':>3} " + " ".join(f"{name:>24}" for name in names) + f" {'SD ÷ ' + reference:>28}")
-    speeds = {}  # B -> method -> total tokens/s
-    for turn, size in enumerate(batch_sizes):
-        prompts = [PROMPTS[i % len(PROMPTS)] for i in range(size)]
-        speed = speeds[size] = {}
-        for i in _rotated(len(names), turn):
-            started = time.perf_counter()
-            outputs = methods[names[i]](prompts)
-            speed[names[i]] = sum(len(ids) for ids in outputs) / (time.perf_counter() - started)
-        cells = " ".join(f"{speed[name]:>15.2f} tokens/s" for name in names)
-        print(f"  {size:>3} {cells} {speed[f'SD (k={k})'] / speed[reference]:>27.2f}×", flush=True)
-    if 1 in speeds and len(speeds) > 1:
-        largest = max(speeds)
-        scaling = ", ".join(f"{name} {speeds[largest][name] / speeds[1][name]:.2f}×" for name in names)
-        print(f"total tokens/s at B = {largest} ÷ at B = 1: {scaling}")
-    return 0
-
-
-def _batch(pair: ModelPair, prompts: list[str], settings: DecodeSettings) -> list[list[int]]:
-    return [trace.token_ids for trace in Batch(pair, [Generation(pair, p, settings) for p in prompts]).run()]
-
-
-@torch.inference_mode()
-def _generate_batched(pair: ModelPair, prompts: list[str], max_new_tokens: int) -> list[list[int]]:
-    """transformers' own batched greedy decoding of the target, prompts left-padded; each row's tokens up to its EOS."""
-    encoded = [encode_prompt(pair, p, chat=True) for p in prompts]
-    width, pad = max(len(ids) for ids in encoded), pair.tokenizer.pad_id
-    ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded], device=pair.device)
-    mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded], device=pair.device)
-    out = pair.target.module.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=pad)
-    rows = []
-    for row in out[:, width:].tolist():
-        end = next((i for i, token in enumerate(row) if token in pair.eos_ids), len(row) - 1)
-        rows.append(row[: end + 1])
-    return rows
