@@ -29,7 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from easd.lab.grading.problems import GRADERS, extract_answer, is_correct, load_problems, read_records
+from easd.lab.grading.answers import GRADERS, extract_answer, is_correct
+from easd.lab.grading.problems import load_problems, read_records
 from easd.lab.runs.results_table import load_results
 
 HARNESS = """

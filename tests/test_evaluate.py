@@ -16,7 +16,8 @@ import pytest
 from easd.cli import main
 from easd.errors import EasdError, SettingsError
 from easd.lab.acceptance.calibrate import nearest_candidate, top_share_mean
-from easd.lab.grading.problems import is_correct, load_problems
+from easd.lab.grading.answers import is_correct
+from easd.lab.grading.problems import load_problems
 from easd.lab.reports.report import (
     SUMMARY_COLUMNS,
     accuracy_figure,

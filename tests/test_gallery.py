@@ -7,7 +7,7 @@ import pytest
 
 from components.gallery import Gallery
 from easd.errors import SettingsError
-from easd.lab.grading.problems import extract_answer
+from easd.lab.grading.answers import extract_answer
 from easd.method.compare import DEFAULT_METHODS
 from easd.method.summary import summarize
 

@@ -5,18 +5,8 @@ import json
 import pytest
 
 from easd.errors import EasdError
-from easd.lab.grading.problems import (
-    CHOICE_INSTRUCTION,
-    FORMATS,
-    INSTRUCTION,
-    LETTERS,
-    choice_letter,
-    extract_answer,
-    is_correct,
-    last_boxed,
-    load_problems,
-    normalize_number,
-)
+from easd.lab.grading.answers import choice_letter, extract_answer, is_correct, last_boxed, normalize_number
+from easd.lab.grading.problems import CHOICE_INSTRUCTION, FORMATS, INSTRUCTION, LETTERS, load_problems
 
 
 @pytest.mark.parametrize(

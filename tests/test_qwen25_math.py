@@ -11,7 +11,7 @@ import re
 import pandas as pd
 import pytest
 
-from easd.lab.grading.problems import is_correct, same_answer
+from easd.lab.grading.answers import is_correct, same_answer
 from easd.lab.grading.qwen25_math import _sub_braced, strip_answer
 from easd.lab.reports.report import grader_lines, graders_compared
 

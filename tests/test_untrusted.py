@@ -14,7 +14,8 @@ import pytest
 from easd.cli.flags import tau_h_of
 from easd.errors import EasdError
 from easd.lab.grading import qwen25_math
-from easd.lab.grading.problems import MAX_ANSWER_CHARS, MAX_DATA_BYTES, extract_answer, is_correct, last_boxed, load_problems
+from easd.lab.grading.answers import MAX_ANSWER_CHARS, extract_answer, is_correct, last_boxed
+from easd.lab.grading.problems import MAX_DATA_BYTES, load_problems
 from easd.lab.speed.specbench import load_questions
 from easd.traces.schema import MAX_PROMPT_CHARS
 

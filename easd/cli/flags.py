@@ -301,7 +301,7 @@ def add_data_flags(parser: argparse.ArgumentParser, limit: int | None, required:
 
 
 def add_grader_flag(parser: argparse.ArgumentParser) -> None:
-    from ..lab.grading.problems import GRADERS
+    from ..lab.grading.answers import GRADERS
 
     parser.add_argument(
         "--grader",

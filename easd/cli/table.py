@@ -28,7 +28,7 @@ def add(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from ..lab.grading.problems import GRADERS
+    from ..lab.grading.answers import GRADERS
     from ..lab.reports.report import benchmark_name, grader_of, paper_table
 
     blocks: dict[str, tuple[dict, dict]] = {}  # by pair: (summaries, paired), each by benchmark

@@ -2,7 +2,7 @@
 
 RSD's harness and the paper's benchmarks grade with github.com/QwenLM/Qwen2.5-Math's `evaluation/` (its snapshot of
 2025): `strip_string` normalises both answers, then `math_equal` compares them. Its rules are lenient in ways ours
-(`easd.lab.grading.problems.is_correct`) is not, and a reader comparing our accuracies with the paper's needs its verdicts:
+(`easd.lab.grading.answers.is_correct`) is not, and a reader comparing our accuracies with the paper's needs its verdicts:
 
   - a number equals the gold, the gold ÷ 100 or the gold × 100 within a relative 1e-4 (its `include_percentage`):
     "10" is right for a gold of "1000";

@@ -15,7 +15,7 @@ from ...errors import EasdError
 from ...method.methods import METHODS
 from ...method.references import PROPOSED, REFERENCE, SPEED_REFERENCE
 from ...render.grid import grid_figures
-from ..grading.problems import GRADERS, is_correct, same_answer
+from ..grading.answers import GRADERS, is_correct, same_answer
 from ..runs.evaluate import GRIDS
 from ..runs.protocol import Protocol
 from ..runs.results_table import load_results, read_config

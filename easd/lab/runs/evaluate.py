@@ -31,7 +31,8 @@ from ...method.step import Batch
 from ...method.summary import summarize
 from ...method.trace import Trace
 from ...traces import files as trace_io
-from ..grading.problems import GRADERS, Problem, extract_answer, is_correct
+from ..grading.answers import GRADERS, extract_answer, is_correct
+from ..grading.problems import Problem
 from .results_table import prepare_folder
 
 

@@ -312,7 +312,7 @@ def assumptions(study: dict) -> list[str]:
         f"temperature {settings['temperature']:g}, top-p {settings['top_p']:g}, seed {settings['seed']}, "
         f"at most {settings['max_new_tokens']:,} new tokens a problem, signals {settings.get('signals', 'float32')}, "
         f"H of {'the sampling distribution' if settings.get('entropy') == 'sampling' else 'the models at temperature 1'}",
-        f"grader: {config.get('grader', 'math-verify')} (easd.lab.grading.problems.is_correct; the option formats compare the letter)",
+        f"grader: {config.get('grader', 'math-verify')} (easd.lab.grading.answers.is_correct; the option formats compare the letter)",
         f"grid: {varied or 'none'} on the first {len(plan['grid_problems'])} problems; speed on the first "
         f"{len(plan['speed_problems'])}, one row at a time; the rest decoded {plan['batch_size']} rows at a time",
         f"command: {config['command']}",
