@@ -12,7 +12,7 @@ import gradio as gr
 import pandas as pd
 
 from easd.errors import EasdError, shown
-from easd.lab.reports import report
+from easd.lab.reports import figures, report
 from easd.lab.runs.evaluate import trace_path
 from easd.lab.runs.results_table import load_results
 from easd.method.compare import DEFAULT_METHODS, LANES
@@ -182,8 +182,8 @@ def _show(tab: EvaluationTab, files: dict[str, Path], note: str) -> dict:
         shown = {
             tab.summary: summary.round(4),
             tab.paired: paired.round(4),
-            tab.accuracy: report.accuracy_figure(summary),
-            tab.speed: report.speed_figure(summary),
+            tab.accuracy: figures.accuracy_figure(summary),
+            tab.speed: figures.speed_figure(summary),
             tab.problems: problem_table(results),
         }
     except (KeyError, ValueError, TypeError, IndexError, pd.errors.ParserError, UnicodeDecodeError, EasdError) as err:

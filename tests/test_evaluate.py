@@ -18,17 +18,9 @@ from easd.errors import EasdError, SettingsError
 from easd.lab.acceptance.calibrate import nearest_candidate, top_share_mean
 from easd.lab.grading.answers import is_correct
 from easd.lab.grading.problems import load_problems
-from easd.lab.reports.report import (
-    SUMMARY_COLUMNS,
-    accuracy_figure,
-    paired_figure,
-    paired_table,
-    paper_table,
-    speed_figure,
-    summary_table,
-    write_reports,
-    write_sweep,
-)
+from easd.lab.reports.figures import accuracy_figure, paired_figure, speed_figure
+from easd.lab.reports.paper import paper_table
+from easd.lab.reports.report import SUMMARY_COLUMNS, paired_table, summary_table, write_reports, write_sweep
 from easd.lab.runs.evaluate import (
     LocalRunner,
     WorkItem,

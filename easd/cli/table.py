@@ -29,7 +29,8 @@ def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from ..lab.grading.answers import GRADERS
-    from ..lab.reports.report import benchmark_name, grader_of, paper_table
+    from ..lab.reports.paper import benchmark_name, paper_table
+    from ..lab.reports.report import grader_of
 
     blocks: dict[str, tuple[dict, dict]] = {}  # by pair: (summaries, paired), each by benchmark
     names: dict[Path, str] = {}  # each folder's benchmark column

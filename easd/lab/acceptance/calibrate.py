@@ -24,7 +24,7 @@ from ...method.pair import ModelPair
 from ...method.settings import DecodeSettings
 from ...method.step import Batch
 from ..grading.problems import Problem
-from ..reports.report import write_html
+from ..reports.figures import write_html
 
 CANDIDATES = (0.5, 1.0, 1.5, 2.0)
 TOP_SHARE = 0.05

@@ -31,7 +31,7 @@ FORMATS = tuple(GRADING)
 # New tokens per problem when --max-new-tokens is not given. These budgets are ours: the paper gives none, and RSD's
 # code defaults to 2,048 new tokens per call. Solutions of AIME, OlympiadBench and LIMO run long, so they get 4,096; the
 # short-answer sets less, so that a CPU run is not spent on budgets nobody reaches. The paper's table shows each
-# method's share cut off by its budget and warns past 1% (easd.lab.reports.report.CUT_OFF_WARNING).
+# method's share cut off by its budget and warns past 1% (easd.lab.reports.paper.CUT_OFF_WARNING).
 BUDGETS = {
     "gsm8k": 1024,
     "choice": 1024,
