@@ -861,8 +861,9 @@ def test_a_gallery_recording_is_made_into_one_html_file_and_a_static_site(app_ur
 
 def test_the_first_example_on_the_embedded_pair_streams_from_its_first_block():
     """The app as a user first meets it: the embedded pair (llama.cpp on this CPU), the first example picked, default settings
-    (128 tokens per lane, greedy), up to the fork the example is there to show (EASD's first penalty), then Stop.
-    Prints when the first token and the fork showed (not asserted)."""
+    (128 tokens per lane, greedy), until both lanes stream, then Stop. Prints when the first tokens showed (not
+    asserted). That the example forks by token 128 is test_real_pair's (every example, in one batch); that a penalty
+    shows as one is this file's on the tiny pair: waiting here for the fork took half a minute more."""
     from easd.pairs.packaged import DRAFT, TARGET, installed
     from easd.pairs.registry import load_named_pair
 
@@ -885,13 +886,11 @@ def test_the_first_example_on_the_embedded_pair_streams_from_its_first_block():
         first_example.click()  # picked, it runs
         wait(driver, 120).until(lambda d: tokens(d, "left") and tokens(d, "right"))
         first = time.monotonic() - started
-        wait(driver, 600).until(lambda d: tokens(d, "right", ".o-easd_penalty"))  # it forks (the example's point)
-        forked = time.monotonic() - started
         driver.find_element(By.ID, "stop").click()
         wait(driver, 60).until(lambda d: text_of(d, "message").startswith("Stopped"))
         assert 0 < len(tokens(driver, "left")) < 128
         assert driver.find_element(By.CSS_SELECTOR, "#prompt textarea").get_attribute("value") == example
-        print(f"\nfirst example on {pair.backend}: first token after {first:.2f} s, the fork after {forked:.1f} s")
+        print(f"\nfirst example on {pair.backend}: first tokens in both lanes after {first:.2f} s")
     finally:
         driver.quit()
         demo.close()

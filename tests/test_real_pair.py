@@ -61,11 +61,11 @@ def test_greedy_sd_on_the_real_pair_is_fluent_and_equals_the_target_and_a_loop_w
     give) and a loop written directly against llama-cpp-python (easd.lab.speed.llama_reference), token for token."""
     from easd.lab.speed.llama_reference import speculative
 
-    sd = Generation(qwen_pair, QUESTION, DecodeSettings(method="sd", k=4, max_new_tokens=48)).run()
-    target = Generation(qwen_pair, QUESTION, DecodeSettings(method="target", max_new_tokens=48)).run()
+    sd = Generation(qwen_pair, QUESTION, DecodeSettings(method="sd", k=4, max_new_tokens=32)).run()
+    target = Generation(qwen_pair, QUESTION, DecodeSettings(method="target", max_new_tokens=32)).run()
     assert sd.token_ids == target.token_ids
     prompt = encode_prompt(qwen_pair, QUESTION, chat=True)
-    assert sd.token_ids == speculative(qwen_pair.draft, qwen_pair.target, prompt, 4, 48, qwen_pair.eos_ids)
+    assert sd.token_ids == speculative(qwen_pair.draft, qwen_pair.target, prompt, 4, 32, qwen_pair.eos_ids)
     assert summarize(sd)["draft_acceptance_rate"] > 0.5
     assert_fluent_english(sd.text)
     assert qwen_pair.info["draft_logit_shift"] == qwen_pair.info["target_logit_shift"] == 0.0  # measured at load
