@@ -210,6 +210,18 @@ def test_pairs_lists_every_named_pair(capsys):
     assert out.count("available here:") == 5 and "memory:" in out
 
 
+def test_a_seed_past_torchs_range_is_one_line_and_the_largest_seed_decodes(capsys, tmp_path):
+    """A seed of 2**64 was taken, and the run died in torch with "Overflow when unpacking long long" after the pair
+    had loaded; the range now says so first, with the bound written whole (2^63 − 1, not 9.22337e+18)."""
+    code, out, err = run_cli(capsys, *TINY, "--prompt", "hi", "--max-new-tokens", "4", "--seed", str(2**64))
+    assert code == 2 and err == f"error: --seed: must be an integer from 0 to {2**63 - 1} (got {2**64})\n", err
+    out_file = tmp_path / "t.json"
+    code, _, _ = run_cli(
+        capsys, *TINY, "--prompt", "hi", "--max-new-tokens", "4", "--seed", str(2**63 - 1), "--json", str(out_file)
+    )
+    assert code == 0 and trace_io.load(out_file)[0].settings.seed == 2**63 - 1
+
+
 def test_eval_batch_size_below_one_is_refused(capsys, tmp_path):
     data = tmp_path / "data.jsonl"
     data.write_text('{"question": "1 + 1?", "answer": "#### 2"}\n' * 3)

@@ -56,9 +56,11 @@ class Knob:
         if self.kind == "text":
             return f"a text of {self.low:g} to {self.high:,g} characters" if self.high is not None else "a text"
         noun = "an integer" if self.kind == "int" else f"a number of {self.unit}" if self.unit else "a number"
+        # an integer's bound whole (the seed's 2^63 − 1, not 9.22337e+18), a number's as %g
+        bound = (lambda x: str(int(x))) if self.kind == "int" else (lambda x: f"{x:g}")
         if self.low is not None and self.high is not None:
-            return f"{noun} from {self.low:g} to {self.high:g}"
-        return f"{noun} ≥ {self.low:g}" if self.low is not None else noun
+            return f"{noun} from {bound(self.low)} to {bound(self.high)}"
+        return f"{noun} ≥ {bound(self.low)}" if self.low is not None else noun
 
     def check(self, name: str, value) -> None:
         """SettingsError(name) unless `value` is of this knob's kind and in its range."""

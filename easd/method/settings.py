@@ -118,6 +118,7 @@ class DecodeSettings:
         0,
         "random seed: SD and EASD with the same seed agree until EASD's first penalty",
         low=0,
+        high=MAX_SEED,
         label="seed",
         short="same for both runs",
         control=Control("number", 0, MAX_SEED, 1),
