@@ -46,6 +46,7 @@ from .rooms import ROOM_EVERY_S, Room
 from .session import Session, Sessions, in_lanes
 from .views import (
     in_page_words,
+    no_fix,
     offer_fix,
     render_all,
     render_files,
@@ -94,7 +95,7 @@ def generate(page: Page, host: ModelHost, outbox: Outbox, values: dict, request:
         return
     if session.offered is not None:  # this run is under way: the last one's remedy is moot
         session.offered = None
-        yield {page.fix: gr.Button(visible=False)}
+        yield no_fix(page)
     client = client_of(request)
     uptake = outbox.uptake(client.session)
     with host.stream(asked.pair, comparison.generations.values(), client, uptake.took_any) as stream:
@@ -490,7 +491,7 @@ def apply_fix(page: Page, values: dict) -> dict:
     with it); the button goes."""
     session: Session = values[page.state]
     err, session.offered = session.offered, None
-    hidden = {page.fix: gr.Button(visible=False)}
+    hidden = no_fix(page)
     return hidden if err is None else hidden | {page.controls[err.setting]: err.fix.value}
 
 

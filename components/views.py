@@ -137,7 +137,8 @@ def render_all(page: Page, session: Session, view: RuleView, message: str = "") 
         render_lanes(page, session, view)
         | render_panels(page, session, view)
         | render_files(page, None if session.running else session.export(page.downloads))
-        | {page.message: say(message), page.fix: gr.Button(visible=False), page.state: session}
+        | {page.message: say(message), page.state: session}
+        | no_fix(page)
         | {page.guide: gr.Accordion(open=False)}
     )
 
@@ -148,6 +149,11 @@ def offer_fix(page: Page, err: SettingsError) -> dict:
     does = err.fix.does
     words = f"{does[:1].upper()}{does[1:]}: set {page_name(err.setting)} to {err.fix.value} and run again"
     return {page.message: say(in_page_words(err)), page.fix: gr.Button(words, visible=True)}
+
+
+def no_fix(page: Page) -> dict:
+    """The remedy's button gone: a run under way or a page drawn again has nothing to answer."""
+    return {page.fix: gr.Button(visible=False)}
 
 
 def in_page_words(err: EasdError) -> str:
