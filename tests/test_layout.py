@@ -1,6 +1,7 @@
 """The package's import rules, checked on the source: each folder may only lean on the layers below it."""
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -146,10 +147,10 @@ NAMED_HERE = ("easd/method/methods/", "easd/method/references.py")
 ALSO_NOT_A_METHOD = {"draft", "target", "easd"}
 
 
-def method_names() -> set[str]:
+def method_names() -> frozenset[str]:
     from easd.method.methods import METHODS
 
-    return set(METHODS)
+    return frozenset(METHODS)
 
 
 def in_method_place(constant: ast.Constant) -> bool:
@@ -180,7 +181,8 @@ def literal_violations() -> list[str]:
     return bad
 
 
-def _literals_of(source: str, names: set[str]) -> list[tuple[int, str]]:
+@functools.cache  # each probe below scans the repository again: a source already parsed is not parsed twice
+def _literals_of(source: str, names: frozenset[str]) -> list[tuple[int, str]]:
     """Each line where `source` writes out a method's name: any string constant that is only a method's name
     (docstrings and f-string pieces aside), and one that is also something else where a method is meant."""
     tree = ast.parse(source)
