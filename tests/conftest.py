@@ -21,8 +21,27 @@ BACKENDS = ("transformers", "llama.cpp")
 LONGEST_FILES = ("test_real_pair.py", "test_app_browser.py")
 
 
+# The files above the engine: they drive Batch and Generation, whose backends the engine's own files (test_batch,
+# test_decoding, test_prefix, test_chunks, the methods' files) test on both. In the quick tier they run on llama.cpp
+# alone, where the tiny pair decodes in about a third of transformers' CPU; the whole suite runs them on both.
+ABOVE_THE_ENGINE = (
+    "test_app_render.py",
+    "test_dynamics.py",
+    "test_evaluate.py",
+    "test_harness.py",
+    "test_isolation.py",
+    "test_shared_batch.py",
+    "test_sharing.py",
+    "test_study.py",
+)
+
+
 def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: LONGEST_FILES.index(item.path.name) if item.path.name in LONGEST_FILES else len(LONGEST_FILES))
+    for item in items:
+        backend = getattr(item, "callspec", None) and item.callspec.params.get("tiny_pair")
+        if backend == "transformers" and item.path.name in ABOVE_THE_ENGINE:
+            item.add_marker(pytest.mark.slow)
 
 
 def pytest_configure(config):
