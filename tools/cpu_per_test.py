@@ -10,7 +10,8 @@ As a pytest plugin it records, per test (setup, call and teardown together), the
 process tree: the worker itself, the children it reaped (a subprocess, the busy-machine tests' spinning processes),
 and every descendant alive at a test's start or end (Chromium, Ray's processes, an app's server), each keeping the
 CPU last seen when it ends. A descendant started and ended inside one test without being reaped by the worker
-(Ray's replacement actors) is not counted: the totals are a floor. The folder is emptied when a run starts.
+(Ray's replacement actors) is not counted; a child seen alive at a boundary and reaped later would count twice
+(the suite's subprocesses end inside their test). The folder is emptied when a run starts.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import shutil
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 FOLDER = Path(".cpu-per-test")
@@ -32,14 +34,10 @@ class TreeClock:
     """The CPU-seconds a process and its descendants have used so far."""
 
     def __init__(self):
-        import psutil
-
         self.me = psutil.Process()
         self.last_seen: dict[tuple[int, float], float] = {}  # (pid, start time) -> its CPU when last looked at
 
     def now(self) -> float:
-        import psutil
-
         for child in self.me.children(recursive=True):
             try:
                 times = child.cpu_times()
