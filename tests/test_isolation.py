@@ -79,6 +79,25 @@ def test_non_finite_logits_are_caught_before_sampling():
         acc.draw(acc.sampling_probs(torch.tensor([[5.0, 10.0]]), 1e-38, 1.0), None)  # the overflow itself: 5e38 is inf
 
 
+def test_a_models_nan_or_infinite_logits_end_its_row_and_a_masked_token_does_not():
+    """The check on each model's raw logits (one reduction per row): a NaN among finite values, +inf, or a row of
+    -inf alone is refused; -inf beside finite values is a masked token."""
+    from types import SimpleNamespace
+
+    from easd.method.step import RowFailure, _finite
+
+    plan = SimpleNamespace(position=3)
+    masked = torch.tensor([[0.0, float("-inf"), 2.0], [1.0, 1.0, 1.0]])
+    assert _finite(masked, "target", plan) is masked
+    for bad in (float("nan"), float("inf")):
+        logits = masked.clone()
+        logits[1, 2] = bad
+        with pytest.raises(RowFailure, match="the target model gave NaN or infinite logits at token 3"):
+            _finite(logits, "target", plan)
+    with pytest.raises(RowFailure):
+        _finite(torch.full((1, 3), float("-inf")), "draft", plan)
+
+
 def test_the_attacker_in_a_shared_batch_gets_one_line_and_the_other_user_their_solo_result(tiny_pair):
     worker = Worker(tiny_pair, max_rows=4, row_tokens=400)
     honest_settings = DecodeSettings(temperature=0.9, top_p=0.95, seed=7, max_new_tokens=60)

@@ -384,8 +384,9 @@ class RowPlan:
 
 
 def _finite(logits: torch.Tensor, model: str, plan: RowPlan) -> torch.Tensor:
-    """The row's logits, or RowFailure if a NaN, +inf or an all -inf row would reach its sampling (-inf masks a token)."""
-    if torch.isnan(logits).any() or not torch.isfinite(logits.max(dim=-1).values).all():
+    """The row's logits, or RowFailure if a NaN, +inf or an all -inf row would reach its sampling (-inf masks a token).
+    One reduction finds all three: a row's max is NaN where the row holds one (torch.max propagates NaN)."""
+    if not torch.isfinite(logits.max(dim=-1).values).all():
         raise RowFailure(
             f"the {model} model gave NaN or infinite logits at token {plan.position}, so this run stopped there "
             "(the other runs sharing the batch went on)"
