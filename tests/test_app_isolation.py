@@ -323,11 +323,14 @@ def test_a_client_whose_heartbeat_drops_while_it_reads_keeps_its_whole_run(short
     assert ticket.done
 
 
-@pytest.mark.slow  # no honest API client loses a lane's end when every reader falls behind, on a busy machine
-def test_sixteen_honest_clients_on_a_busy_machine_get_every_lane_whole(busy_cores, hf_tiny_pair):
-    """Sixteen gradio_client users at once, patience 1 s, both cores busy: every reader falls behind, and the app had
-    read a backlog as absence (15 of 16 such users lost their runs), then a dropped heartbeat as a goodbye (5 of 16 lost
-    the end of a lane, "stopped"). Every lane of every result is whole."""
+@pytest.mark.slow  # no honest API client loses a lane's end to a patience of 1 s, sixteen reading at once
+def test_sixteen_honest_clients_with_a_second_of_patience_get_every_lane_whole(hf_tiny_pair):
+    """Sixteen gradio_client users at once, the app's patience 1 s: the app had read a backlog as absence (15 of 16
+    such users lost their runs), then a dropped heartbeat as a goodbye (5 of 16 lost the end of a lane, "stopped").
+    Every lane of every result is whole. It ran with both cores kept busy by two spinning processes until
+    2026-12-07, when neither failure came back so with its fix undone (the heartbeat's fails the test above, the
+    backlog's cannot build while a stream skips the ticks of a client that is behind, components/news.py): the
+    spinners cost about 80 CPU-seconds and tested nothing more."""
     host = ModelHost(
         {"tiny-random": load_tiny_pair},
         "tiny-random",
@@ -348,7 +351,7 @@ def test_sixteen_honest_clients_on_a_busy_machine_get_every_lane_whole(busy_core
     finally:
         demo.close()
     lanes = [(len(run["rows"]), run["summary"]["stop_reason"]) for result in results for run in result["runs"]]
-    print(f"\n16 readers on a busy machine, patience 1 s: lanes ended {sorted(set(lanes))}")
+    print(f"\n16 readers at once, patience 1 s: lanes ended {sorted(set(lanes))}")
     assert all(stop in ("eos", "max_new_tokens") and (rows == length or stop == "eos") for rows, stop in lanes)
     for prompt, result in list(zip(prompts, results))[::8]:  # two of them; tests/test_app_api.py checks every one
         assert tokens_by_lane(result) == solo(hf_tiny_pair, prompt, max_new_tokens=length)
