@@ -327,10 +327,9 @@ def test_a_client_whose_heartbeat_drops_while_it_reads_keeps_its_whole_run(short
 def test_sixteen_honest_clients_with_a_second_of_patience_get_every_lane_whole(hf_tiny_pair):
     """Sixteen gradio_client users at once, the app's patience 1 s: the app had read a backlog as absence (15 of 16
     such users lost their runs), then a dropped heartbeat as a goodbye (5 of 16 lost the end of a lane, "stopped").
-    Every lane of every result is whole. It ran with both cores kept busy by two spinning processes until
-    2026-12-07, when neither failure came back so with its fix undone (the heartbeat's fails the test above, the
-    backlog's cannot build while a stream skips the ticks of a client that is behind, components/news.py): the
-    spinners cost about 80 CPU-seconds and tested nothing more."""
+    Every lane of every result is whole. No spinning processes keep the cores busy here: with them, neither failure
+    came back when its fix was undone (the heartbeat test above fails then; a backlog cannot build while a stream
+    skips the ticks of a client that is behind, components/news.py), and they cost about 80 CPU-seconds."""
     host = ModelHost(
         {"tiny-random": load_tiny_pair},
         "tiny-random",
