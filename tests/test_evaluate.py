@@ -314,6 +314,22 @@ def test_tables_and_figures_survive_an_empty_frame():
         assert figure.to_dict()["data"] is not None
 
 
+def test_the_paired_table_says_what_its_problems_could_detect_and_what_a_gain_would_need(tmp_path):
+    """100 problems where EASD alone is right on 12 and SD alone on 8 (ψ = 0.2): McNemar's power at that share, the
+    lab's figures (easd.lab.reports.stats), beside the exact p; a method that never parts from SD extrapolates nothing."""
+    from easd.lab.reports.stats import EFFECT_POINTS, detectable_difference, mcnemar_problems
+
+    right = {"sd": [p >= 12 for p in range(100)], "easd": [p < 12 or p >= 20 for p in range(100)]}
+    right["typical"] = right["sd"]
+    rows = [result_line(problem_id=str(p), method=m, correct=str(c[p])) for m, c in right.items() for p in range(100)]
+    paired = paired_table(load_results(write_results(tmp_path / "results.csv", rows))).set_index("a")
+    easd = paired.loc["easd"]
+    assert (easd["only_a"], easd["only_b"]) == (12, 8) and easd["mcnemar_p"] == pytest.approx(0.5034, abs=1e-4)
+    assert easd["detectable"] == detectable_difference(0.2, 100) and 0.12 < easd["detectable"] < 0.13
+    assert easd["problems_for_effect"] == mcnemar_problems(0.2, EFFECT_POINTS / 100) == 1280
+    assert pd.isna(paired.loc["typical", "detectable"]) and pd.isna(paired.loc["typical", "problems_for_effect"])
+
+
 def test_sweep_reads_tau_from_the_results_columns(tmp_path):
     """The labels say nothing about τ here: sweep.csv must take it from the tau_h and tau_o columns."""
     rows = [result_line(problem_id=str(p)) for p in range(2)]

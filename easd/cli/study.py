@@ -100,7 +100,7 @@ def add(parser: argparse.ArgumentParser) -> None:
 
 def add_report_flags(group) -> None:
     """What the report says beside the folder's figures: the gain it sizes the study for, and the app its links open."""
-    from ..lab.study.findings import EFFECT_POINTS
+    from ..lab.reports.stats import EFFECT_POINTS
 
     group.add_argument(
         "--effect",

@@ -18,7 +18,7 @@ from ..runs.protocol import Protocol
 from ..runs.results_table import load_results, read_config
 from .figures import accuracy_figure, fragility_figure, paired_figure, speed_figure, write_html
 from .paper import benchmark_name, paper_table
-from .stats import majority, mcnemar_exact, paired_bootstrap, wilson
+from .stats import EFFECT_POINTS, detectable_difference, majority, mcnemar_exact, mcnemar_problems, paired_bootstrap, wilson
 
 # --- per method -------------------------------------------------------------------------------
 
@@ -159,12 +159,17 @@ def paired_table(results: pd.DataFrame) -> pd.DataFrame:
             "mcnemar_p",
             "boot95_low",
             "boot95_high",
+            "detectable",
+            "problems_for_effect",
         ],
     )
 
 
 def paired_row(results: pd.DataFrame, a: str, b: str) -> dict:
-    """`a` against `b` on the (problem, sample) pairs both ran: the discordant counts, exact McNemar, a bootstrap."""
+    """`a` against `b` on the (problem, sample) pairs both ran: the discordant counts, exact McNemar, a bootstrap, and
+    McNemar's power at the share ψ where they parted (80%, α = 0.05, two-sided): `detectable`, the smallest difference
+    (a share) these pairs could detect, and `problems_for_effect`, the pairs a gain of EFFECT_POINTS would need; each
+    empty where none can (no disagreement seen, or too few pairs even for one where every disagreement goes one way)."""
     key = ["problem_id", "sample"]
     both = results[results["method"] == a][key + ["correct"]].merge(
         results[results["method"] == b][key + ["correct"]], on=key, suffixes=("_a", "_b")
@@ -172,6 +177,7 @@ def paired_row(results: pd.DataFrame, a: str, b: str) -> dict:
     right_a, right_b = both["correct_a"].to_numpy(), both["correct_b"].to_numpy()
     only_a, only_b = int((right_a & ~right_b).sum()), int((~right_a & right_b).sum())
     low, high = paired_bootstrap(right_a, right_b)
+    discordant = (only_a + only_b) / len(both) if len(both) else 0.0
     return {
         "a": a,
         "b": b,
@@ -186,7 +192,13 @@ def paired_row(results: pd.DataFrame, a: str, b: str) -> dict:
         "mcnemar_p": mcnemar_exact(only_a, only_b),
         "boot95_low": low,
         "boot95_high": high,
+        "detectable": _or_nan(detectable_difference(discordant, len(both))),
+        "problems_for_effect": _or_nan(mcnemar_problems(discordant, EFFECT_POINTS / 100)),
     }
+
+
+def _or_nan(value: float | None) -> float:
+    return np.nan if value is None else value
 
 
 # --- writing ------------------------------------------------------------------------------------

@@ -36,6 +36,11 @@ def mcnemar_exact(only_a: int, only_b: int) -> float:
 
 # --- how many problems: the power of McNemar's test ----------------------------------------------
 
+# The gain the lab sizes a comparison for by default, in points (`study --effect`, eval's paired.csv): the EASD paper's
+# average gain over the target alone with its Qwen2.5 7B → 32B pair (its Table 1); greedy SD equals the target, so it
+# is a gain over SD too
+EFFECT_POINTS = 3.5
+
 
 def mcnemar_problems(discordant: float, difference: float, z_alpha: float = Z95, z_power: float = Z80) -> int | None:
     """The pairs (problems) McNemar's test needs to tell two methods apart at α = 0.05, two-sided, with 80% power

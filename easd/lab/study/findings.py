@@ -13,18 +13,13 @@ from ...errors import EasdError
 from ...method.methods import METHODS, Method, knobs, lookup, make_settings, own_knobs
 from ...method.references import REFERENCE, SPEED_REFERENCE
 from ..reports.report import grader_of, graders_compared, paired_row, summary_table
-from ..reports.stats import spread, wilson
+from ..reports.stats import EFFECT_POINTS, spread, wilson
 from ..runs.evaluate import grid_label
 from ..runs.protocol import Protocol
 from ..runs.results_table import versions
 from .plan import counted, read_study_config, results_of, target_proof
 from .power import power, power_lines, power_words
 from .where import after_the_fact, differences, traces_of, where_it_intervenes
-
-# The gain `--effect` asks about by default, in points: the EASD paper's average gain over the target alone with its
-# Qwen2.5 7B → 32B pair (its Table 1); greedy SD equals the target, so it is a gain over SD too
-EFFECT_POINTS = 3.5
-
 
 # A method's tokens/s over repetitions differing by more than this share of its median says the machine was busy: on
 # a quiet one they agree within a few percent (bench's figures, docs/benchmarks.md)
