@@ -57,7 +57,10 @@ def test_each_relaxed_decision_and_certificate_is_its_formulas(hf_tiny_pair, rul
         if kept:
             assert record.origin == ("draft_accepted" if c == int(row.argmax()) else "relaxed_kept")
             expected = float(acc.relaxed_certificate(row[None], torch.tensor([c]), rule, own.delta, own.ratio, own.top)[0])
-            assert record.own.relaxed_certificate == pytest.approx(expected, rel=1e-4, abs=1e-7)
+            # a KL at the rule's edge, about quadratic in how far p(c) clears the bar, so it magnifies the ~1e-6 by
+            # which the decoding's cached passes and this fresh one differ (more on AVX-512 kernels: 2e-4 relative
+            # seen); a certificate of another row, token or rule is off by far more than 0.1%
+            assert record.own.relaxed_certificate == pytest.approx(expected, rel=1e-3, abs=1e-7)
         else:
             assert record.origin == "target_own" and record.token_id == int(row.argmax())
             assert record.own.relaxed_certificate is None
