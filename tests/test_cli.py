@@ -72,6 +72,14 @@ def test_bad_input_is_one_line_with_exit_2(capsys, args, flag, allowed):
         (["--beside", " , "], "--beside: names no method"),
         (["--beside", "smc", "--row-allowance", "2,-1"], "--row-allowance: must be whole numbers ≥ 0"),
         (["--row-allowance", "2"], "--row-allowance: applies to --beside's lanes only"),
+        (["--temperature", "0.7", "--batch-sizes", "1,4"], "--temperature: samples the timed comparison's rows; --batch-sizes"),
+        (["--top-p", "0.9", "--beside", "smc"], "--top-p: samples the timed comparison's rows; --beside runs its own"),
+        (["--temperature", "-1"], "--temperature: must be 0 (greedy) or a number ≥ 0.001"),
+        (["--temperature", "0.7", "--top-p", "0.9", "--methods", "smc"], "--top-p: SMC-SD samples without a nucleus"),
+        (
+            ["--temperature", "0.7", "--methods", "specguard", "--specguard-temperature", "1"],
+            "--specguard-temperature: is set apart from the comparison's one protocol",
+        ),
     ],
 )
 def test_bench_refuses_a_list_flag_that_is_no_list_of_numbers_and_methods_it_would_drop(capsys, args, message):

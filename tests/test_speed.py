@@ -127,3 +127,34 @@ def test_bench_prints_the_pages_figures_beside_the_solo_ones(capsys):
     assert "the page's SD lane at k=4, sharing its passes with the EASD lane" in out
     for line in ("against a pass over as many rows (the panel): c ", "solo, against the same one-row pass:"):
         assert line in out
+
+
+def test_bench_with_a_temperature_samples_every_row_under_one_protocol_and_drops_the_greedy_peers(tiny_pair, capsys):
+    """`bench --temperature 0.7`: every row of ours decodes at 0.7 within top-p, SMC-SD's particles and SpecGuard's
+    candidates with it (as eval's one protocol places them); the backend's own generation and reference loop, which
+    decode greedily, are left out and said so, as is greedy SD's exactness line."""
+    from easd.cli import main
+    from easd.lab.runs.protocol import Protocol
+    from easd.lab.speed.bench import methods_of
+    from easd.lab.speed.timing import PROMPTS, BenchPlan
+    from easd.method.methods import METHODS
+
+    plan = BenchPlan(PROMPTS[:1], 6, {"sd": [4], "smc": [4], "specguard": [0.7]}, protocol=Protocol(0.7, 1.0, "a test"))
+    rows, sampled = methods_of(tiny_pair, plan), set()
+    assert not [name for name in rows if "reference" in name or "assisted" in name or "generate" in name]
+    for name, decode in rows.items():
+        settings = decode(PROMPTS[1]).settings
+        assert (settings.temperature, settings.top_p) == (0.7, 1.0), name
+        own = METHODS[settings.method].own(settings) if METHODS[settings.method].settings else None
+        assert all(getattr(own, t) == 0.7 for t in ("draft_temperature", "target_temperature", "temperature") if hasattr(own, t))
+        sampled.update(t for t in ("draft_temperature", "target_temperature", "temperature") if hasattr(own, t))
+    assert sampled == {"draft_temperature", "target_temperature", "temperature"}  # SMC-SD's two and SpecGuard's one
+    command = ["bench", "--pair", "tiny-random", "--methods", "sd,smc", "--temperature", "0.7"]
+    assert main([*command, "--prompts", "1", "--max-new-tokens", "8", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "new tokens, sampling protocol: every method sampled at temperature 0.7, top-p 1 (as --temperature asks)" in out
+    assert (
+        "own generation and reference loop: not run here: they decode greedily" in out
+        and "SMC-SD (SMC particles=4) ÷ target-only" in out
+    )
+    assert "greedy SD text equals target-only" not in out and "the page's SD lane" not in out

@@ -4,6 +4,7 @@ generation; or rows per pass (--batch-sizes); or Spec-Bench's questions (--suite
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import SettingsError, shown
@@ -15,6 +16,7 @@ from .flags import add_decode_flags, add_model_flags, load_models, numbers, runt
 
 TIMED_TOKENS = 64  # new tokens per prompt, by default, in the timed comparison
 LONG_TOKENS = 128  # … and per row with --batch-sizes, per question with --suite (as before the comparison was repeated)
+DEFAULT_SAMPLING = {"--temperature": DecodeSettings().temperature, "--top-p": DecodeSettings().top_p}
 HELP = "tokens/s of target-only and every method of the table on the same prompts, against each backend's own generation"
 
 
@@ -44,7 +46,8 @@ def add(parser: argparse.ArgumentParser) -> None:
         )
     # every method's other settings at one value for all its rows, as `generate` takes them (--specguard-grounding
     # none runs SpecGuard on llama.cpp, --smc-final sample, …)
-    add_decode_flags(parser, include=(), leave=tuple(values_flags()))
+    # --temperature and --top-p: one sampling protocol for every row (easd.lab.runs.protocol), as eval's; greedy by default
+    add_decode_flags(parser, include=("temperature", "top_p"), leave=tuple(values_flags()))
     parser.add_argument(
         "--repeats",
         type=int,
@@ -80,6 +83,13 @@ def run(args: argparse.Namespace) -> int:
     other = modes[0] if modes else None
     if args.methods is not None and other is not None:  # their rows are fixed: --methods would be dropped unsaid
         raise SettingsError("--methods", f"picks the timed comparison's rows; {other} runs its own: drop one of the two")
+    sampled = [
+        flag for flag in ("--temperature", "--top-p") if getattr(args, flag[2:].replace("-", "_")) != DEFAULT_SAMPLING[flag]
+    ]
+    if sampled and other is not None:  # its rows decode their own way: the flag would be dropped unsaid
+        raise SettingsError(
+            sampled[0], f"samples the timed comparison's rows; {other} runs its own greedily: drop one of the two"
+        )
     if args.max_new_tokens is None:
         args.max_new_tokens = LONG_TOKENS if args.suite is not None or args.batch_sizes is not None else TIMED_TOKENS
     if args.suite is not None:
@@ -96,7 +106,9 @@ def run(args: argparse.Namespace) -> int:
     values = bench_values(args)
     rowed = values_flags()
     own = {name: getattr(args, name) for m in METHODS.values() for name in own_knobs(m) if name not in rowed}
-    with_values(DecodeSettings(), **own).validate()  # a bad value is refused naming its flag, before any model loads
+    sampling = replace(DecodeSettings(), temperature=args.temperature, top_p=args.top_p)
+    with_values(sampling, **own).validate()  # a bad value is refused naming its flag, before any model loads
+    protocol = bench_protocol(sampling, values, own)
     backends = [b.strip() for b in args.backend.split(",") if b.strip()]
     transformers_only = {"dtype": "auto", "int8": "none"}  # --dtype and --int8 are transformers' own
     each_backend = [
@@ -109,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         sizes = whole_numbers("--batch-sizes", args.batch_sizes)
         k, tau_h = values[REFERENCE][0], numbers("--tau-h", args.tau_h)[0]
         return max(run_batched_benchmark(load_models(each), sizes, args.max_new_tokens, k, tau_h) for each in each_backend)
-    plan = BenchPlan(PROMPTS[: args.prompts], args.max_new_tokens, values, args.repeats, own)
+    plan = BenchPlan(PROMPTS[: args.prompts], args.max_new_tokens, values, args.repeats, own, protocol)
     if args.beside is not None:
         neighbours, allowances = (
             beside_methods(args.beside),
@@ -118,6 +130,20 @@ def run(args: argparse.Namespace) -> int:
         return max(run_beside_benchmark(load_models(each), plan, neighbours, allowances) for each in each_backend)
     pairs = [load_models(each) for each in each_backend]
     return run_benchmark(pairs, plan)
+
+
+def bench_protocol(sampling: DecodeSettings, values: dict[str, list], own: dict):
+    """How every row decodes: greedy by default (SMC-SD, which has no greedy form, then samples at its own
+    temperatures); with --temperature, every row under that one protocol, each method's own sampling settings
+    with it (a method's own temperature set apart is refused naming its flag, as eval refuses it). None: greedy."""
+    from ..lab.runs.protocol import Protocol, under
+
+    if sampling.greedy:
+        return None
+    protocol = Protocol(sampling.temperature, sampling.top_p, "as --temperature asks")
+    for name in values:  # each row's settings placed under it now, so that a clash is refused before any model loads
+        under(protocol, with_values(replace(sampling, method=name), **own))
+    return protocol
 
 
 def beside_methods(text: str) -> list[str]:

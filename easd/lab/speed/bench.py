@@ -1,4 +1,5 @@
-"""`python -m easd bench`: tokens/s of every way to decode greedily, in one process, on the same prompts.
+"""`python -m easd bench`: tokens/s of every way to decode greedily (or, with --temperature, every row sampled under
+one protocol: no peers then), in one process, on the same prompts.
 
 Rows, for each backend asked for (`--backend llama.cpp,transformers` loads the pair on both): our
 target-only loop; every method of the table that names a `bench` setting, a row per value of it (SD at each k asked
@@ -45,17 +46,20 @@ from ...method.speed import PassCost, Speed, measure_pass_cost
 from ...method.step import Batch
 from ...method.trace import Trace
 from ..reports.stats import spread
+from ..runs.protocol import under
 from .timing import BenchPlan, Row, rotated, row_name
 
 
 def run_benchmark(pairs: list[ModelPair], plan: BenchPlan) -> int:
-    """Every way to decode greedily on each pair (one per backend), prompt by prompt in rotating order; then the ratios.
+    """Every way to decode greedily (or under the plan's protocol) on each pair (one per backend), prompt by prompt in
+    rotating order; then the ratios.
 
     Backends run one after the other, not interleaved: llama.cpp and torch each keep their own
     threads busy-waiting for a moment after a pass, which slowed whichever ran next by up to 3×.
     """
+    how = "greedy" if plan.protocol is None else plan.protocol.line()
     print(
-        f"{len(plan.prompts)} prompts × {plan.repeats}, {plan.max_new_tokens} new tokens, greedy, {torch.get_num_threads()} threads"
+        f"{len(plan.prompts)} prompts × {plan.repeats}, {plan.max_new_tokens} new tokens, {how}, {torch.get_num_threads()} threads"
     )
     defaults = settings_values(DecodeSettings())
     changed = [f"{name}={value}" for name, value in plan.own.items() if value != defaults[name]]
@@ -88,8 +92,9 @@ def run_benchmark(pairs: list[ModelPair], plan: BenchPlan) -> int:
     _print_ratios(ratios_of(pairs, plan, rows))
     for pair in pairs:
         _print_speed(pair.backend, plan, rows)
-        _print_page_speed(pair, plan, rows)
-    for pair in pairs:
+        if plan.protocol is None:  # the page's lanes and the exactness check are greedy SD's
+            _print_page_speed(pair, plan, rows)
+    for pair in pairs if plan.protocol is None else []:
         _print_equality(
             pair.backend, rows[row_name(pair.backend, REFERENCE, plan.ks[0])], rows[row_name(pair.backend, SPEED_REFERENCE)]
         )
@@ -98,11 +103,14 @@ def run_benchmark(pairs: list[ModelPair], plan: BenchPlan) -> int:
 
 
 def methods_of(pair: ModelPair, plan: BenchPlan) -> dict:
-    """Name -> prompt -> tokens (or a Trace): our runs, and the backend's own peers."""
+    """Name -> prompt -> tokens (or a Trace): our runs, each under the plan's protocol, and the backend's own peers,
+    which decode greedily and so run only when the plan does."""
     b, k = pair.backend, plan.ks[0]
     base = with_values(DecodeSettings(method=REFERENCE, k=k, max_new_tokens=plan.max_new_tokens), **plan.own)
-    methods = {row_name(b, SPEED_REFERENCE): lambda p: _ours(pair, p, replace(base, method=SPEED_REFERENCE))}
-    if b == "transformers":
+    methods = {row_name(b, SPEED_REFERENCE): lambda p: _ours(pair, p, replace(base, method=SPEED_REFERENCE), plan)}
+    if plan.protocol is not None:
+        print(f"  {b}'s own generation and reference loop: not run here: they decode greedily")
+    elif b == "transformers":
         methods["transformers assisted (defaults)"] = lambda p: _assisted(pair, p, plan.max_new_tokens, constant_k=None)
         methods[f"transformers assisted (k={k})"] = lambda p: _assisted(pair, p, plan.max_new_tokens, constant_k=k)
     else:
@@ -111,7 +119,7 @@ def methods_of(pair: ModelPair, plan: BenchPlan) -> dict:
     for name, values in plan.values.items():
         against = lookup(name).bench_against
         if against not in plan.values and row_name(b, against) not in methods:  # its reference, at the run's settings
-            methods[row_name(b, against)] = lambda p, against=against: _ours(pair, p, replace(base, method=against))
+            methods[row_name(b, against)] = lambda p, against=against: _ours(pair, p, replace(base, method=against), plan)
         for value in values:
             settings = with_values(base, method=name, **{lookup(name).bench: value})
             try:
@@ -119,10 +127,10 @@ def methods_of(pair: ModelPair, plan: BenchPlan) -> dict:
             except SettingsError as err:  # this backend cannot run it (SpecGuard's attention on llama.cpp): said, left out
                 print(f"  {row_name(b, name, value)}: not run here: {err}")
                 continue
-            methods[row_name(b, name, value)] = lambda p, settings=settings: _ours(pair, p, settings)
+            methods[row_name(b, name, value)] = lambda p, settings=settings: _ours(pair, p, settings, plan)
     if b == "transformers" and head_copy_bytes(pair) > 0:  # what float32 signals cost: the same runs with the model's logits
         model_sd = replace(base, signals="model")
-        methods[f"transformers SD (k={k}, {MODEL_LOGITS})"] = lambda p: _ours(pair, p, model_sd)
+        methods[f"transformers SD (k={k}, {MODEL_LOGITS})"] = lambda p: _ours(pair, p, model_sd, plan)
     return methods
 
 
@@ -145,10 +153,12 @@ def ratios_of(pairs: list[ModelPair], plan: BenchPlan, rows: dict) -> list[tuple
                     against != SPEED_REFERENCE and lookup(against).bench == ""
                 ):  # against a plain run: also its cost over the target
                     ratios.append((f"{row.name} ÷ target-only", row, target))
+        if b == "transformers" and f"transformers SD (k={k}, {MODEL_LOGITS})" in rows:
+            ratios.append(("SD, float32 signals ÷ model-dtype logits", sd, rows[f"transformers SD (k={k}, {MODEL_LOGITS})"]))
+        if plan.protocol is not None:  # the peers decode greedily: not run
+            continue
         if b == "transformers":
             ratios.append((f"transformers SD ÷ assisted (k={k})", sd, rows[f"transformers assisted (k={k})"]))
-            if f"transformers SD (k={k}, {MODEL_LOGITS})" in rows:
-                ratios.append(("SD, float32 signals ÷ model-dtype logits", sd, rows[f"transformers SD (k={k}, {MODEL_LOGITS})"]))
         else:
             ratios.append(
                 ("llama.cpp target-only ÷ llama-cpp-python generate", target, rows["llama-cpp-python generate (target)"])
@@ -211,8 +221,8 @@ def _time_one(row: Row, decode, prompt: str, repetition: int) -> None:
     lap[0], lap[1] = lap[0] + len(result), lap[1] + seconds
 
 
-def _ours(pair: ModelPair, prompt: str, settings: DecodeSettings) -> Trace:
-    return Generation(pair, prompt, settings).run()
+def _ours(pair: ModelPair, prompt: str, settings: DecodeSettings, plan: BenchPlan) -> Trace:
+    return Generation(pair, prompt, settings if plan.protocol is None else under(plan.protocol, settings)).run()
 
 
 @torch.inference_mode()

@@ -9,6 +9,7 @@ from ...method.methods import knobs, lookup
 from ...method.references import REFERENCE
 from ...method.spec_metrics import SpecMetrics
 from ...method.trace import Trace
+from ..runs.protocol import Protocol
 
 PROMPTS = [
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether in April and May?",
@@ -72,6 +73,7 @@ class BenchPlan:
     values: dict[str, list]  # method name -> the values of its bench setting, a row each
     repeats: int = 1
     own: dict = field(default_factory=dict)  # the methods' other own settings, by flat name, one value for every row
+    protocol: Protocol | None = None  # every row sampled alike (bench --temperature); None: greedy, as by default
 
     @property
     def ks(self) -> list[int]:
