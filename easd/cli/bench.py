@@ -16,7 +16,6 @@ from .flags import add_decode_flags, add_model_flags, load_models, numbers, runt
 
 TIMED_TOKENS = 64  # new tokens per prompt, by default, in the timed comparison
 LONG_TOKENS = 128  # … and per row with --batch-sizes, per question with --suite (as before the comparison was repeated)
-DEFAULT_SAMPLING = {"--temperature": DecodeSettings().temperature, "--top-p": DecodeSettings().top_p}
 HELP = "tokens/s of target-only and every method of the table on the same prompts, against each backend's own generation"
 
 
@@ -83,13 +82,10 @@ def run(args: argparse.Namespace) -> int:
     other = modes[0] if modes else None
     if args.methods is not None and other is not None:  # their rows are fixed: --methods would be dropped unsaid
         raise SettingsError("--methods", f"picks the timed comparison's rows; {other} runs its own: drop one of the two")
-    sampled = [
-        flag for flag in ("--temperature", "--top-p") if getattr(args, flag[2:].replace("-", "_")) != DEFAULT_SAMPLING[flag]
-    ]
+    default = DecodeSettings()
+    sampled = "--temperature" if args.temperature != default.temperature else "--top-p" if args.top_p != default.top_p else None
     if sampled and other is not None:  # its rows decode their own way: the flag would be dropped unsaid
-        raise SettingsError(
-            sampled[0], f"samples the timed comparison's rows; {other} runs its own greedily: drop one of the two"
-        )
+        raise SettingsError(sampled, f"samples the timed comparison's rows; {other} runs its own greedily: drop one of the two")
     if args.max_new_tokens is None:
         args.max_new_tokens = LONG_TOKENS if args.suite is not None or args.batch_sizes is not None else TIMED_TOKENS
     if args.suite is not None:

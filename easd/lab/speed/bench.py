@@ -94,10 +94,11 @@ def run_benchmark(pairs: list[ModelPair], plan: BenchPlan) -> int:
         _print_speed(pair.backend, plan, rows)
         if plan.protocol is None:  # the page's lanes and the exactness check are greedy SD's
             _print_page_speed(pair, plan, rows)
-    for pair in pairs if plan.protocol is None else []:
-        _print_equality(
-            pair.backend, rows[row_name(pair.backend, REFERENCE, plan.ks[0])], rows[row_name(pair.backend, SPEED_REFERENCE)]
-        )
+    if plan.protocol is None:
+        for pair in pairs:
+            _print_equality(
+                pair.backend, rows[row_name(pair.backend, REFERENCE, plan.ks[0])], rows[row_name(pair.backend, SPEED_REFERENCE)]
+            )
     print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GB")
     return 0
 
@@ -107,7 +108,9 @@ def methods_of(pair: ModelPair, plan: BenchPlan) -> dict:
     which decode greedily and so run only when the plan does."""
     b, k = pair.backend, plan.ks[0]
     base = with_values(DecodeSettings(method=REFERENCE, k=k, max_new_tokens=plan.max_new_tokens), **plan.own)
-    methods = {row_name(b, SPEED_REFERENCE): lambda p: _ours(pair, p, replace(base, method=SPEED_REFERENCE), plan)}
+    placed = (lambda s: s) if plan.protocol is None else (lambda s: under(plan.protocol, s))  # once a row, not a decode
+    target = placed(replace(base, method=SPEED_REFERENCE))
+    methods = {row_name(b, SPEED_REFERENCE): lambda p: _ours(pair, p, target)}
     if plan.protocol is not None:
         print(f"  {b}'s own generation and reference loop: not run here: they decode greedily")
     elif b == "transformers":
@@ -119,18 +122,19 @@ def methods_of(pair: ModelPair, plan: BenchPlan) -> dict:
     for name, values in plan.values.items():
         against = lookup(name).bench_against
         if against not in plan.values and row_name(b, against) not in methods:  # its reference, at the run's settings
-            methods[row_name(b, against)] = lambda p, against=against: _ours(pair, p, replace(base, method=against), plan)
+            reference = placed(replace(base, method=against))
+            methods[row_name(b, against)] = lambda p, reference=reference: _ours(pair, p, reference)
         for value in values:
-            settings = with_values(base, method=name, **{lookup(name).bench: value})
+            settings = placed(with_values(base, method=name, **{lookup(name).bench: value}))
             try:
                 lookup(name).check(pair, settings)
             except SettingsError as err:  # this backend cannot run it (SpecGuard's attention on llama.cpp): said, left out
                 print(f"  {row_name(b, name, value)}: not run here: {err}")
                 continue
-            methods[row_name(b, name, value)] = lambda p, settings=settings: _ours(pair, p, settings, plan)
+            methods[row_name(b, name, value)] = lambda p, settings=settings: _ours(pair, p, settings)
     if b == "transformers" and head_copy_bytes(pair) > 0:  # what float32 signals cost: the same runs with the model's logits
-        model_sd = replace(base, signals="model")
-        methods[f"transformers SD (k={k}, {MODEL_LOGITS})"] = lambda p: _ours(pair, p, model_sd, plan)
+        model_sd = placed(replace(base, signals="model"))
+        methods[f"transformers SD (k={k}, {MODEL_LOGITS})"] = lambda p: _ours(pair, p, model_sd)
     return methods
 
 
@@ -221,8 +225,8 @@ def _time_one(row: Row, decode, prompt: str, repetition: int) -> None:
     lap[0], lap[1] = lap[0] + len(result), lap[1] + seconds
 
 
-def _ours(pair: ModelPair, prompt: str, settings: DecodeSettings, plan: BenchPlan) -> Trace:
-    return Generation(pair, prompt, settings if plan.protocol is None else under(plan.protocol, settings)).run()
+def _ours(pair: ModelPair, prompt: str, settings: DecodeSettings) -> Trace:
+    return Generation(pair, prompt, settings).run()
 
 
 @torch.inference_mode()
