@@ -1,9 +1,11 @@
-"""components.gradio_internals.skip_untouched_outputs: an update that names a few outputs costs only those, and the
-page receives exactly what Gradio itself would send."""
+"""components.gradio_internals: an update that names a few outputs costs only those, and the page receives exactly
+what Gradio itself would send (skip_untouched_outputs); a served app nobody uses leaves the cores alone
+(queue_idles_quietly)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import gradio as gr
 from gradio.state_holder import SessionState
@@ -45,3 +47,31 @@ def test_outputs_an_update_leaves_alone_are_sent_as_gradio_sends_them_and_nothin
         assert rebuilt <= named  # an output the update leaves alone is not built anew (its config neither)
         untouched = {i for i, block in enumerate(plain[1]) if i not in named and not block.stateful}
         assert all(before.blocks_config.blocks[plain[1][i]._id] is not plain[1][i] for i in untouched)  # as Gradio does
+
+
+def idle_cpu_s(demo: gr.Blocks, seconds: float) -> float:
+    """The CPU-seconds the thread serving `demo` (uvicorn's, which runs Gradio's queue) uses in `seconds` of nobody
+    asking anything."""
+    import psutil
+
+    thread = demo.server.thread.native_id
+    now = lambda: next(t.user_time + t.system_time for t in psutil.Process().threads() if t.id == thread)  # noqa: E731
+    start = now()
+    time.sleep(seconds)
+    return now() - start
+
+
+def test_a_served_app_that_nobody_uses_leaves_the_cores_alone():
+    """Gradio's queue looks for work every millisecond on Linux (7.5% of a core for an idle app, measured); served as
+    the app is served (components.server.serve) it looks at Gradio's Windows pace. Both measured side by side."""
+    from components.server import serve
+
+    plain, served = build()[0], build()[0]
+    plain.queue().launch(prevent_thread_lock=True, quiet=True)
+    serve(served, prevent_thread_lock=True, quiet=True)
+    try:
+        time.sleep(0.5)  # past their start
+        cpu = {"plain": idle_cpu_s(plain, 3.0), "served": idle_cpu_s(served, 3.0)}
+    finally:
+        plain.close(verbose=False), served.close(verbose=False)
+    assert cpu["served"] < cpu["plain"] / 3, cpu
