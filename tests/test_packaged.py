@@ -170,11 +170,16 @@ def test_a_wrong_hash_names_every_part(tmp_path):
 # --- Converting and caching ----------------------------------------------------------------------
 
 
-def test_conversion_writes_a_loadable_folder_with_the_same_weights(tiny_model, tmp_path):
+def test_conversion_writes_a_loadable_folder_with_the_same_weights(tiny_model, tmp_path, monkeypatch):
+    import gguf
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     spec, weights = tiny_model
+    readings, reader_class = [], gguf.GGUFReader
+    counting = lambda path, *args, **kwargs: readings.append(path) or reader_class(path, *args, **kwargs)  # noqa: E731
+    monkeypatch.setattr(gguf, "GGUFReader", counting)
     folder = converted_folder(spec, cache_root=tmp_path / "cache", progress=False)
+    assert len(readings) == 1 and gguf.GGUFReader is counting  # read once for config, weights and tokenizer; put back
 
     assert leftovers(tmp_path / "cache") == sorted([folder.name, *JOINED])  # no temporary folder left
     assert not list(folder.glob("*.gguf"))

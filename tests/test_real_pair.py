@@ -2,7 +2,7 @@
 
 llama.cpp reads the GGUF files as shipped (joined once from their parts into the cache), in its
 exact mode (easd.backends.llamacpp). One test runs the draft's real GGUF on transformers in float32, the
-other exact regime, from the folder its conversion writes (about a minute on 2 cores on a fresh clone,
+other exact regime, from the folder its conversion writes (half a minute on 2 cores on a fresh clone,
 cached afterwards; the target's conversion, the same code on a larger file, is left to the device check);
 the tokenizer test reads transformers' tokenizer from that folder too. What each test buys:
 docs/testing.md, "Slow tests". Skipped only when the part packages are not installed.
