@@ -32,7 +32,11 @@ pytestmark = [
 
 def open_browser(url: str, network_log: bool = False):
     """Headless Chromium on `url`, once Generate is enabled; `network_log` keeps its network events (see `received`)."""
-    driver = chromium(network_log)
+    return load(chromium(network_log), url)
+
+
+def load(driver, url: str):
+    """`driver` on a new page of `url`, once Generate is enabled: -> driver."""
     driver.get(url)
     wait(driver).until(lambda d: d.find_element(By.ID, "generate").is_enabled())
     return driver
@@ -43,6 +47,25 @@ def browser(app_url):
     driver = open_browser(app_url)
     yield driver
     driver.quit()
+
+
+@pytest.fixture(scope="module")
+def spare_browser():
+    """A second Chromium for the tests that want a page of their own (`own_page`), so that `browser` keeps the page
+    its tests walk in order. A fresh Chromium and its first page of the app cost 5.3 CPU-seconds here, a new page in a
+    running one 1.7."""
+    driver = chromium()
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture
+def own_page(spare_browser):
+    """The spare browser, for a test that wants a page of its own: each page it opens is a new session of the app, and
+    the one before it is left as a closed tab is. Left on a blank page, at its own size, at the test's end."""
+    yield spare_browser
+    spare_browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    spare_browser.get("about:blank")
 
 
 def wait(driver, seconds: float = 60):
@@ -367,16 +390,14 @@ def on_llama_cpp():
 
     pair = load_tiny_pair(Runtime(backend="llama.cpp"))
     url, demo = launch_app(ModelHost({"tiny-random": lambda: pair}, "tiny-random", max_new_tokens_cap=400))
-    driver = open_browser(url)
-    yield driver
-    driver.quit()
+    yield url
     demo.close()
 
 
-def test_a_refusal_a_setting_answers_offers_it_under_the_message(on_llama_cpp):
+def test_a_refusal_a_setting_answers_offers_it_under_the_message(on_llama_cpp, own_page):
     """Issue 74: SpecGuard asked to ground on attention where llama.cpp has none is refused; the remedy, SpecGuard
     run by confidence alone, is a button under the message: it sets the setting and runs, and goes."""
-    driver = on_llama_cpp
+    driver = load(own_page, on_llama_cpp)
     choose(driver, "method_right", "SpecGuard")
     choose(driver, "specguard_grounding", "attention")
     generate(driver, "Tom has 3 apples and buys 5 more.")
@@ -470,32 +491,29 @@ def viewer_only(eval_folder):
 
 
 @pytest.mark.parametrize("served", ["tiny-random", "none"])
-def test_a_difference_in_the_evaluation_tab_opens_both_runs_in_the_compare_lanes(request, served):
+def test_a_difference_in_the_evaluation_tab_opens_both_runs_in_the_compare_lanes(request, served, own_page):
     """Evaluation → Compare, with no model involved (the pair `none` too): the problem's two traces in the lanes, the
     inspector on the token where they part, the figures and step-through as for a run."""
     url = request.getfixturevalue("app_url" if served == "tiny-random" else "viewer_only")
-    driver = chromium()
+    driver = own_page
     driver.get(url)
-    try:
-        tab = wait(driver).until(
-            lambda d: [b for b in d.find_elements(By.CSS_SELECTOR, "button[role=tab]") if b.text == "Evaluation"]
-        )
-        tab[0].click()
-        wait(driver).until(lambda d: d.find_element(By.CSS_SELECTOR, "#eval_folder input")).click()
-        wait(driver).until(lambda d: d.find_element(By.CSS_SELECTOR, "#eval_folder li[role=option]")).click()
-        wait(driver).until(lambda d: "3 problems" in text_of(d, "eval_message"))
-        cell = wait(driver).until(lambda d: d.find_element(By.CSS_SELECTOR, "#eval_differences [data-testid='cell-0-0']"))
-        problem = cell.text.strip()
-        cell.click()
-        wait(driver).until(lambda d: f"Opened problem {problem}" in text_of(d, "message"))
-        assert driver.find_element(By.ID, "lane_left").is_displayed()  # the Compare tab is in front
-        part = int(text_of(driver, "message").split("part at token ")[1].split(".")[0])
-        assert f"Token #{part} in EASD" in text_of(driver, "inspector")
-        selected = tokens(driver, "right", ".sel")
-        assert [s.get_attribute("data-pos") for s in selected] == [str(part)]
-        assert "The draft proposed" in text_of(driver, "stepper") and tokens(driver, "left")
-    finally:
-        driver.quit()
+    tab = wait(driver).until(
+        lambda d: [b for b in d.find_elements(By.CSS_SELECTOR, "button[role=tab]") if b.text == "Evaluation"]
+    )
+    tab[0].click()
+    wait(driver).until(lambda d: d.find_element(By.CSS_SELECTOR, "#eval_folder input")).click()
+    wait(driver).until(lambda d: d.find_element(By.CSS_SELECTOR, "#eval_folder li[role=option]")).click()
+    wait(driver).until(lambda d: "3 problems" in text_of(d, "eval_message"))
+    cell = wait(driver).until(lambda d: d.find_element(By.CSS_SELECTOR, "#eval_differences [data-testid='cell-0-0']"))
+    problem = cell.text.strip()
+    cell.click()
+    wait(driver).until(lambda d: f"Opened problem {problem}" in text_of(d, "message"))
+    assert driver.find_element(By.ID, "lane_left").is_displayed()  # the Compare tab is in front
+    part = int(text_of(driver, "message").split("part at token ")[1].split(".")[0])
+    assert f"Token #{part} in EASD" in text_of(driver, "inspector")
+    selected = tokens(driver, "right", ".sel")
+    assert [s.get_attribute("data-pos") for s in selected] == [str(part)]
+    assert "The draft proposed" in text_of(driver, "stepper") and tokens(driver, "left")
 
 
 def bad_links(key: str, folder: str) -> list[tuple[str, str]]:
@@ -512,59 +530,53 @@ def bad_links(key: str, folder: str) -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("served", ["tiny-random", "none"])
-def test_a_link_opens_a_recorded_run_at_its_token_and_the_inspector_copies_it(request, served, eval_folder):
+def test_a_link_opens_a_recorded_run_at_its_token_and_the_inspector_copies_it(request, served, eval_folder, own_page):
     """?run=KEY&lane=…&token=… opens a gallery recording, ?eval=NAME&problem=… an allowed folder's problem, each at its
     token, with no model (`--pair none` too); a token's link is offered and follows the selection; a bad link is one
     line (asked of the app without a model: one reading of a link answers it on both apps, at a page load each)."""
     url = request.getfixturevalue("app_url" if served == "tiny-random" else "viewer_only")
-    driver = chromium()
-    try:
-        from components.gallery import Gallery
+    from components.gallery import Gallery
 
-        key = next(iter(Gallery().recordings))
-        driver.get(f"{url}?run={key}&lane=left&token=7")
-        wait(driver).until(lambda d: "from the gallery" in text_of(d, "message"))
-        assert "Token #7 in SD" in text_of(driver, "inspector")
-        copy = driver.find_element(By.CSS_SELECTOR, "#inspector button.copy-link")
-        assert copy.get_attribute("data-href") == f"?run={key}&lane=left&token=7"
-        tokens(driver, "right")[3].click()
-        wait(driver).until(lambda d: "Token #3 in EASD" in text_of(d, "inspector"))
-        link = driver.find_element(By.CSS_SELECTOR, "#inspector .token-link a").get_attribute("href")
-        assert link.endswith(f"?run={key}&lane=right&token=3")
-        problem = evaluation_problem(eval_folder)
-        driver.get(f"{url}?eval={eval_folder.name}&problem={problem}&left=sd&right=easd&token=2")
-        wait(driver).until(lambda d: f"Opened problem {problem} (sample 0) of {eval_folder.name}" in text_of(d, "message"))
-        assert "Token #2 in EASD" in text_of(driver, "inspector")
-        for bad, line in bad_links(key, eval_folder.name) if served == "none" else ():
-            driver.get(url + bad)
-            wait(driver).until(lambda d, line=line: line in text_of(d, "message"))
-        assert driver.execute_script("return window.__xss") is None
-    finally:
-        driver.quit()
+    driver = own_page
+    key = next(iter(Gallery().recordings))
+    driver.get(f"{url}?run={key}&lane=left&token=7")
+    wait(driver).until(lambda d: "from the gallery" in text_of(d, "message"))
+    assert "Token #7 in SD" in text_of(driver, "inspector")
+    copy = driver.find_element(By.CSS_SELECTOR, "#inspector button.copy-link")
+    assert copy.get_attribute("data-href") == f"?run={key}&lane=left&token=7"
+    tokens(driver, "right")[3].click()
+    wait(driver).until(lambda d: "Token #3 in EASD" in text_of(d, "inspector"))
+    link = driver.find_element(By.CSS_SELECTOR, "#inspector .token-link a").get_attribute("href")
+    assert link.endswith(f"?run={key}&lane=right&token=3")
+    problem = evaluation_problem(eval_folder)
+    driver.get(f"{url}?eval={eval_folder.name}&problem={problem}&left=sd&right=easd&token=2")
+    wait(driver).until(lambda d: f"Opened problem {problem} (sample 0) of {eval_folder.name}" in text_of(d, "message"))
+    assert "Token #2 in EASD" in text_of(driver, "inspector")
+    for bad, line in bad_links(key, eval_folder.name) if served == "none" else ():
+        driver.get(url + bad)
+        wait(driver).until(lambda d, line=line: line in text_of(d, "message"))
+    assert driver.execute_script("return window.__xss") is None
 
 
 @pytest.mark.parametrize("link", ["gallery", "eval"])
-def test_a_run_opened_by_a_link_shows_8_lines_of_each_lane_on_a_laptops_first_screen(app_url, eval_folder, link):
+def test_a_run_opened_by_a_link_shows_8_lines_of_each_lane_on_a_laptops_first_screen(app_url, eval_folder, link, own_page):
     """A class opens a link to see the lanes: at 1280×720 Chromium's page is 1280×577, and the "Opened …" line, the
     examples and the recorded runs once sat above the lanes, leaving 2 lines of each on the first screen."""
     from components.gallery import Gallery
 
-    driver = chromium()
-    try:
-        metrics = {"width": 1280, "height": 577, "deviceScaleFactor": 1, "mobile": False}
-        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
-        if link == "gallery":
-            driver.get(f"{app_url}?run={next(iter(Gallery().recordings))}")
-        else:
-            driver.get(f"{app_url}?eval={eval_folder.name}&problem={evaluation_problem(eval_folder)}")
-        wait(driver).until(lambda d: "Opened" in text_of(d, "message"))
-        driver.execute_script("window.scrollTo(0, 0)")
-        room = {lane: lines_of_room(driver, lane) for lane in ("left", "right")}  # a short run fills fewer lines
-        assert min(room.values()) >= 8, f"lines each lane has room for on the first screen at 1280×577: {room}"
-        if link == "gallery":  # a recorded run is long enough to fill them
-            assert min(lines_in_view(driver, lane) for lane in ("left", "right")) >= 8
-    finally:
-        driver.quit()
+    driver = own_page
+    metrics = {"width": 1280, "height": 577, "deviceScaleFactor": 1, "mobile": False}
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+    if link == "gallery":
+        driver.get(f"{app_url}?run={next(iter(Gallery().recordings))}")
+    else:
+        driver.get(f"{app_url}?eval={eval_folder.name}&problem={evaluation_problem(eval_folder)}")
+    wait(driver).until(lambda d: "Opened" in text_of(d, "message"))
+    driver.execute_script("window.scrollTo(0, 0)")
+    room = {lane: lines_of_room(driver, lane) for lane in ("left", "right")}  # a short run fills fewer lines
+    assert min(room.values()) >= 8, f"lines each lane has room for on the first screen at 1280×577: {room}"
+    if link == "gallery":  # a recorded run is long enough to fill them
+        assert min(lines_in_view(driver, lane) for lane in ("left", "right")) >= 8
 
 
 def evaluation_problem(folder) -> str:
@@ -575,7 +587,7 @@ def evaluation_problem(folder) -> str:
         return next(csv.DictReader(file))["problem_id"]
 
 
-def test_a_search_marks_counts_and_steps_through_matching_tokens_with_the_keyboard(app_url):
+def test_a_search_marks_counts_and_steps_through_matching_tokens_with_the_keyboard(app_url, own_page):
     from components.gallery import Gallery
     from easd.render.search import Search
 
@@ -590,31 +602,28 @@ def test_a_search_marks_counts_and_steps_through_matching_tokens_with_the_keyboa
     def chosen(driver):
         return [(lane, int(t.get_attribute("data-pos"))) for lane in ("left", "right") for t in tokens(driver, lane, ".sel")]
 
-    driver = chromium()
-    try:
-        driver.get(f"{app_url}?run={key}&lane=left&token=0")
-        wait(driver).until(lambda d: "from the gallery" in text_of(d, "message"))
-        box = driver.find_element(By.CSS_SELECTOR, "#search input, #search textarea")
-        box.send_keys(wanted, Keys.ENTER)
-        wait(driver).until(lambda d: f"{len(hits)} token(s) match" in text_of(d, "found"))
-        assert len(tokens(driver, "left", ".found")) + len(tokens(driver, "right", ".found")) == len(hits)
-        wait(driver).until(lambda d: chosen(d) == [hits[0]])  # from token 0, the first match
-        box.send_keys(Keys.ENTER)  # Enter again: the next one
-        wait(driver).until(lambda d: chosen(d) == [hits[1]])
-        assert f"Token #{hits[1][1]} in SD" in text_of(driver, "inspector")
-        driver.find_element(By.ID, "search_prev").click()
-        wait(driver).until(lambda d: chosen(d) == [hits[0]])
-        box.clear()
-        box.send_keys("h_draft>lots", Keys.ENTER)  # a filter it cannot read: said where the count was, no old mark stays
-        wait(driver).until(lambda d: "Find tokens: h_draft> needs a number, as in h_draft>1.5" in text_of(d, "found"))
-        assert tokens(driver, "left", ".found") + tokens(driver, "right", ".found") == []
-        assert "token(s) match" not in text_of(driver, "found")
-        box.clear()
-        box.send_keys(wanted, Keys.ENTER)  # mended: the error line goes, the count is back
-        wait(driver).until(lambda d: f"{len(hits)} token(s) match" in text_of(d, "found"))
-        assert "needs a number" not in text_of(driver, "found") + text_of(driver, "message")
-    finally:
-        driver.quit()
+    driver = own_page
+    driver.get(f"{app_url}?run={key}&lane=left&token=0")
+    wait(driver).until(lambda d: "from the gallery" in text_of(d, "message"))
+    box = driver.find_element(By.CSS_SELECTOR, "#search input, #search textarea")
+    box.send_keys(wanted, Keys.ENTER)
+    wait(driver).until(lambda d: f"{len(hits)} token(s) match" in text_of(d, "found"))
+    assert len(tokens(driver, "left", ".found")) + len(tokens(driver, "right", ".found")) == len(hits)
+    wait(driver).until(lambda d: chosen(d) == [hits[0]])  # from token 0, the first match
+    box.send_keys(Keys.ENTER)  # Enter again: the next one
+    wait(driver).until(lambda d: chosen(d) == [hits[1]])
+    assert f"Token #{hits[1][1]} in SD" in text_of(driver, "inspector")
+    driver.find_element(By.ID, "search_prev").click()
+    wait(driver).until(lambda d: chosen(d) == [hits[0]])
+    box.clear()
+    box.send_keys("h_draft>lots", Keys.ENTER)  # a filter it cannot read: said where the count was, no old mark stays
+    wait(driver).until(lambda d: "Find tokens: h_draft> needs a number, as in h_draft>1.5" in text_of(d, "found"))
+    assert tokens(driver, "left", ".found") + tokens(driver, "right", ".found") == []
+    assert "token(s) match" not in text_of(driver, "found")
+    box.clear()
+    box.send_keys(wanted, Keys.ENTER)  # mended: the error line goes, the count is back
+    wait(driver).until(lambda d: f"{len(hits)} token(s) match" in text_of(d, "found"))
+    assert "needs a number" not in text_of(driver, "found") + text_of(driver, "message")
 
 
 PANELS = [
@@ -713,22 +722,17 @@ def ask_for_tokens(driver, tokens: str = "400") -> None:
     slider.send_keys(tokens, Keys.ENTER)
 
 
-def test_a_full_batch_tells_a_user_their_place_and_starts_them_when_a_slot_frees(one_at_a_time):
+def test_a_full_batch_tells_a_user_their_place_and_starts_them_when_a_slot_frees(one_at_a_time, own_page):
     from gradio_client import Client
 
     url, worker = one_at_a_time
-    driver = open_browser(url)
-    try:
-        ahead = [
-            Client(url, verbose=False).submit(prompt=f"ahead {i}", max_new_tokens=400, api_name="/compare") for i in range(2)
-        ]
-        wait(None, 60).until(lambda _: len(worker.running) == 1 and len(worker.line) == 1)
-        generate(driver, "Tom has 3 apples.")
-        wait(driver).until(lambda d: "2nd in line: starts in about" in text_of(d, "message"))
-        wait(driver, 120).until(lambda d: text_of(d, "message").startswith("Done"))
-        assert len(tokens(driver, "left")) == len(tokens(driver, "right")) == 128
-    finally:
-        driver.quit()
+    driver = load(own_page, url)
+    ahead = [Client(url, verbose=False).submit(prompt=f"ahead {i}", max_new_tokens=400, api_name="/compare") for i in range(2)]
+    wait(None, 60).until(lambda _: len(worker.running) == 1 and len(worker.line) == 1)
+    generate(driver, "Tom has 3 apples.")
+    wait(driver).until(lambda d: "2nd in line: starts in about" in text_of(d, "message"))
+    wait(driver, 120).until(lambda d: text_of(d, "message").startswith("Done"))
+    assert len(tokens(driver, "left")) == len(tokens(driver, "right")) == 128
     assert all(len(job.result(timeout=60)["runs"][0]["rows"]) == 400 for job in ahead)
 
 
@@ -784,19 +788,16 @@ def test_the_page_streams_only_the_new_tokens(app_url):
         driver.quit()
 
 
-def test_stop_clicked_again_and_again_answers_at_once(app_url):
-    driver = open_browser(app_url)
-    try:
-        ask_for_tokens(driver)
-        generate(driver, "A long story about damsons.")
-        wait(driver).until(lambda d: len(tokens(d, "right")) > 0)
-        started = time.monotonic()
-        driver.execute_script("const stop = document.getElementById('stop'); for (let i = 0; i < 40; i++) stop.click();")
-        wait(driver, 20).until(lambda d: text_of(d, "message").startswith("Stopped"))
-        print(f"\n40 clicks on Stop: 'Stopped' after {time.monotonic() - started:.1f} s")
-        assert time.monotonic() - started < 10
-    finally:
-        driver.quit()
+def test_stop_clicked_again_and_again_answers_at_once(app_url, own_page):
+    driver = load(own_page, app_url)
+    ask_for_tokens(driver)
+    generate(driver, "A long story about damsons.")
+    wait(driver).until(lambda d: len(tokens(d, "right")) > 0)
+    started = time.monotonic()
+    driver.execute_script("const stop = document.getElementById('stop'); for (let i = 0; i < 40; i++) stop.click();")
+    wait(driver, 20).until(lambda d: text_of(d, "message").startswith("Stopped"))
+    print(f"\n40 clicks on Stop: 'Stopped' after {time.monotonic() - started:.1f} s")
+    assert time.monotonic() - started < 10
 
 
 def test_closing_the_tab_deletes_its_traces_and_files(app_url):
@@ -826,7 +827,7 @@ def test_closing_the_tab_deletes_its_traces_and_files(app_url):
     assert sum(type(o) is Trace for o in gc.get_objects()) <= held - 2  # its two traces went with it
 
 
-def test_a_gallery_recording_is_made_into_one_html_file_and_a_static_site(app_url):
+def test_a_gallery_recording_is_made_into_one_html_file_and_a_static_site(app_url, own_page):
     """Open a recording, make the file, download it: both lanes and every token's details, as components.export
     draws them (tests/test_export.py opens such a file offline); then the same runs as a static site's zip
     (easd.lab.site; tests/test_site.py opens a site offline)."""
@@ -835,31 +836,28 @@ def test_a_gallery_recording_is_made_into_one_html_file_and_a_static_site(app_ur
 
     import httpx
 
-    driver = open_browser(app_url)
-    try:
-        assert not driver.find_element(By.ID, "make_html").is_enabled()  # nothing to put in a file yet
-        driver.find_element(By.CSS_SELECTOR, "#recorded input").click()
-        wait(driver).until(lambda d: d.find_element(By.CSS_SELECTOR, "#recorded li[role=option]")).click()
-        wait(driver).until(lambda d: "Loaded 2 run(s)" in text_of(d, "message"))
-        driver.find_element(By.ID, "make_html").click()
-        link = wait(driver).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#html_file a[href]"))[0]
-        assert "opens in any browser, offline" in text_of(driver, "message")
-        page = httpx.get(link.get_attribute("href"), timeout=30).text
-        assert page.startswith("<!doctype html>") and "Content-Security-Policy" in page
-        assert 'id="i-left-0"' in page and 'id="i-right-0"' in page
-        driver.find_element(By.ID, "make_site").click()
-        link = wait(driver).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#site_file a[href]"))[0]
-        assert "open index.html, or publish" in text_of(driver, "message")
-        site = zipfile.ZipFile(io.BytesIO(httpx.get(link.get_attribute("href"), timeout=30).content))
-        assert {"index.html", "README.md", "assets/plotly.min.js", "assets/site.js"} <= set(site.namelist())
-        [run] = [name for name in site.namelist() if name.startswith("runs/") and name.endswith(".html")]
-        assert 'id="i-left-0"' in site.read(run).decode() and 'href="runs/' in site.read("index.html").decode()
-        assert site.read("README.md").decode().startswith('---\ntitle: "EASD Lab: ')
-    finally:
-        driver.quit()
+    driver = load(own_page, app_url)
+    assert not driver.find_element(By.ID, "make_html").is_enabled()  # nothing to put in a file yet
+    driver.find_element(By.CSS_SELECTOR, "#recorded input").click()
+    wait(driver).until(lambda d: d.find_element(By.CSS_SELECTOR, "#recorded li[role=option]")).click()
+    wait(driver).until(lambda d: "Loaded 2 run(s)" in text_of(d, "message"))
+    driver.find_element(By.ID, "make_html").click()
+    link = wait(driver).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#html_file a[href]"))[0]
+    assert "opens in any browser, offline" in text_of(driver, "message")
+    page = httpx.get(link.get_attribute("href"), timeout=30).text
+    assert page.startswith("<!doctype html>") and "Content-Security-Policy" in page
+    assert 'id="i-left-0"' in page and 'id="i-right-0"' in page
+    driver.find_element(By.ID, "make_site").click()
+    link = wait(driver).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#site_file a[href]"))[0]
+    assert "open index.html, or publish" in text_of(driver, "message")
+    site = zipfile.ZipFile(io.BytesIO(httpx.get(link.get_attribute("href"), timeout=30).content))
+    assert {"index.html", "README.md", "assets/plotly.min.js", "assets/site.js"} <= set(site.namelist())
+    [run] = [name for name in site.namelist() if name.startswith("runs/") and name.endswith(".html")]
+    assert 'id="i-left-0"' in site.read(run).decode() and 'href="runs/' in site.read("index.html").decode()
+    assert site.read("README.md").decode().startswith('---\ntitle: "EASD Lab: ')
 
 
-def test_the_first_example_on_the_embedded_pair_streams_from_its_first_block():
+def test_the_first_example_on_the_embedded_pair_streams_from_its_first_block(own_page):
     """The app as a user first meets it: the embedded pair (llama.cpp on this CPU), the first example picked, default settings
     (128 tokens per lane, greedy), until both lanes stream, then Stop. Prints when the first tokens showed (not
     asserted). That the example forks by token 128 is test_real_pair's (every example, in one batch); that a penalty
@@ -877,8 +875,8 @@ def test_the_first_example_on_the_embedded_pair_streams_from_its_first_block():
     pair = load_named_pair("qwen-coder")  # the app's own choice of backend here
     host = ModelHost({"qwen-coder": lambda: pair}, "qwen-coder", max_new_tokens_cap=256)
     url, demo = launch_app(host)
-    driver = open_browser(url)
     try:
+        driver = load(own_page, url)
         example = json.loads((ASSETS / "examples.json").read_text())[0]
         driver.find_element(By.CSS_SELECTOR, "#examples input").click()
         first_example = wait(driver).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#examples li[role=option]"))[0]
@@ -892,7 +890,6 @@ def test_the_first_example_on_the_embedded_pair_streams_from_its_first_block():
         assert driver.find_element(By.CSS_SELECTOR, "#prompt textarea").get_attribute("value") == example
         print(f"\nfirst example on {pair.backend}: first tokens in both lanes after {first:.2f} s")
     finally:
-        driver.quit()
         demo.close()
 
 
@@ -913,37 +910,32 @@ def lecture(hf_tiny_pair):
     demo.close()
 
 
-def test_a_viewer_watches_the_presenters_run_live_and_cannot_stop_it(lecture):
+def test_a_viewer_watches_the_presenters_run_live_and_cannot_stop_it(lecture, own_page):
     import re
 
     url, host = lecture
-    presenter = open_browser(url)
+    presenter = load(own_page, url)
+    presenter.find_element(By.ID, "present").click()
+    wait(presenter).until(lambda d: "Presenting in room" in text_of(d, "message"))
+    code = re.search(r"room ([A-Z0-9]{5})", text_of(presenter, "message")).group(1)
+    viewer = open_browser(f"{url}?room={code}")
     try:
-        presenter.find_element(By.ID, "present").click()
-        wait(presenter).until(lambda d: "Presenting in room" in text_of(d, "message"))
-        code = re.search(r"room ([A-Z0-9]{5})", text_of(presenter, "message")).group(1)
-        viewer = open_browser(f"{url}?room={code}")
-        try:
-            wait(viewer).until(lambda d: f"Watching room {code}" in text_of(d, "message"))
-            ask_for_tokens(presenter, "2000")
-            generate(presenter, "A long lecture about pears.")
-            wait(viewer).until(lambda d: len(tokens(d, "left")) > 0)  # the presenter's tokens, while they stream
-            assert not text_of(presenter, "message").startswith(("Done", "Stopped"))
-            assert (
-                viewer.find_element(By.CSS_SELECTOR, "#prompt textarea").get_attribute("value") == "A long lecture about pears."
-            )
-            [ticket] = host.states["tiny-random"].worker.running
-            viewer.find_element(By.ID, "stop").click()  # stops the viewer's view only
-            wait(viewer).until(lambda d: "as it ended" in text_of(d, "message"))
-            seen = len(tokens(presenter, "left"))
-            wait(presenter).until(lambda d: len(tokens(d, "left")) > seen + 20)  # the presenter's run goes on
-            assert not ticket.cancelled
-            generate(viewer, "Let me run my own.")
-            wait(viewer).until(lambda d: "watches room" in text_of(d, "message"))  # a viewer starts nothing
-            assert host.states["tiny-random"].worker.running == [ticket]
-            presenter.find_element(By.ID, "stop").click()
-            wait(presenter).until(lambda d: text_of(d, "message").startswith("Stopped"))
-        finally:
-            viewer.quit()
+        wait(viewer).until(lambda d: f"Watching room {code}" in text_of(d, "message"))
+        ask_for_tokens(presenter, "2000")
+        generate(presenter, "A long lecture about pears.")
+        wait(viewer).until(lambda d: len(tokens(d, "left")) > 0)  # the presenter's tokens, while they stream
+        assert not text_of(presenter, "message").startswith(("Done", "Stopped"))
+        assert viewer.find_element(By.CSS_SELECTOR, "#prompt textarea").get_attribute("value") == "A long lecture about pears."
+        [ticket] = host.states["tiny-random"].worker.running
+        viewer.find_element(By.ID, "stop").click()  # stops the viewer's view only
+        wait(viewer).until(lambda d: "as it ended" in text_of(d, "message"))
+        seen = len(tokens(presenter, "left"))
+        wait(presenter).until(lambda d: len(tokens(d, "left")) > seen + 20)  # the presenter's run goes on
+        assert not ticket.cancelled
+        generate(viewer, "Let me run my own.")
+        wait(viewer).until(lambda d: "watches room" in text_of(d, "message"))  # a viewer starts nothing
+        assert host.states["tiny-random"].worker.running == [ticket]
+        presenter.find_element(By.ID, "stop").click()
+        wait(presenter).until(lambda d: text_of(d, "message").startswith("Stopped"))
     finally:
-        presenter.quit()
+        viewer.quit()
