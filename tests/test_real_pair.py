@@ -56,21 +56,6 @@ def assert_fluent_english(text: str) -> None:
     assert sum(w.isascii() for w in words) / len(words) > 0.9, text  # English prose, not byte soup
 
 
-def test_greedy_sd_on_the_real_pair_is_fluent_and_equals_the_target_and_a_loop_written_against_llama_cpp_python(qwen_pair):
-    """Our SD equals the target alone (llama.cpp's exact mode: a (k + 1)-token pass gives what k + 1 one-token passes
-    give) and a loop written directly against llama-cpp-python (easd.lab.speed.llama_reference), token for token."""
-    from easd.lab.speed.llama_reference import speculative
-
-    sd = Generation(qwen_pair, QUESTION, DecodeSettings(method="sd", k=4, max_new_tokens=32)).run()
-    target = Generation(qwen_pair, QUESTION, DecodeSettings(method="target", max_new_tokens=32)).run()
-    assert sd.token_ids == target.token_ids
-    prompt = encode_prompt(qwen_pair, QUESTION, chat=True)
-    assert sd.token_ids == speculative(qwen_pair.draft, qwen_pair.target, prompt, 4, 32, qwen_pair.eos_ids)
-    assert summarize(sd)["draft_acceptance_rate"] > 0.5
-    assert_fluent_english(sd.text)
-    assert qwen_pair.info["draft_logit_shift"] == qwen_pair.info["target_logit_shift"] == 0.0  # measured at load
-
-
 def test_the_pair_shares_one_tokenizer_and_vocabulary(qwen_pair):
     assert qwen_pair.vocab_size == 151936
     assert {token for text in ("<|im_end|>", "<|endoftext|>") for token in qwen_pair.tokenizer.encode(text)} <= qwen_pair.eos_ids
@@ -99,19 +84,33 @@ def test_token_ids_and_chat_template_are_the_ones_transformers_reads_from_the_sa
     assert {role: [tokenizer.text(i) for i in ids] for role, tokenizer in ours.items()} == dict.fromkeys(ours, expected)
 
 
-def test_batched_rows_on_the_real_pair_equal_their_solo_runs(qwen_pair):
-    """Three ragged rows (SD, EASD, target-only) in one batch: each equals its run alone, token for token. The
-    prompts are raw text, without the chat template's 29 tokens: in llama.cpp's exact mode a prompt's token costs what
-    a decoded one does, and the prompts were most of this test's time."""
-    prompts = [QUESTION, "Write a Python function that reverses a string.", "What is 17 * 23?"]
-    methods = [dict(method="sd"), dict(method="easd", tau_h=0.5), dict(method="target")]
-    generations = [Generation(qwen_pair, p, DecodeSettings(max_new_tokens=16, **m), chat=False) for p, m in zip(prompts, methods)]
-    Batch(qwen_pair, generations).run()
-    for generation in generations:
-        alone = Generation(qwen_pair, generation.prompt, generation.settings, chat=False).run()
-        assert generation.trace.token_ids == alone.token_ids, generation.settings.method
-        assert [r.origin for r in generation.trace.records] == [r.origin for r in alone.records]
-        assert [r.h_target for r in generation.trace.records] == [r.h_target for r in alone.records]  # bit for bit
+def test_greedy_sd_in_a_batch_on_the_real_pair_equals_the_target_a_llama_cpp_python_loop_and_its_run_alone(qwen_pair):
+    """Three ragged rows in one batch: greedy SD (k = 4) and target-only on the question (chat template, 32 tokens),
+    and EASD on a raw prompt (16 tokens). SD equals target-only (llama.cpp's exact mode: a (k + 1)-token pass gives
+    what k + 1 one-token passes give) and a loop written directly against llama-cpp-python, alone
+    (easd.lab.speed.llama_reference), token for token, and is fluent: so both rows equal their runs alone, which would
+    be those tokens again. The EASD row equals its run alone bit for bit, entropies included. Its prompt is raw text:
+    in llama.cpp's exact mode a prompt's token costs what a decoded one does."""
+    from easd.lab.speed.llama_reference import speculative
+
+    sd, target = (Generation(qwen_pair, QUESTION, DecodeSettings(method=m, k=4, max_new_tokens=32)) for m in ("sd", "target"))
+    easd = Generation(
+        qwen_pair,
+        "Write a Python function that reverses a string.",
+        DecodeSettings(method="easd", tau_h=0.5, max_new_tokens=16),
+        chat=False,
+    )
+    Batch(qwen_pair, [sd, target, easd]).run()
+    assert sd.trace.token_ids == target.trace.token_ids
+    prompt = encode_prompt(qwen_pair, QUESTION, chat=True)
+    assert sd.trace.token_ids == speculative(qwen_pair.draft, qwen_pair.target, prompt, 4, 32, qwen_pair.eos_ids)
+    assert summarize(sd.trace)["draft_acceptance_rate"] > 0.5
+    assert_fluent_english(sd.trace.text)
+    alone = Generation(qwen_pair, easd.prompt, easd.settings, chat=False).run()
+    assert easd.trace.token_ids == alone.token_ids
+    assert [r.origin for r in easd.trace.records] == [r.origin for r in alone.records]
+    assert [r.h_target for r in easd.trace.records] == [r.h_target for r in alone.records]  # bit for bit
+    assert qwen_pair.info["draft_logit_shift"] == qwen_pair.info["target_logit_shift"] == 0.0  # measured at load
 
 
 def test_every_live_example_forks_within_its_first_128_tokens(qwen_pair):
