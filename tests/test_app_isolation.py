@@ -517,26 +517,25 @@ def test_a_session_past_its_time_limit_frees_its_traces_and_files(load, request)
     if load == "busy":
         request.getfixturevalue("busy_cores")
     host = ModelHost({}, None)  # a viewer: the gallery needs no model
-    # long enough to open five sessions on a busy machine beside the rest of the suite (8 s was not, once: pytest -n 2)
-    url, demo = launch_app(host, session_ttl_s=15)
+    url, demo = launch_app(host, session_ttl_s=6)
     try:
         folders = Path(get_upload_folder()) / "easd-sessions"
         before_folders = set(folders.glob("*")) if folders.exists() else set()
-        before_traces, rss, opened = live_traces(), psutil.Process().memory_info().rss, time.monotonic()
+        before_traces, rss, held = live_traces(), psutil.Process().memory_info().rss, set()
         for _ in range(5):  # five sessions, each holding a recorded comparison and its exported files
             output = page_event(url, uuid.uuid4().hex, "recorded", {"recorded": "shirt"})
             assert output.get("data") and not output.get("error")
-        held = set(folders.glob("*")) - before_folders
-        took = f"five sessions opened in {time.monotonic() - opened:.1f} s"
-        assert len(held) == 5 and live_traces() >= before_traces + 10, took
-        loaded_rss = psutil.Process().memory_info().rss
+            # each is looked at as it opens: on a busy machine the first may reach its limit before the fifth opens
+            opened = set(folders.glob("*")) - before_folders - held
+            assert len(opened) == 1 and live_traces() >= before_traces + 2
+            held |= opened
         deadline = time.monotonic() + 30
         while (set(folders.glob("*")) - before_folders) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert not set(folders.glob("*")) - before_folders  # every session's folder went with it
         assert live_traces() <= before_traces  # and its traces
         print(
-            f"\nfive sessions ({load} machine): RSS {rss / 2**20:.0f} MB before, {loaded_rss / 2**20:.0f} MB holding them, "
+            f"\nfive sessions ({load} machine): RSS {rss / 2**20:.0f} MB before, "
             f"{psutil.Process().memory_info().rss / 2**20:.0f} MB after their time limit"
         )
     finally:
