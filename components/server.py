@@ -56,6 +56,10 @@ def serve(
         ssr_mode=False,
         show_error=False,  # handlers answer every failure in one line themselves (see `wire`); nothing raw leaks
         mcp_server=mcp,
+        # Gradio's launch asks its own page once, with a 3 s timeout, and when no answer comes refuses to start,
+        # saying a share link is needed (a check for Colab, where localhost is out of reach). On a busy machine the
+        # first answer can come later (a suite run on 2 cores saw it), and this app is never served by a share link.
+        _frontend=False,
         app_kwargs={
             "lifespan": gradio_internals.mcp_tools_only(demo, api.MCP_TOOLS),
             "middleware": [

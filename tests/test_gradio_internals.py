@@ -75,3 +75,20 @@ def test_a_served_app_that_nobody_uses_leaves_the_cores_alone():
     finally:
         plain.close(verbose=False), served.close(verbose=False)
     assert cpu["served"] < cpu["plain"] / 3, cpu
+
+
+def test_the_app_starts_when_its_page_answers_late(monkeypatch):
+    """On a busy machine Gradio's check of its own page (one request, 3 s) can go unanswered; Gradio then refuses to
+    start ("When localhost is not accessible, a shareable link must be created"). Served as the app is, it starts."""
+    import httpx
+    from gradio import networking
+
+    from components.server import serve
+
+    monkeypatch.setattr(networking, "url_ok", lambda url: False)  # as the check sees a page that answers late
+    demo = build()[0]
+    _, url, _ = serve(demo, prevent_thread_lock=True, quiet=True)
+    try:
+        assert httpx.get(url, timeout=30).status_code == 200
+    finally:
+        demo.close(verbose=False)
