@@ -1,6 +1,6 @@
 """components.gradio_internals: an update that names a few outputs costs only those, and the page receives exactly
 what Gradio itself would send (skip_untouched_outputs); a served app nobody uses leaves the cores alone
-(queue_idles_quietly)."""
+(queue_idles_quietly); the app starts though Gradio's check of its own page goes unanswered (serve)."""
 
 from __future__ import annotations
 
@@ -73,7 +73,8 @@ def test_a_served_app_that_nobody_uses_leaves_the_cores_alone():
         time.sleep(0.5)  # past their start
         cpu = {"plain": idle_cpu_s(plain, 3.0), "served": idle_cpu_s(served, 3.0)}
     finally:
-        plain.close(verbose=False), served.close(verbose=False)
+        plain.close(verbose=False)
+        served.close(verbose=False)
     assert cpu["served"] < cpu["plain"] / 3, cpu
 
 

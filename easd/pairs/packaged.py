@@ -347,13 +347,11 @@ def _read_once(gguf: Path) -> Iterator[None]:
     The reader is read-only and holds the file's memory map, so one serves all three."""
     import gguf as gguf_package
 
-    reader_class = gguf_package.GGUFReader
-    reader = reader_class(gguf)
+    reader_class, ours = gguf_package.GGUFReader, gguf.resolve()
+    reader = reader_class(ours)
 
     def reading(path, *args, **kwargs):
-        return (
-            reader if Path(path).resolve() == gguf.resolve() and not args and not kwargs else reader_class(path, *args, **kwargs)
-        )
+        return reader if Path(path).resolve() == ours and not args and not kwargs else reader_class(path, *args, **kwargs)
 
     gguf_package.GGUFReader = reading  # transformers imports it from gguf at each load (load_gguf_checkpoint)
     try:
