@@ -2,6 +2,7 @@
 
 import os
 import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -164,16 +165,15 @@ def app_url(app_server):
 
 @pytest.fixture
 def busy_cores():
-    """Both cores kept busy by two processes of the suite's own for the test (each also ends itself after 5
-    minutes), as another job or another class would keep them: what must hold under load is tested under it."""
+    """Every core kept busy for the test, as another job or another class would keep them: what must hold under load is
+    tested under it. `busy_machine.py` fills only what the machine's other work leaves idle, so under `pytest -n 3`,
+    whose other workers mostly keep the cores busy themselves, it takes little of their CPU."""
     import subprocess
     import sys
 
-    spin = "import time\nend = time.monotonic() + 300\nwhile time.monotonic() < end: pass"
-    hogs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(2)]
+    machine = subprocess.Popen([sys.executable, str(Path(__file__).with_name("busy_machine.py"))])
     try:
         yield
     finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
+        machine.terminate()
+        machine.wait()
