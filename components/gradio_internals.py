@@ -25,6 +25,8 @@
   app's `compare` returns whole traces, megabytes an agent's context cannot hold, so only api.MCP_TOOLS stay.
 - How often an idle queue looks for work (`queue_idles_quietly`): every millisecond by default on Linux, which kept
   an app nobody used 7.5% busy; at Gradio's own Windows pace it idles at 1.4%.
+- A loop the page's loading screen leaves behind (`END_THE_LOADERS_LOOP`, run by each page as it loads): it asked
+  for 60 frames a second for as long as the page was open.
 - What a custom event sent (`event_data`): the lanes' token clicks send {lane, pos} through
   `gr.HTML`'s JavaScript trigger, which Gradio hands over only as the event's private `_data`.
 
@@ -170,6 +172,35 @@ def queue_idles_quietly(demo: gr.Blocks) -> None:
     does in every Gradio app on Windows. Call after `demo.queue()`, which makes the queue this changes."""
     demo._queue.sleep_when_free = QUEUE_IDLE_POLL_S
     demo._queue.progress_update_sleep_when_free = PROGRESS_IDLE_POLL_S
+
+
+# Gradio 6.31's loading screen counts its seconds in a requestAnimationFrame loop and is taken off the page while the
+# loop runs, so the loop outlives it: it asks for a frame 60 times a second for as long as the page is open, and an
+# idle page kept 18% of a core busy (headless Chromium, our app on the tiny pair), on a user's laptop as in the suite.
+# Nothing reaches that loop but its frame's number, and numbers are handed out in order: once the page is quiet, a
+# frame of ours and exactly one other in each of 20 frames is that loop, and the other's number is just below ours.
+# Where no other frame is asked for, there is nothing to end; while more are (a run under way), it looks again later.
+# tests/test_app_browser.py checks that a plain Gradio page has the loop and ours does not.
+END_THE_LOADERS_LOOP = """
+() => {
+  let looks = 0;
+  const look = () => {
+    const ours = [];
+    const frame = () => {
+      ours.push(requestAnimationFrame(frame));
+      if (ours.length < 20) return;
+      const last = ours[ours.length - 1];
+      cancelAnimationFrame(last);
+      const others = new Set(ours.slice(1).map((id, i) => id - ours[i] - 1));  // frames others asked for, per frame
+      const steady = others.size === 1 ? [...others][0] : null;
+      if (steady === 1) cancelAnimationFrame(last - 1);
+      else if (steady !== 0 && ++looks < 10) setTimeout(look, 3000);
+    };
+    requestAnimationFrame(frame);
+  };
+  setTimeout(look, 1000);
+}
+"""
 
 
 def say_results_once(demo: gr.Blocks, api_name: str, is_result: Callable[[object], bool]) -> None:

@@ -52,6 +52,7 @@ def serve(
         server_port=port,
         css_paths=[str(ASSETS / "style.css")],
         css=origin_css(),  # the lanes' colours, from each method's origins
+        js=gradio_internals.END_THE_LOADERS_LOOP,
         max_file_size=MAX_UPLOAD,
         ssr_mode=False,
         show_error=False,  # handlers answer every failure in one line themselves (see `wire`); nothing raw leaks

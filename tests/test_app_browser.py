@@ -788,6 +788,40 @@ def test_the_page_streams_only_the_new_tokens(app_url):
         driver.quit()
 
 
+COUNT_FRAMES = """
+window.__frames = 0;
+const ask = window.requestAnimationFrame.bind(window);
+window.requestAnimationFrame = (callback) => { window.__frames += 1; return ask(callback); };
+"""
+
+
+def frames_asked_in_a_second(driver) -> int:
+    driver.execute_script("window.__frames = 0")
+    time.sleep(1)
+    return driver.execute_script("return window.__frames")
+
+
+def test_an_idle_page_asks_for_no_frames_where_gradios_own_asks_for_sixty_a_second(app_url, own_page):
+    """Gradio's loading screen leaves a loop behind that asks for a frame 60 times a second while the page is open
+    (components/gradio_internals.END_THE_LOADERS_LOOP): a plain Gradio page keeps it, ours ends it once quiet."""
+    import gradio as gr
+
+    counting = own_page.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": COUNT_FRAMES})["identifier"]
+    with gr.Blocks() as plain:
+        gr.Textbox()
+    _, plain_url, _ = plain.launch(prevent_thread_lock=True, quiet=True)
+    try:
+        own_page.get(plain_url)
+        wait(own_page).until(lambda d: d.find_elements(By.CSS_SELECTOR, "textarea"))
+        time.sleep(2)
+        assert frames_asked_in_a_second(own_page) >= 30  # Gradio's own page: the loop is there, so the fix is needed
+        load(own_page, app_url)
+        wait(own_page, 45).until(lambda d: frames_asked_in_a_second(d) == 0)  # ours, once quiet: none
+    finally:
+        own_page.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": counting})
+        plain.close()
+
+
 def test_stop_clicked_again_and_again_answers_at_once(app_url, own_page):
     driver = load(own_page, app_url)
     ask_for_tokens(driver)
