@@ -37,10 +37,11 @@ def test_shared_prefix_runs_equal_independent_runs(tiny_pair, sampling):
 
 
 @pytest.mark.slow  # EASD resumed from SD's prefix equals its own run where bfloat16 rounds differently
-@pytest.mark.parametrize("sampling", SAMPLING)
-def test_shared_prefix_runs_equal_independent_runs_in_bfloat16(tiny_bf16, sampling):
-    """Where re-reading the prefix in one pass would round differently (transformers alone has bfloat16)."""
-    assert_shared_equals_alone(tiny_bf16, sampling)
+def test_shared_prefix_runs_equal_independent_runs_in_bfloat16(tiny_bf16):
+    """Where re-reading the prefix in one pass would round differently (transformers alone has bfloat16). Sampled with
+    the sampling entropy, the most any resume carries (the random state, both entropies); greedy and plain sampling
+    resume the same way in float32, on both backends (above), and were two more runs of this test's 11 CPU-seconds."""
+    assert_shared_equals_alone(tiny_bf16, SAMPLING[-1])
 
 
 def assert_shared_equals_alone(pair, sampling: dict) -> None:
