@@ -62,10 +62,24 @@ def spare_browser():
 @pytest.fixture
 def own_page(spare_browser):
     """The spare browser, for a test that wants a page of its own: each page it opens is a new session of the app, and
-    the one before it is left as a closed tab is. Left on a blank page, at its own size, at the test's end."""
+    the one before it is left as a closed tab is. Left on a blank page, at its own size, in its first window (any
+    other that a test opened with `new_window` closed), at the test's end."""
+    first = spare_browser.current_window_handle
     yield spare_browser
+    for handle in set(spare_browser.window_handles) - {first}:
+        spare_browser.switch_to.window(handle)
+        spare_browser.close()
+    spare_browser.switch_to.window(first)
     spare_browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
     spare_browser.get("about:blank")
+
+
+def new_window(own_page, url: str):
+    """A second window of the spare browser on `url` (a new session of the app, shown beside the first window, as a
+    second tab or a second user's browser would be), once Generate is enabled; the driver is switched to it and
+    `close()` closes it as a user closes a tab. -> the driver."""
+    own_page.switch_to.new_window("window")
+    return load(own_page, url)
 
 
 def wait(driver, seconds: float = 60):
@@ -737,11 +751,11 @@ def test_a_full_batch_tells_a_user_their_place_and_starts_them_when_a_slot_frees
 
 
 @pytest.mark.parametrize("load", ["quiet", "busy"])
-def test_closing_the_tab_takes_its_rows_out_of_the_batch(one_at_a_time, load, request):
+def test_closing_the_tab_takes_its_rows_out_of_the_batch(one_at_a_time, load, request, own_page):
     from gradio_client import Client
 
     url, worker = one_at_a_time
-    driver = open_browser(url)
+    driver = new_window(own_page, url)
     ask_for_tokens(driver)
     if load == "busy":
         request.getfixturevalue("busy_cores")
@@ -750,7 +764,7 @@ def test_closing_the_tab_takes_its_rows_out_of_the_batch(one_at_a_time, load, re
     ticket = worker.running[0]
     next_user = Client(url, verbose=False).submit(prompt="next", max_new_tokens=8, api_name="/compare")
     closed = time.monotonic()
-    driver.quit()  # the tab (and its browser) closes mid-run
+    driver.close()  # the tab closes mid-run
     assert ticket.join(30)
     print(f"\nclosed tab ({load} machine): its rows left the batch {time.monotonic() - closed:.1f} s later")
     assert all(t.stats.stop_reason == "left" and len(t.records) < 400 for t in ticket.traces())
@@ -834,7 +848,7 @@ def test_stop_clicked_again_and_again_answers_at_once(app_url, own_page):
     assert time.monotonic() - started < 10
 
 
-def test_closing_the_tab_deletes_its_traces_and_files(app_url):
+def test_closing_the_tab_deletes_its_traces_and_files(app_url, own_page):
     import gc
     from pathlib import Path
 
@@ -844,7 +858,7 @@ def test_closing_the_tab_deletes_its_traces_and_files(app_url):
 
     folders = Path(get_upload_folder()) / "easd-sessions"
     before = set(folders.glob("*")) if folders.exists() else set()
-    driver = open_browser(app_url)
+    driver = new_window(own_page, app_url)
     dropdown = driver.find_element(By.CSS_SELECTOR, "#recorded input")
     dropdown.click()
     wait(driver).until(lambda d: d.find_element(By.CSS_SELECTOR, "#recorded li[role=option]")).click()
@@ -854,7 +868,7 @@ def test_closing_the_tab_deletes_its_traces_and_files(app_url):
     gc.collect()
     held = sum(type(o) is Trace for o in gc.get_objects())
     started = time.monotonic()
-    driver.quit()
+    driver.close()  # the tab
     wait(None, 30).until(lambda _: not next(iter(mine)).exists())
     gc.collect()
     print(f"\nclosed tab: its folder was deleted {time.monotonic() - started:.1f} s after the tab closed")
