@@ -40,10 +40,12 @@ ABOVE_THE_ENGINE = (
 
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: LONGEST_FILES.index(item.path.name) if item.path.name in LONGEST_FILES else len(LONGEST_FILES))
-    repeats = [item for item in items if repeats_the_engines_backends(item)]
+    kept, repeats = [], []
+    for item in items:
+        (repeats if repeats_the_engines_backends(item) else kept).append(item)
     if repeats:
         config.hook.pytest_deselected(items=repeats)
-        items[:] = [item for item in items if not repeats_the_engines_backends(item)]
+        items[:] = kept
 
 
 def repeats_the_engines_backends(item) -> bool:

@@ -828,7 +828,8 @@ def test_an_idle_page_asks_for_no_frames_where_gradios_own_asks_for_sixty_a_seco
         own_page.get(plain_url)
         wait(own_page).until(lambda d: d.find_elements(By.CSS_SELECTOR, "textarea"))
         time.sleep(2)
-        assert frames_asked_in_a_second(own_page) >= 30  # Gradio's own page: the loop is there, so the fix is needed
+        assert frames_asked_in_a_second(own_page) >= 10  # Gradio's own page: the loop is there (60 a second on a quiet
+        # machine, fewer on a busy one), so the fix is needed
         load(own_page, app_url)
         wait(own_page, 45).until(lambda d: frames_asked_in_a_second(d) == 0)  # ours, once quiet: none
     finally:
