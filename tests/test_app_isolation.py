@@ -10,6 +10,7 @@ import concurrent.futures
 import dataclasses
 import gc
 import json
+import logging
 import socket
 import threading
 import time
@@ -237,6 +238,13 @@ def running_ticket(host: ModelHost, prompt: str, timeout: float = 30):
     raise AssertionError(f"no ticket for {prompt!r}")
 
 
+def wait_until(condition, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {seconds} s"
+        time.sleep(0.01)
+
+
 LONG = ARGUMENTS | {"max_new_tokens": 2000, "k": 12}  # about 15 s of decoding alone, about 1.5 MB of updates
 
 
@@ -299,13 +307,15 @@ def test_a_stream_that_is_read_is_not_stopped(short_patience):
 
 
 @pytest.mark.slow  # a dropped heartbeat is not taken for a user who left
-def test_a_client_whose_heartbeat_drops_while_it_reads_keeps_its_whole_run(short_patience):
+def test_a_client_whose_heartbeat_drops_while_it_reads_keeps_its_whole_run(short_patience, caplog):
     """Gradio calls the page's unload event when a session's heartbeat connection ends, and on a busy machine that
     happens to clients that are still there: gradio_client gives up on a heartbeat more than 20 s late. A client
-    still reading its run's stream has not left, and its run goes on to its end."""
+    still reading its run's stream has not left, and its run goes on to its end. 800 tokens a lane (1,500 until stop
+    84, twice the CPU): the unload is checked to come while the run is under way."""
     url, host = short_patience
+    caplog.set_level(logging.INFO, logger="easd.app")  # where the app says it kept a connected client's runs
     prompt = "my heartbeat drops, I read on"
-    session = queue_join(url, list((LONG | {"prompt": prompt, "max_new_tokens": 1500}).values()))
+    session = queue_join(url, list((LONG | {"prompt": prompt, "max_new_tokens": 800}).values()))
     heartbeat = httpx.Client(timeout=30)
     with heartbeat.stream("GET", f"{url}gradio_api/heartbeat/{session}") as beating:
         next(beating.iter_lines())  # the heartbeat is connected
@@ -315,11 +325,13 @@ def test_a_client_whose_heartbeat_drops_while_it_reads_keeps_its_whole_run(short
         ticket = running_ticket(host, prompt)
         time.sleep(1)
     heartbeat.close()  # Gradio now runs the unload event for this session, while its client reads on
+    wait_until(lambda: any("heartbeat ended while it is still connected" in r.getMessage() for r in caplog.records))
+    assert not ticket.done  # the unload came mid-run
     stream = reading.result(timeout=120)
     [completed] = [json.loads(line[6:]) for line in stream.split(b"\n\n") if b'"process_completed"' in line]
     runs = completed["output"]["data"][0]["runs"]
     print(f"\nheartbeat dropped mid-run: lanes ended {[(len(r['rows']), r['summary']['stop_reason']) for r in runs]}")
-    assert [(len(r["rows"]), r["summary"]["stop_reason"]) for r in runs] == [(1500, "max_new_tokens")] * 2
+    assert [(len(r["rows"]), r["summary"]["stop_reason"]) for r in runs] == [(800, "max_new_tokens")] * 2
     assert ticket.done
 
 
