@@ -106,6 +106,32 @@ def test_a_full_batch_puts_users_in_line_and_lets_the_next_in_when_a_slot_frees(
     assert [t.token_ids for t in third.traces()] == solo(tiny_pair, "third", SAMPLING)
 
 
+def test_a_request_that_reaches_the_line_as_the_batch_runs_dry_gets_a_batch(tiny_pair):
+    """The last rows leave (here, a user who stopped) and a request reaches the line after the batch's last boundary,
+    before the batch ends: it was let into the running tickets with no batch left to decode it, so its user waited for
+    ever and every request behind it too (a browser test of a closed tab saw it once in a suite run)."""
+    worker = Worker(tiny_pair, max_rows=2, row_tokens=500)  # room for one comparison
+    rows, late = comparison_rows(tiny_pair, "first", replace(SAMPLING, max_new_tokens=400)), []
+    admit = worker._admit_into
+
+    def arrive_just_after_the_boundary(batch):
+        admit(batch)
+        if all(g.stopped for g in rows) and not late:  # the boundary at which the stopped rows leave
+            late.append(worker.submit(comparison_rows(tiny_pair, "late", SAMPLING)))
+
+    worker._admit_into = arrive_just_after_the_boundary  # the batch made for the first request calls it
+    first = worker.submit(rows)
+    seen = -1
+    while not any(t.records for t in first.traces()):
+        seen = first.wait(seen, 0.2)
+    first.cancel()
+    assert first.join(30)
+    while not late:
+        time.sleep(0.01)
+    read_to_the_end(late[0], timeout=30)
+    assert [t.token_ids for t in late[0].traces()] == solo(tiny_pair, "late", SAMPLING)
+
+
 def test_a_ticket_nobody_reads_is_stopped_when_abandonment_is_on(tiny_pair):
     worker = Worker(tiny_pair, max_rows=4, row_tokens=500, abandon_after_s=0.3)
     ticket = worker.submit(comparison_rows(tiny_pair, "gone", replace(SAMPLING, max_new_tokens=400)))

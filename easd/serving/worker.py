@@ -190,7 +190,7 @@ class Worker:
             try:
                 for block in batch:
                     self._deliver(block)
-                self._admit()  # the batch ran dry: settle the last tickets
+                self._admit(let_in=False)  # the batch ran dry: settle the last tickets; one that came since starts the next
             except Exception as err:  # a shared pass failed (a row's own maths fail alone, in the batch): its tickets end
                 self._fail_running(err)
 
@@ -269,8 +269,9 @@ class Worker:
             for generation in ticket.generations:
                 batch.add(generation)
 
-    def _admit(self) -> list[Ticket]:
-        """Between steps: settle finished tickets, cancel abandoned ones, let in those that fit; -> the ones let in."""
+    def _admit(self, let_in: bool = True) -> list[Ticket]:
+        """Between steps: settle finished tickets, cancel abandoned ones, let in those that fit (unless `let_in` is
+        False: after a batch's last step there is no batch for them to join); -> the ones let in."""
         now = time.monotonic()
         began, stepped, tokens, joined = self._step
         with self._lock:  # the pace is read under it too, by `submit` renumbering the line
@@ -293,7 +294,7 @@ class Worker:
                 finished.append(ticket)
             # generations stopped but not yet gone leave at the next boundary, before anyone joins: their room is free now
             admitted = []
-            while (ticket := self._next_in_line()) is not None:
+            while let_in and (ticket := self._next_in_line()) is not None:
                 self.line.remove(ticket)
                 ticket.started = ticket.last_read = now
                 self.running.append(ticket)
