@@ -1,6 +1,7 @@
 """Shared fixtures: the tiny random pair on each backend, built once per test session (about a second)."""
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -165,15 +166,17 @@ def app_url(app_server):
     return app_server[0]
 
 
+BUSY_MACHINE = [sys.executable, str(Path(__file__).with_name("busy_machine.py"))]  # the command `busy_cores` runs
+
+
 @pytest.fixture
 def busy_cores():
     """Every core kept busy for the test, as another job or another class would keep them: what must hold under load is
     tested under it. `busy_machine.py` fills only what the machine's other work leaves idle, so under `pytest -n 3`,
     whose other workers mostly keep the cores busy themselves, it takes little of their CPU."""
     import subprocess
-    import sys
 
-    machine = subprocess.Popen([sys.executable, str(Path(__file__).with_name("busy_machine.py"))])
+    machine = subprocess.Popen(BUSY_MACHINE)
     try:
         yield
     finally:

@@ -5,10 +5,10 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
+from conftest import BUSY_MACHINE
 
 pytestmark = pytest.mark.slow  # it keeps both cores busy for about 3 s
 
@@ -16,9 +16,9 @@ SPINNING = [sys.executable, "-c", "while True: pass"]
 
 
 def machine_busy_s() -> float:
-    """CPU-seconds the machine has been busy since it started, every core together (/proc/stat)."""
-    user, nice, system, _idle, _iowait, irq, softirq, *_ = map(int, open("/proc/stat").readline().split()[1:])
-    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+    """CPU-seconds the machine has been busy since it started, every core together."""
+    times = psutil.cpu_times()
+    return times.user + times.nice + times.system + times.irq + times.softirq
 
 
 def own_cpu_s(process: psutil.Process) -> float:
@@ -35,7 +35,7 @@ def share_of_cores(process: psutil.Process, seconds: float) -> tuple[float, floa
 
 def test_it_fills_the_idle_cores_and_leaves_busy_ones_to_their_work():
     cores = len(os.sched_getaffinity(0))
-    machine = subprocess.Popen([sys.executable, str(Path(__file__).with_name("busy_machine.py"))])
+    machine = subprocess.Popen(BUSY_MACHINE)
     process = psutil.Process(machine.pid)
     others = []
     try:
@@ -57,7 +57,7 @@ def test_it_fills_the_idle_cores_and_leaves_busy_ones_to_their_work():
 
 
 def test_its_spinners_end_with_it_even_held():
-    machine = subprocess.Popen([sys.executable, str(Path(__file__).with_name("busy_machine.py"))])
+    machine = subprocess.Popen(BUSY_MACHINE)
     others = [subprocess.Popen(SPINNING) for _ in range(len(os.sched_getaffinity(0)))]
     try:
         time.sleep(0.5)  # its spinners held, the other work taking every core
