@@ -40,6 +40,7 @@ def serve(
     os.environ["FORWARDED_ALLOW_IPS"] = forwarded_allow_ips
     demo.queue(default_concurrency_limit=LIGHT_EVENTS, max_size=64)
     gradio_internals.queue_idles_quietly(demo)
+    gradio_internals.queue_places_only_where_shown(demo)
     gradio_internals.say_results_once(demo, "compare", api.is_result)
     gradio_internals.pass_values_as_they_are(demo, "compare", api.is_result)
     gradio_internals.skip_untouched_outputs(demo)

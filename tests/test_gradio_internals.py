@@ -1,6 +1,7 @@
 """components.gradio_internals: an update that names a few outputs costs only those, and the page receives exactly
 what Gradio itself would send (skip_untouched_outputs); a served app nobody uses leaves the cores alone
-(queue_idles_quietly); the app starts though Gradio's check of its own page goes unanswered (serve)."""
+(queue_idles_quietly); a page is not told the place in line of events it does not show (queue_places_only_where_shown);
+the app starts though Gradio's check of its own page goes unanswered (serve)."""
 
 from __future__ import annotations
 
@@ -93,3 +94,47 @@ def test_the_app_starts_when_its_page_answers_late(monkeypatch):
         assert httpx.get(url, timeout=30).status_code == 200
     finally:
         demo.close(verbose=False)
+
+
+def places_in_line_sent(url: str, fns: list[int], clicks: int) -> dict[int, int]:
+    """`clicks` clicks on each of the events `fns`, sent as a page sends them (Gradio's queue protocol, one session):
+    how many `estimation` messages (a place in line) each event's clicks received before all were done."""
+    import json
+    import uuid
+
+    import httpx
+
+    session = uuid.uuid4().hex
+    events = {}
+    with httpx.Client(base_url=url, timeout=30) as client:
+        for _ in range(clicks):
+            for fn in fns:
+                body = {"data": [], "fn_index": fn, "session_hash": session, "event_data": None, "trigger_id": None}
+                events[client.post("gradio_api/queue/join", json=body).json()["event_id"]] = fn
+        places, done = dict.fromkeys(fns, 0), 0
+        with client.stream("GET", "gradio_api/queue/data", params={"session_hash": session}) as stream:
+            for line in stream.iter_lines():
+                message = json.loads(line.removeprefix("data: ")) if line.startswith("data: ") else {}
+                if message.get("msg") == "estimation":
+                    places[events[message["event_id"]]] += 1
+                done += message.get("msg") == "process_completed"
+                if done == len(events):
+                    return places
+    raise AssertionError("the event stream ended before every click was answered")
+
+
+def test_a_page_event_whose_progress_is_hidden_is_not_told_its_place_in_line():
+    """Gradio tells each queued event its place whenever the line changes: n clicks, some n²/2 messages, each handled
+    by the page. A private event with hidden progress (Stop, a token's click) gets none; one that shows it, its place."""
+    from components.server import serve
+
+    with gr.Blocks() as demo:
+        button = gr.Button()
+        hidden = button.click(lambda: time.sleep(0.05), None, None, show_progress="hidden", api_visibility="private")
+        shown = button.click(lambda: time.sleep(0.05), None, None, api_visibility="private")
+    _, url, _ = serve(demo, prevent_thread_lock=True, quiet=True)
+    try:
+        places = places_in_line_sent(url, [hidden["id"], shown["id"]], clicks=6)
+    finally:
+        demo.close(verbose=False)
+    assert places[shown["id"]] >= 6 and places[hidden["id"]] == 0, places
