@@ -181,7 +181,8 @@ def queue_idles_quietly(demo: gr.Blocks) -> None:
 # idle page kept 18% of a core busy (headless Chromium, our app on the tiny pair), on a user's laptop as in the suite.
 # Nothing reaches that loop but its frame's number, and numbers are handed out in order: once the page is quiet, a
 # frame of ours and exactly one other in each of 20 frames is that loop, and the other's number is just below ours.
-# Where no other frame is asked for, there is nothing to end; while more are (a run under way), it looks again later.
+# Where no other frame is asked for, there is nothing to end; while more are (a run under way, or the status trackers'
+# spring for the first seconds after load), it looks again a second later.
 # tests/test_app_browser.py checks that a plain Gradio page has the loop and ours does not.
 END_THE_LOADERS_LOOP = """
 () => {
@@ -196,7 +197,7 @@ END_THE_LOADERS_LOOP = """
       const others = new Set(ours.slice(1).map((id, i) => id - ours[i] - 1));  // frames others asked for, per frame
       const steady = others.size === 1 ? [...others][0] : null;
       if (steady === 1) cancelAnimationFrame(last - 1);
-      else if (steady !== 0 && ++looks < 10) setTimeout(look, 3000);
+      else if (steady !== 0 && ++looks < 30) setTimeout(look, 1000);
     };
     requestAnimationFrame(frame);
   };
