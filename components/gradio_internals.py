@@ -206,6 +206,18 @@ END_THE_LOADERS_LOOP = """
 """
 
 
+def _drop_messages(demo: gr.Blocks, dropped: Callable[[object, object], bool]) -> None:
+    """Leave out of the queue's messages to its clients each (event, message) that `dropped` names; send the rest."""
+    queue = demo._queue
+    send = queue.send_message
+
+    def send_message(event, message):
+        if not dropped(event, message):
+            send(event, message)
+
+    queue.send_message = send_message
+
+
 def queue_places_only_where_shown(demo: gr.Blocks) -> None:
     """Send a queued event's place in line (Gradio's `estimation` message) only to a client that can show it: not to a
     page event whose progress is hidden (`show_progress="hidden"`, `api_visibility="private"`). Gradio sends every
@@ -213,32 +225,25 @@ def queue_places_only_where_shown(demo: gr.Blocks) -> None:
     spends tens of milliseconds on each whether it shows it or not: 40 clicks on Stop made 319 of them, and the page
     said "Stopped" after 5.1 s instead of 2.3 s (the 1.3 s its 80 other messages cost). The page says itself where a
     run stands in line; an API client, which asks Gradio for its place, still gets it. Call after `demo.queue()`."""
-    queue = demo._queue
-    send = queue.send_message
 
-    def send_message(event, message):
-        fn = event.fn
-        if isinstance(message, EstimationMessage) and fn.show_progress == "hidden" and fn.api_visibility == "private":
-            return
-        send(event, message)
+    def unseen(event, message) -> bool:
+        shown = event.fn.show_progress != "hidden" or event.fn.api_visibility != "private"
+        return isinstance(message, EstimationMessage) and not shown
 
-    queue.send_message = send_message
+    _drop_messages(demo, unseen)
 
 
 def say_results_once(demo: gr.Blocks, api_name: str, is_result: Callable[[object], bool]) -> None:
     """Drop the `generating` message of API `api_name` whose value `is_result` (its whole result), which
     Gradio sends again as `complete`. Call after `demo.queue()`, which makes the queue this changes."""
-    queue = demo._queue
-    send = queue.send_message
 
-    def send_message(event, message):
-        if isinstance(message, ProcessGeneratingMessage) and event.fn.api_name == api_name:
-            values = message.output.get("data") or [None]
-            if is_result(_top_level(values[0])):
-                return
-        send(event, message)
+    def said_again(event, message) -> bool:
+        if not (isinstance(message, ProcessGeneratingMessage) and event.fn.api_name == api_name):
+            return False
+        values = message.output.get("data") or [None]
+        return is_result(_top_level(values[0]))
 
-    queue.send_message = send_message
+    _drop_messages(demo, said_again)
 
 
 def pass_values_as_they_are(demo: gr.Blocks, api_name: str, is_result: Callable[[object], bool]) -> None:
