@@ -120,10 +120,11 @@ def _wire_compare(
     page.recorded.change(wire(handlers.open_recorded, page, host, gallery, show=say), {page.recorded, s}, loaded, **private)
     demo.unload(wire(handlers.leave, host, page.sessions, outbox))  # a closed tab's rows leave the batch; its traces and files go
     # a page opened with ?room=CODE follows the presenter's runs; it waits without a thread, so a room's many
-    # viewers take no slot of any limit
-    demo.load(
-        wire(handlers.follow_room, page, host, show=say), {s}, loaded, concurrency_id="room", concurrency_limit=None, **private
-    )
+    # viewers take no slot of any limit. Its progress is hidden: the event lasts as long as the room, and Gradio
+    # pulses a border on each of its 21 outputs while an event streams, which kept half a core busy on a viewer's
+    # idle page; the message says itself that the page is watching.
+    follow = dict(concurrency_id="room", concurrency_limit=None, show_progress="hidden", **private)
+    demo.load(wire(handlers.follow_room, page, host, show=say), {s}, loaded, **follow)
     # a page opened with a link to a recorded run's token (components.links) opens it
     demo.load(wire(handlers.open_link, page, host, gallery, eval_dirs, show=say), {s}, loaded, **instant)
     polled = [page.status, page.generate, page.timer, page.message]
