@@ -67,8 +67,11 @@ def _wire_compare(
     say = functools.partial(_say, page)
     whatif_in = {*c.whatif().values(), s}
     private = dict(api_visibility="private")
+    # the page says itself what these events are doing (components.views.say), so Gradio shows none of their progress
+    # (and sends them no place in line: gradio_internals.queue_places_only_where_shown)
+    unshown = dict(private, show_progress="hidden")
     # every event is queued: the light ones share a small limit, so a flood of slider moves waits its turn
-    instant = dict(private, concurrency_id="view", concurrency_limit=VIEW_EVENTS, show_progress="hidden")
+    instant = dict(unshown, concurrency_id="view", concurrency_limit=VIEW_EVENTS)
 
     running = dict(
         fn=wire(handlers.generate, page, host, outbox, show=say),
@@ -76,8 +79,7 @@ def _wire_compare(
         outputs=page.everything(),
         concurrency_id="generate",
         concurrency_limit=host.slots,  # a page's stream holds a thread: the batch and its line, and no more (ModelHost.slots)
-        show_progress="hidden",
-        **private,
+        **unshown,
     )
     # a run starts from Generate, from an example picked (it fills the prompt), or from a refusal's remedy (it sets the
     # setting the refusal names); the last two run once their change is on the page, so the run reads it
@@ -90,7 +92,7 @@ def _wire_compare(
             wire(handlers.apply_fix, page, show=say), {s}, [page.fix, *c.settings().values(), page.message], **instant
         ).success(**running),
     ]
-    page.stop.click(wire(handlers.stop, page, show=say), {s}, [page.message], show_progress="hidden", **private)
+    page.stop.click(wire(handlers.stop, page, show=say), {s}, [page.message], **unshown)
     # drawing every token's inspector takes a moment: one file at a time, off the view events' limit
     make = dict(private, concurrency_id="make_html", concurrency_limit=1)
     page.make_html.click(wire(handlers.make_html, page, show=say), {s}, [page.html_file, page.message], **make)
@@ -120,10 +122,9 @@ def _wire_compare(
     page.recorded.change(wire(handlers.open_recorded, page, host, gallery, show=say), {page.recorded, s}, loaded, **private)
     demo.unload(wire(handlers.leave, host, page.sessions, outbox))  # a closed tab's rows leave the batch; its traces and files go
     # a page opened with ?room=CODE follows the presenter's runs; it waits without a thread, so a room's many
-    # viewers take no slot of any limit. Its progress is hidden: the event lasts as long as the room, and Gradio
-    # pulses a border on each of its 21 outputs while an event streams, which kept half a core busy on a viewer's
-    # idle page; the message says itself that the page is watching.
-    follow = dict(concurrency_id="room", concurrency_limit=None, show_progress="hidden", **private)
+    # viewers take no slot of any limit. Unshown above all: the event lasts as long as the room, and Gradio pulses a
+    # border on each of its 21 outputs while an event streams, which kept half a core busy on a viewer's idle page
+    follow = dict(unshown, concurrency_id="room", concurrency_limit=None)
     demo.load(wire(handlers.follow_room, page, host, show=say), {s}, loaded, **follow)
     # a page opened with a link to a recorded run's token (components.links) opens it
     demo.load(wire(handlers.open_link, page, host, gallery, eval_dirs, show=say), {s}, loaded, **instant)
